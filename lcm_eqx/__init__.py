@@ -1,0 +1,41 @@
+"""lcm_eqx: finite-horizon discrete-continuous life-cycle models in JAX.
+
+Write a model as plain JAX functions, solve it by backward induction as one jit-able
+function, simulate panels into pandas, and differentiate through the solution.
+"""
+
+from ._config import configure_jax as _configure_jax
+
+_configure_jax()
+
+from ._errors import GridInitializationError as GridInitializationError  # noqa: E402
+from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
+from ._errors import InvalidParamsError as InvalidParamsError  # noqa: E402
+from ._errors import InvalidPeriodError as InvalidPeriodError  # noqa: E402
+from ._errors import (  # noqa: E402
+    InvalidTransitionProbabilitiesError as InvalidTransitionProbabilitiesError,
+)
+from ._errors import LcmError as LcmError  # noqa: E402
+from ._errors import ModelInitializationError as ModelInitializationError  # noqa: E402
+from ._grids import AbstractGrid as AbstractGrid  # noqa: E402
+from ._grids import AgeGrid as AgeGrid  # noqa: E402
+from ._grids import DiscreteGrid as DiscreteGrid  # noqa: E402
+from ._grids import IrregSpacedGrid as IrregSpacedGrid  # noqa: E402
+from ._grids import LinSpacedGrid as LinSpacedGrid  # noqa: E402
+from ._grids import LogSpacedGrid as LogSpacedGrid  # noqa: E402
+from ._grids import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid  # noqa: E402
+from ._grids import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid  # noqa: E402
+from ._grids import RouwenhorstGrid as RouwenhorstGrid  # noqa: E402
+from ._grids import TauchenGrid as TauchenGrid  # noqa: E402
+from ._grids._ar1 import rouwenhorst as rouwenhorst  # noqa: E402
+from ._grids._ar1 import tauchen as tauchen  # noqa: E402
+from ._model._markov import ExtremeValueShocks as ExtremeValueShocks  # noqa: E402
+from ._model._markov import MarkovTransition as MarkovTransition  # noqa: E402
+from ._model._model import Model as Model  # noqa: E402
+from ._model._regime import Regime as Regime  # noqa: E402
+from ._simulate._result import SimulationResult as SimulationResult  # noqa: E402
+from ._solve._solution import Solution as Solution  # noqa: E402
+from ._solve._solver import AbstractSolver as AbstractSolver  # noqa: E402
+from ._solve._solver import GridSearch as GridSearch  # noqa: E402
+
+__version__ = "0.1.0"

@@ -1,0 +1,14 @@
+"""Grids for states and actions."""
+
+from ._age import AgeGrid as AgeGrid
+from ._base import AbstractContinuousGrid as AbstractContinuousGrid
+from ._base import AbstractGrid as AbstractGrid
+from ._continuous import IrregSpacedGrid as IrregSpacedGrid
+from ._continuous import LinSpacedGrid as LinSpacedGrid
+from ._continuous import LogSpacedGrid as LogSpacedGrid
+from ._continuous import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid
+from ._continuous import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid
+from ._discrete import DiscreteGrid as DiscreteGrid
+from ._process import AbstractProcessGrid as AbstractProcessGrid
+from ._process import RouwenhorstGrid as RouwenhorstGrid
+from ._process import TauchenGrid as TauchenGrid

@@ -1,0 +1,83 @@
+"""The abstract grid interface that every state and action grid implements."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+from jaxtyping import Array
+
+from .._errors import GridInitializationError
+
+
+class AbstractGrid(eqx.Module):
+    """A one-dimensional grid of points for a state or an action.
+
+    Every grid carries the two tuning knobs:
+
+    - `batch_size`: scan the per-period work over chunks of this many points along the
+      axis (0 means one vectorised pass). Same results, lower peak memory.
+    - `distributed`: place this (discrete) axis across devices.
+    """
+
+    batch_size: eqx.AbstractVar[int]
+    distributed: eqx.AbstractVar[bool]
+    is_discrete: ClassVar[bool]
+
+    @property
+    @abc.abstractmethod
+    def n_points(self) -> int:
+        """Number of points on the grid (static)."""
+
+    def _check_knobs(self) -> None:
+        name = type(self).__name__
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool):
+            raise GridInitializationError(
+                f"{name}: batch_size must be an int >= 0 (0 = no splay), got {self.batch_size!r}."
+            )
+        if self.batch_size < 0:
+            raise GridInitializationError(
+                f"{name}: batch_size must be >= 0 (0 = no splay), got {self.batch_size}."
+            )
+        if self.distributed and not self.is_discrete:
+            raise GridInitializationError(
+                f"{name}: distributed=True is only valid on discrete grids; a continuous axis "
+                "cannot be sharded because next-period values are interpolated along it. "
+                "Use batch_size=k to reduce its memory instead."
+            )
+        if self.distributed and self.batch_size > 0:
+            raise GridInitializationError(
+                f"{name}: an axis cannot be both splayed and sharded; got batch_size="
+                f"{self.batch_size} with distributed=True. Set batch_size=0 or distributed=False."
+            )
+
+
+class AbstractContinuousGrid(AbstractGrid):
+    """A grid on a continuous axis: next-period values are interpolated along it."""
+
+    is_discrete: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def to_jax(self) -> Array:
+        """The grid points as a 1-d array, increasing."""
+
+    def interval(self, x: Array, points: Array) -> tuple[Array, Array]:
+        """Index `lo` of the interval containing `x` and the weight on `points[lo + 1]`.
+
+        `lo` is clipped to `[0, n - 2]`, so outside the grid the weight leaves `[0, 1]`
+        and the interpolation extrapolates linearly from the end interval. At a grid
+        point the weight is exactly 0 (or 1 at the last point), so a `-inf` neighbour
+        never leaks into the value there.
+        """
+        import jax.numpy as jnp
+
+        n = points.shape[0]
+        lo = jnp.clip(jnp.searchsorted(points, x, side="right") - 1, 0, n - 2)
+        return lo, _weight(x, points, lo)
+
+
+def _weight(x: Array, points: Array, lo: Array) -> Array:
+    lower = points[lo]
+    upper = points[lo + 1]
+    return (x - lower) / (upper - lower)

@@ -1,0 +1,1 @@
+"""Model specification and build."""

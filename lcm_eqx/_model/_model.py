@@ -1,0 +1,360 @@
+"""The model: regimes over a finite horizon, with `solve` and `simulate`."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import warnings
+from collections.abc import Callable, Mapping
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import InvalidInitialConditionsError, InvalidTransitionProbabilitiesError, LcmError
+from .._grids import AgeGrid, AbstractProcessGrid, DiscreteGrid
+from .._simulate._result import SimulationResult
+from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
+from .._solve._backward import solve_model
+from .._solve._solution import Solution
+from .._solve._solver import AbstractSolver, GridSearch
+from ._params import params_template, resolve_params
+from ._plan import ModelPlan, build_plan
+from ._regime import Regime
+
+VALIDATE_OPTIONS = ("raise", "warn", "off")
+
+
+class Model(eqx.Module):
+    """A finite-horizon life-cycle model.
+
+    Args:
+        regimes: the regimes by name.
+        n_periods: periods are `0 ... n_periods - 1`; the continuation after the last is 0.
+        regime_ids: an `IntEnum` whose member names equal the regime names; `None`
+            derives one from the order of `regimes` (see `model.regime_ids`).
+        ages: an `AgeGrid` labelling periods with ages and providing `age`.
+        solver: how the best action is found (default `GridSearch()`).
+
+    All structural errors surface here as `ModelInitializationError`.
+
+    Example:
+        >>> model = Model(regimes={"working": working, "retired": retired}, n_periods=5,
+        ...               regime_ids=RegimeId)
+        >>> solution = model.solve(params)
+    """
+
+    regimes: dict[str, Regime]
+    n_periods: int = eqx.field(static=True)
+    regime_ids: type[enum.IntEnum] = eqx.field(static=True)
+    ages: AgeGrid | None
+    solver: AbstractSolver
+    plan: ModelPlan = eqx.field(static=True)
+    _solve: Callable = eqx.field(static=True)
+    _simulate: Callable = eqx.field(static=True)
+
+    def __init__(
+        self,
+        regimes: Mapping[str, Regime],
+        n_periods: int,
+        *,
+        regime_ids: type[enum.IntEnum] | None = None,
+        ages: AgeGrid | None = None,
+        solver: AbstractSolver | None = None,
+    ):
+        from .._errors import ModelInitializationError
+
+        if ages is not None and not isinstance(ages, AgeGrid):
+            raise ModelInitializationError(f"Model: ages must be an AgeGrid, got {ages!r}.")
+        solver = GridSearch() if solver is None else solver
+        if not isinstance(solver, AbstractSolver):
+            raise ModelInitializationError(
+                f"Model: solver must be an lcm_eqx solver such as GridSearch(), got {solver!r}."
+            )
+        plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None)
+        self.regimes = dict(regimes)
+        self.n_periods = n_periods
+        self.regime_ids = plan.regime_ids
+        self.ages = ages
+        self.solver = solver
+        self.plan = plan
+        self._solve = jax.jit(
+            functools.partial(solve_model, plan, solver, ages), static_argnames="validate"
+        )
+        self._simulate = jax.jit(functools.partial(_simulate_chunk_with_params, plan, solver, ages))
+
+    # A model is a large, immutable specification: identity is the right notion of
+    # equality (it is what `jax.jit(model.solve)` hashes), not field-by-field comparison.
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def params_template(self) -> dict:
+        """Every parameter, nested as `{regime: {function: {name: nan}}}`."""
+        return params_template(self.plan)
+
+    def solve(self, params, *, validate: str = "raise") -> Solution:
+        """Solve the model by backward induction.
+
+        A pure function of `params`: it can be wrapped in `jax.jit`, `jax.vmap` and
+        `jax.grad`. Compiles once per shape of `params` and reuses the program for new
+        values.
+
+        Args:
+            params: the parameters (see `params_template()`).
+            validate: `"raise"` (default) raises `InvalidTransitionProbabilitiesError` if
+                a transition probability vector is outside [0, 1] or does not sum to 1
+                on the grid; `"warn"` warns instead; `"off"` skips the checks (results
+                are then unvalidated).
+        """
+        _check_validate(validate)
+        solution = self._solve(params, validate=validate != "off")
+        if validate != "off":
+            solution = _enforce(solution, validate)
+        return solution
+
+    def simulate(
+        self,
+        params,
+        initial_conditions,
+        solution: Solution | None = None,
+        *,
+        key: jax.Array | None = None,
+        subject_batch_size: int = 0,
+        validate: str = "raise",
+    ) -> SimulationResult:
+        """Simulate a panel of subjects forward.
+
+        Args:
+            params: the parameters.
+            initial_conditions: a dict of arrays or a pandas DataFrame with `"regime"`
+                (ids or names) and every state of the subjects' initial regimes
+                (discrete states as codes or labels; process states as grid indices).
+            solution: a solution of this model with these params; `None` solves first.
+            key: a `jax.random.key` for the draws; same key, same draws.
+            subject_batch_size: simulate in chunks of this many subjects (0: one pass);
+                results do not depend on it.
+            validate: passed to `solve` when `solution` is None.
+        """
+        if solution is None:
+            solution = self.solve(params, validate=validate)
+        if key is None:
+            key = jax.random.key(0)
+        if not isinstance(subject_batch_size, int) or subject_batch_size < 0:
+            raise InvalidInitialConditionsError(
+                f"simulate: subject_batch_size must be an int >= 0, got {subject_batch_size!r}."
+            )
+        regime, states = _initial_conditions(self.plan, initial_conditions)
+        n = regime.shape[0]
+        chunk = subject_batch_size if 0 < subject_batch_size < n else n
+        next_values = prepare_next_values(self.plan, solution.values)
+        parts = []
+        for start in range(0, n, chunk):
+            stop = min(start + chunk, n)
+            index = np.arange(start, start + chunk)
+            index = np.where(index < stop, index, start)  # pad the last chunk, drop after
+            record = self._simulate(
+                params, next_values, jnp.asarray(regime[index]),
+                {name: jnp.asarray(v[index]) for name, v in states.items()},
+                jnp.asarray(index, dtype=jnp.int32), key,
+            )
+            parts.append(jax.tree.map(lambda x, k=stop - start: np.asarray(x)[:, :k], record))
+        record = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
+        return self._result(record)
+
+    def _result(self, record) -> SimulationResult:
+        plan = self.plan
+        state_kinds, action_kinds = variable_kinds(plan)
+        labels = {}
+        states = {}
+        for name in state_kinds:
+            grid = plan.state_grid(name)
+            if isinstance(grid, DiscreteGrid):
+                labels[name] = grid.labels
+                states[name] = record["states"][name]
+            else:
+                states[name] = record["state_values"][name]
+        for regime in plan.regimes.values():
+            for name in regime.actions:
+                grid = regime.grids[name]
+                if isinstance(grid, DiscreteGrid):
+                    labels[name] = grid.labels
+        ages = None
+        if self.ages is not None:
+            ages = tuple(float(self.ages.age(t)) for t in range(self.n_periods))
+        return SimulationResult(
+            regime=record["regime"],
+            present=record["present"],
+            value=record["value"],
+            states=states,
+            actions=dict(record["actions"]),
+            regime_names=plan.names,
+            has_variable={n: (*r.states, *r.actions) for n, r in plan.regimes.items()},
+            labels=labels,
+            ages=ages,
+        )
+
+
+def _simulate_chunk_with_params(plan, solver, ages, params, next_values, regime, states,
+                                subject_ids, key):
+    resolved = resolve_params(plan, params)
+    return simulate_chunk(plan, solver, ages, resolved, next_values, regime, states,
+                          subject_ids, key)
+
+
+def _check_validate(validate: str) -> None:
+    if validate not in VALIDATE_OPTIONS:
+        raise LcmError(f"validate must be one of {VALIDATE_OPTIONS}, got {validate!r}.")
+
+
+def _enforce(solution: Solution, validate: str) -> Solution:
+    """Raise or warn on failed probability checks (in-graph when traced)."""
+    leaves = jax.tree.leaves(solution.violations)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        if validate != "raise":
+            return solution
+        values = dict(solution.values)
+        for regime, violations in solution.violations.items():
+            if violations.size:
+                values[regime] = eqx.error_if(
+                    values[regime], jnp.any(~(violations <= 0)),
+                    f"Regime {regime!r}: a transition probability check failed (one of "
+                    f"{list(solution.checks[regime])}): probabilities outside [0, 1], not "
+                    "summing to 1, mass on a regime this regime cannot reach, or a discrete "
+                    "next state out of range.",
+                )
+        return eqx.tree_at(lambda s: s.values, solution, values)
+    found = solution.first_violation()
+    if found is None:
+        return solution
+    regime, period, check, size = found
+    function, _, detail = check.partition(":")
+    if detail == "unreachable":
+        message = (
+            f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "
+            f"{size:.3g} on regimes it cannot reach (their states are not all produced by "
+            f"this regime's state_transitions)."
+        )
+    else:
+        message = (
+            f"Regime {regime!r}, function {function!r}, period {period}: invalid transition "
+            f"(probabilities outside [0, 1], not summing to 1, or a discrete state code out "
+            f"of range; violation {size:.3g}). Nothing is renormalised."
+        )
+    if validate == "raise":
+        raise InvalidTransitionProbabilitiesError(message)
+    warnings.warn(message, stacklevel=3)
+    return solution
+
+
+def _initial_conditions(plan: ModelPlan, initial_conditions):
+    try:
+        import pandas as pd
+
+        if isinstance(initial_conditions, pd.DataFrame):
+            initial_conditions = {c: initial_conditions[c].to_numpy() for c in initial_conditions}
+    except ImportError:  # pragma: no cover
+        pass
+    if not isinstance(initial_conditions, Mapping):
+        raise InvalidInitialConditionsError(
+            "simulate: initial_conditions must be a dict of arrays or a pandas DataFrame, got "
+            f"{type(initial_conditions).__name__}."
+        )
+    if "regime" not in initial_conditions:
+        raise InvalidInitialConditionsError(
+            "simulate: initial_conditions needs a 'regime' entry (ids or names)."
+        )
+    state_kinds, _ = variable_kinds(plan)
+    unknown = [k for k in initial_conditions if k != "regime" and k not in state_kinds]
+    if unknown:
+        raise InvalidInitialConditionsError(
+            f"simulate: initial_conditions has unknown entries {unknown}; the states are "
+            f"{list(state_kinds)}."
+        )
+    raw_regime = np.asarray(initial_conditions["regime"])
+    if raw_regime.ndim != 1 or raw_regime.shape[0] == 0:
+        raise InvalidInitialConditionsError(
+            "simulate: initial_conditions['regime'] must be a non-empty 1-d array."
+        )
+    n = raw_regime.shape[0]
+    names = plan.names
+    ids = {name: plan.regimes[name].id for name in names}
+    if raw_regime.dtype.kind in "OUS":
+        bad = sorted({str(r) for r in raw_regime if str(r) not in ids})
+        if bad:
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions['regime'] has unknown regime names {bad}; "
+                f"the regimes are {list(names)}."
+            )
+        regime = np.array([ids[str(r)] for r in raw_regime], dtype=np.int32)
+    else:
+        regime = raw_regime.astype(np.int32)
+        if np.any(regime != raw_regime) or np.any((regime < 0) | (regime >= len(names))):
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions['regime'] must hold regime ids 0..{len(names) - 1} "
+                "or regime names."
+            )
+    for name, regime_plan in plan.regimes.items():
+        if np.any(regime == regime_plan.id) and 0 not in regime_plan.active:
+            raise InvalidInitialConditionsError(
+                f"simulate: regime {name!r} is not active in period 0, but subjects start in it."
+            )
+    dtype = jnp.zeros(()).dtype
+    states = {}
+    for state, discrete in state_kinds.items():
+        needed_by = [n for n, r in plan.regimes.items()
+                     if state in r.states and np.any(regime == r.id)]
+        if state not in initial_conditions:
+            if needed_by:
+                raise InvalidInitialConditionsError(
+                    f"simulate: initial_conditions lacks state {state!r}, which regime "
+                    f"{needed_by[0]!r} needs."
+                )
+            states[state] = np.zeros(n, np.int32 if discrete else dtype)
+            continue
+        values = np.asarray(initial_conditions[state])
+        if values.shape != (n,):
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions[{state!r}] has shape {values.shape}, expected "
+                f"({n},) like 'regime'."
+            )
+        grid = plan.state_grid(state)
+        if discrete:
+            states[state] = _codes(state, grid, values)
+        else:
+            if values.dtype.kind not in "fiu" or not np.all(np.isfinite(values)):
+                raise InvalidInitialConditionsError(
+                    f"simulate: initial_conditions[{state!r}] must be finite numbers."
+                )
+            states[state] = values.astype(dtype)
+    return regime, states
+
+
+def _codes(state, grid, values) -> np.ndarray:
+    n_points = grid.n_points
+    if values.dtype.kind in "OUS":
+        if not isinstance(grid, DiscreteGrid):
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions[{state!r}] has labels, but {state!r} is a "
+                f"{type(grid).__name__}; give grid indices 0..{n_points - 1}."
+            )
+        lookup = {label: i for i, label in enumerate(grid.labels)}
+        bad = sorted({str(v) for v in values if str(v) not in lookup})
+        if bad:
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions[{state!r}] has unknown labels {bad}; valid: "
+                f"{list(grid.labels)}."
+            )
+        return np.array([lookup[str(v)] for v in values], dtype=np.int32)
+    codes = values.astype(np.int32) if values.dtype.kind in "iub" else None
+    if codes is None or np.any((codes < 0) | (codes >= n_points)):
+        kind = "codes" if not isinstance(grid, AbstractProcessGrid) else "grid indices"
+        raise InvalidInitialConditionsError(
+            f"simulate: initial_conditions[{state!r}] must hold {kind} 0..{n_points - 1}"
+            + (f" or labels {list(grid.labels)}" if isinstance(grid, DiscreteGrid) else "")
+            + "."
+        )
+    return codes

@@ -1,0 +1,411 @@
+"""Build: turn a model specification into a static plan, surfacing every structural error.
+
+The plan holds only Python structure (names, axis order, resolved functions, which
+regimes can follow which, period segments). Nothing in it depends on parameter values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+
+from .._errors import ModelInitializationError
+from .._grids import AbstractContinuousGrid, AbstractGrid, AbstractProcessGrid, DiscreteGrid
+from ._dag import (
+    SPECIAL_ARGUMENTS,
+    ResolvedFunction,
+    check_acyclic,
+    resolve,
+    transitive_inputs,
+)
+from ._markov import MarkovTransition
+from ._regime import Regime
+
+REGIME_LEVEL_PARAMS = ("discount_factor", "taste_shock_scale")
+
+
+@dataclasses.dataclass(frozen=True)
+class StateTransition:
+    """How regime r produces next period's value of one state.
+
+    `function` is None for a process state whose transition is its own Markov chain.
+    `precontract` lists the current discrete states the probabilities depend on, when
+    they depend on nothing else (besides period, age and parameters): then the
+    expectation over this state is taken once per period, before the state-action sweep.
+    """
+
+    state: str
+    function: ResolvedFunction | None
+    is_markov: bool
+    precontract: tuple[str, ...] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RegimePlan:
+    name: str
+    id: int
+    states: tuple[str, ...]
+    actions: tuple[str, ...]
+    grids: Mapping[str, AbstractGrid]  # states and actions
+    helpers: Mapping[str, ResolvedFunction]
+    utility: ResolvedFunction
+    constraints: Mapping[str, ResolvedFunction]
+    state_transitions: Mapping[str, StateTransition]
+    next_regime: ResolvedFunction | None
+    next_regime_is_markov: bool
+    active: frozenset[int]
+    taste_shocks: bool
+    targets: tuple[str, ...]
+    parameters: Mapping[str, tuple[str, ...]]  # function key -> parameter names
+    regime_parameters: tuple[str, ...]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.next_regime is None
+
+    def is_discrete(self, name: str) -> bool:
+        return self.grids[name].is_discrete
+
+    @property
+    def discrete_actions(self) -> tuple[str, ...]:
+        return tuple(a for a in self.actions if self.grids[a].is_discrete)
+
+    @property
+    def continuous_actions(self) -> tuple[str, ...]:
+        return tuple(a for a in self.actions if not self.grids[a].is_discrete)
+
+    def function(self, key: str) -> ResolvedFunction:
+        if key == "utility":
+            return self.utility
+        if key == "next_regime":
+            assert self.next_regime is not None
+            return self.next_regime
+        if key in self.constraints:
+            return self.constraints[key]
+        if key.startswith("next_") and key[5:] in self.state_transitions:
+            function = self.state_transitions[key[5:]].function
+            assert function is not None
+            return function
+        return self.helpers[key]
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A maximal run of consecutive periods `start..stop-1` with the same active regimes."""
+
+    start: int
+    stop: int
+    regimes: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPlan:
+    regimes: Mapping[str, RegimePlan]
+    regime_ids: type[enum.IntEnum]
+    n_periods: int
+    segments: tuple[Segment, ...]
+    has_ages: bool
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.regimes)
+
+    def state_grid(self, name: str) -> AbstractGrid:
+        for regime in self.regimes.values():
+            if name in regime.states:
+                return regime.grids[name]
+        raise KeyError(name)
+
+
+def build_plan(
+    regimes: Mapping[str, Regime],
+    n_periods: int,
+    regime_ids: type[enum.IntEnum] | None,
+    has_ages: bool,
+) -> ModelPlan:
+    if not isinstance(n_periods, int) or isinstance(n_periods, bool) or n_periods < 1:
+        raise ModelInitializationError(f"Model: n_periods must be an int >= 1, got {n_periods!r}.")
+    if not isinstance(regimes, Mapping) or not regimes:
+        raise ModelInitializationError("Model: regimes must be a non-empty dict of Regime by name.")
+    for name, regime in regimes.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ModelInitializationError(f"Model: regime names must be identifiers, got {name!r}.")
+        if not isinstance(regime, Regime):
+            raise ModelInitializationError(
+                f"Model: regimes[{name!r}] must be a Regime, got {type(regime).__name__}."
+            )
+    ids = _regime_ids(regimes, regime_ids)
+    _check_shared_states(regimes)
+    all_states = {s for regime in regimes.values() for s in regime.states}
+    plans = {}
+    for name in sorted(regimes, key=lambda n: ids[n]):
+        plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages)
+    segments = _segments(plans, n_periods)
+    return ModelPlan(
+        regimes=plans, regime_ids=ids, n_periods=n_periods, segments=segments, has_ages=has_ages
+    )
+
+
+def _regime_ids(regimes, regime_ids) -> type[enum.IntEnum]:
+    names = list(regimes)
+    if regime_ids is None:
+        return enum.IntEnum("RegimeId", {name: i for i, name in enumerate(names)})
+    if not (isinstance(regime_ids, type) and issubclass(regime_ids, enum.IntEnum)):
+        raise ModelInitializationError(
+            f"Model: regime_ids must be an IntEnum class, got {regime_ids!r}."
+        )
+    members = {m.name: int(m.value) for m in regime_ids}
+    if set(members) != set(names):
+        raise ModelInitializationError(
+            f"Model: the member names of regime_ids {regime_ids.__name__} "
+            f"({sorted(members)}) must equal the regime names ({sorted(names)})."
+        )
+    if sorted(members.values()) != list(range(len(names))):
+        raise ModelInitializationError(
+            f"Model: the values of regime_ids {regime_ids.__name__} must be 0..{len(names) - 1}, "
+            f"got {members}."
+        )
+    return regime_ids
+
+
+def _check_shared_states(regimes: Mapping[str, Regime]) -> None:
+    """A state shared by several regimes must be of the same kind everywhere."""
+    seen: dict[str, tuple[str, AbstractGrid]] = {}
+    for name, regime in regimes.items():
+        for state, grid in regime.states.items():
+            if state not in seen:
+                seen[state] = (name, grid)
+                continue
+            other_name, other = seen[state]
+            if grid.is_discrete != other.is_discrete or (
+                grid.is_discrete and grid.n_points != other.n_points
+            ):
+                raise ModelInitializationError(
+                    f"Regimes {other_name!r} and {name!r}: the state {state!r} must be of the "
+                    "same kind in both (discrete states with the same number of points), got "
+                    f"{type(other).__name__}({other.n_points}) and "
+                    f"{type(grid).__name__}({grid.n_points})."
+                )
+            if isinstance(grid, DiscreteGrid) and isinstance(other, DiscreteGrid):
+                if grid.labels != other.labels:
+                    raise ModelInitializationError(
+                        f"Regimes {other_name!r} and {name!r}: the state {state!r} has "
+                        f"different categories {list(other.labels)} and {list(grid.labels)}."
+                    )
+
+
+def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> RegimePlan:
+    regime = regimes[name]
+    states = tuple(regime.states)
+    actions = tuple(regime.actions)
+    for clash in set(states) & set(actions):
+        raise ModelInitializationError(
+            f"Regime {name!r}: {clash!r} is both a state and an action."
+        )
+    variables = set(states) | set(actions)
+    for special in SPECIAL_ARGUMENTS:
+        if special in variables or special in regime.functions:
+            raise ModelInitializationError(
+                f"Regime {name!r}: {special!r} is reserved for the period label; rename the "
+                "state, action or function."
+            )
+    for key in regime.functions:
+        if key in variables:
+            raise ModelInitializationError(
+                f"Regime {name!r}: function {key!r} has the name of a state or action."
+            )
+        if key == "next_regime" or (key.startswith("next_") and key[5:] in all_states):
+            raise ModelInitializationError(
+                f"Regime {name!r}: function name {key!r} is reserved for a transition."
+            )
+    for key in regime.constraints:
+        if key in regime.functions or key in variables:
+            raise ModelInitializationError(
+                f"Regime {name!r}: constraint {key!r} has the name of a function, state or "
+                "action; give it its own name."
+            )
+    inputs = frozenset(variables | set(SPECIAL_ARGUMENTS))
+    helper_names = frozenset(k for k in regime.functions if k != "utility")
+
+    def _resolve(fn, key):
+        resolved = resolve(fn, key=key, regime=name, inputs=inputs, helpers=helper_names)
+        if "age" in resolved.inputs and not has_ages:
+            raise ModelInitializationError(
+                f"Regime {name!r}: function {key!r} uses 'age', but the model has no ages; "
+                "pass ages=AgeGrid(...) to Model."
+            )
+        if "utility" in resolved.arguments:
+            raise ModelInitializationError(
+                f"Regime {name!r}: function {key!r} takes 'utility' as an argument; utility "
+                "is the period reward and cannot feed other functions."
+            )
+        return resolved
+
+    helpers = {k: _resolve(fn, k) for k, fn in regime.functions.items() if k != "utility"}
+    utility = _resolve(regime.functions["utility"], "utility")
+    check_acyclic({**helpers, "utility": utility}, regime=name)
+    constraints = {k: _resolve(fn, k) for k, fn in regime.constraints.items()}
+
+    discrete_states = frozenset(s for s in states if regime.states[s].is_discrete)
+    allowed_precontract = discrete_states | set(SPECIAL_ARGUMENTS)
+    process_states = {s for s in states if isinstance(regime.states[s], AbstractProcessGrid)}
+    state_transitions: dict[str, StateTransition] = {}
+    parameters: dict[str, tuple[str, ...]] = {}
+    terminal = regime.transition is None
+    if not terminal:
+        for state, fn in regime.state_transitions.items():
+            if state not in all_states:
+                raise ModelInitializationError(
+                    f"Regime {name!r}: state_transitions[{state!r}] is a transition for a state "
+                    f"that no regime has (states: {sorted(all_states)})."
+                )
+            if state in process_states:
+                raise ModelInitializationError(
+                    f"Regime {name!r}: state {state!r} is a "
+                    f"{type(regime.states[state]).__name__}, whose transition is its own "
+                    f"Markov chain; remove state_transitions[{state!r}]."
+                )
+            is_markov = isinstance(fn, MarkovTransition)
+            target_grid = _grid_of(regimes, state)
+            if is_markov and not target_grid.is_discrete:
+                raise ModelInitializationError(
+                    f"Regime {name!r}: state_transitions[{state!r}] is a MarkovTransition, but "
+                    f"{state!r} is continuous; stochastic transitions need a discrete grid."
+                )
+            if not is_markov and isinstance(target_grid, AbstractProcessGrid):
+                raise ModelInitializationError(
+                    f"Regime {name!r}: state_transitions[{state!r}] must be a MarkovTransition "
+                    f"(probabilities over the points of {type(target_grid).__name__})."
+                )
+            resolved = _resolve(fn.fn if is_markov else fn, f"next_{state}")
+            precontract = None
+            if is_markov:
+                depends_on = transitive_inputs(resolved, helpers)
+                if depends_on <= allowed_precontract:
+                    precontract = tuple(s for s in states if s in depends_on)
+            state_transitions[state] = StateTransition(state, resolved, is_markov, precontract)
+        for state in process_states:
+            state_transitions[state] = StateTransition(state, None, True, (state,))
+        missing = [s for s in states if s not in state_transitions]
+        if missing:
+            raise ModelInitializationError(
+                f"Regime {name!r}: missing state_transitions for state(s) {missing}; every "
+                "state of a non-terminal regime needs one (use e.g. `lambda skill: skill` for "
+                "a permanent state)."
+            )
+    elif regime.state_transitions:
+        raise ModelInitializationError(
+            f"Regime {name!r} is terminal (transition=None) but has state_transitions "
+            f"{sorted(regime.state_transitions)}; a terminal regime has no next period."
+        )
+    for state in process_states:
+        free = regime.states[state].free_parameters()
+        if free:
+            parameters[f"next_{state}"] = free
+
+    next_regime = None
+    next_regime_is_markov = False
+    if not terminal:
+        next_regime_is_markov = isinstance(regime.transition, MarkovTransition)
+        fn = regime.transition.fn if next_regime_is_markov else regime.transition
+        next_regime = _resolve(fn, "next_regime")
+
+    for resolved in (utility, *helpers.values(), *constraints.values(), next_regime,
+                     *(t.function for t in state_transitions.values())):
+        if resolved is not None and resolved.params:
+            parameters[resolved.key] = tuple(
+                dict.fromkeys((*parameters.get(resolved.key, ()), *resolved.params))
+            )
+    for key, names in parameters.items():
+        for param in names:
+            if param in REGIME_LEVEL_PARAMS:
+                continue
+            if param in regimes:
+                raise ModelInitializationError(
+                    f"Regime {name!r}: function {key!r} has a parameter {param!r} named like a "
+                    "regime; rename it (params[regime] holds that regime's parameters)."
+                )
+
+    regime_parameters = ()
+    if not terminal:
+        regime_parameters += ("discount_factor",)
+    if regime.taste_shocks is not None:
+        if not regime.actions or not any(g.is_discrete for g in regime.actions.values()):
+            raise ModelInitializationError(
+                f"Regime {name!r}: taste_shocks need at least one discrete action."
+            )
+        regime_parameters += ("taste_shock_scale",)
+
+    produced = set(state_transitions)
+    targets = ()
+    if not terminal:
+        targets = tuple(r for r in regimes if set(regimes[r].states) <= produced)
+    return RegimePlan(
+        name=name,
+        id=regime_id,
+        states=states,
+        actions=actions,
+        grids={**regime.states, **regime.actions},
+        helpers=helpers,
+        utility=utility,
+        constraints=constraints,
+        state_transitions=state_transitions,
+        next_regime=next_regime,
+        next_regime_is_markov=next_regime_is_markov,
+        active=_active_periods(name, regime.active, n_periods),
+        taste_shocks=regime.taste_shocks is not None,
+        targets=targets,
+        parameters=parameters,
+        regime_parameters=regime_parameters,
+    )
+
+
+def _grid_of(regimes: Mapping[str, Regime], state: str) -> AbstractGrid:
+    for regime in regimes.values():
+        if state in regime.states:
+            return regime.states[state]
+    raise KeyError(state)
+
+
+def _active_periods(name: str, active, n_periods: int) -> frozenset[int]:
+    if active is None:
+        return frozenset(range(n_periods))
+    if callable(active):
+        periods = set()
+        for period in range(n_periods):
+            flag = active(period)
+            if not isinstance(flag, bool | int):
+                raise ModelInitializationError(
+                    f"Regime {name!r}: active({period}) must return a bool, got {flag!r}."
+                )
+            if flag:
+                periods.add(period)
+    else:
+        periods = set(active)
+        outside = sorted(p for p in periods if not 0 <= p < n_periods)
+        if outside:
+            raise ModelInitializationError(
+                f"Regime {name!r}: active periods {outside} are outside 0..{n_periods - 1}."
+            )
+    if not periods:
+        raise ModelInitializationError(f"Regime {name!r} is active in no period.")
+    return frozenset(periods)
+
+
+def _segments(plans: Mapping[str, RegimePlan], n_periods: int) -> tuple[Segment, ...]:
+    segments: list[Segment] = []
+    for period in range(n_periods):
+        active = tuple(n for n, p in plans.items() if period in p.active)
+        if segments and segments[-1].regimes == active:
+            last = segments[-1]
+            segments[-1] = Segment(last.start, period + 1, active)
+        else:
+            segments.append(Segment(period, period + 1, active))
+    return tuple(segments)
+
+
+def continuous_grid(plan: RegimePlan, name: str) -> AbstractContinuousGrid:
+    grid = plan.grids[name]
+    assert isinstance(grid, AbstractContinuousGrid)
+    return grid

@@ -1,0 +1,135 @@
+"""The specification of one regime: plain user functions plus grids."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import equinox as eqx
+
+from .._errors import ModelInitializationError
+from .._grids import AbstractGrid
+from ._markov import ExtremeValueShocks, MarkovTransition
+
+
+class Regime(eqx.Module):
+    """One regime of a life-cycle model (working, retired, dead, ...).
+
+    Args:
+        functions: user functions by name; must hold `"utility"`. Other entries are
+            helpers whose outputs other functions use as arguments (a DAG by name).
+        states: state grids by name; value arrays have one axis per state in this order.
+        actions: action grids by name.
+        state_transitions: next value of each state, by state name: a function, or a
+            `MarkovTransition` returning probabilities over the target grid's points.
+        transition: the next regime id (a function returning a member of the model's
+            `regime_ids`) or a `MarkovTransition` over all regimes; `None` makes the
+            regime terminal.
+        constraints: functions returning `True` where an action is feasible.
+        active: the periods in which the regime is active: an iterable of periods or a
+            function `period -> bool`; `None` means every period.
+        taste_shocks: `ExtremeValueShocks()` for EV1 shocks on the discrete actions.
+
+    Example:
+        >>> retired = Regime(
+        ...     states={"wealth": LinSpacedGrid(1.0, 100.0, 50)},
+        ...     actions={"consumption": LinSpacedGrid(1.0, 100.0, 200)},
+        ...     functions={"utility": lambda consumption: jnp.log(consumption)},
+        ...     state_transitions={"wealth": lambda wealth, consumption: wealth - consumption},
+        ...     transition=lambda: RegimeId.retired,
+        ...     constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
+        ... )
+    """
+
+    functions: dict[str, Callable]
+    states: dict[str, AbstractGrid]
+    actions: dict[str, AbstractGrid]
+    state_transitions: dict[str, Callable | MarkovTransition]
+    transition: Callable | MarkovTransition | None
+    constraints: dict[str, Callable]
+    active: Callable[[int], bool] | tuple[int, ...] | None = eqx.field(static=True)
+    taste_shocks: ExtremeValueShocks | None
+
+    def __init__(
+        self,
+        *,
+        functions: Mapping[str, Callable],
+        states: Mapping[str, AbstractGrid] | None = None,
+        actions: Mapping[str, AbstractGrid] | None = None,
+        state_transitions: Mapping[str, Callable | MarkovTransition] | None = None,
+        transition: Callable | MarkovTransition | None = None,
+        constraints: Mapping[str, Callable] | None = None,
+        active: Callable[[int], bool] | Iterable[int] | None = None,
+        taste_shocks: ExtremeValueShocks | None = None,
+    ):
+        self.functions = _as_dict(functions, "functions")
+        self.states = _as_dict(states, "states")
+        self.actions = _as_dict(actions, "actions")
+        self.state_transitions = _as_dict(state_transitions, "state_transitions")
+        self.transition = transition
+        self.constraints = _as_dict(constraints, "constraints")
+        if active is not None and not callable(active):
+            try:
+                active = tuple(sorted(int(p) for p in active))
+            except (TypeError, ValueError) as error:
+                raise ModelInitializationError(
+                    "Regime: active must be None, an iterable of periods or a function "
+                    f"period -> bool, got {active!r}."
+                ) from error
+        self.active = active
+        self.taste_shocks = taste_shocks
+
+    def __check_init__(self):
+        if "utility" not in self.functions:
+            raise ModelInitializationError(
+                "Regime: functions must contain 'utility'; got functions "
+                f"{sorted(self.functions)} (states {sorted(self.states)}, "
+                f"actions {sorted(self.actions)})."
+            )
+        for group in ("functions", "state_transitions", "constraints"):
+            for name, fn in getattr(self, group).items():
+                if not (callable(fn) or isinstance(fn, MarkovTransition)):
+                    raise ModelInitializationError(
+                        f"Regime: {group}[{name!r}] must be a function, got {fn!r}."
+                    )
+        for group in ("states", "actions"):
+            for name, grid in getattr(self, group).items():
+                if not isinstance(grid, AbstractGrid):
+                    raise ModelInitializationError(
+                        f"Regime: {group}[{name!r}] must be an lcm_eqx grid, got {grid!r}."
+                    )
+        for name, fn in self.functions.items():
+            if isinstance(fn, MarkovTransition):
+                raise ModelInitializationError(
+                    f"Regime: functions[{name!r}] is a MarkovTransition; those belong in "
+                    "state_transitions or transition."
+                )
+        if self.transition is not None and not callable(self.transition):
+            raise ModelInitializationError(
+                f"Regime: transition must be a function, a MarkovTransition or None, "
+                f"got {self.transition!r}."
+            )
+        if self.taste_shocks is not None and not isinstance(self.taste_shocks, ExtremeValueShocks):
+            raise ModelInitializationError(
+                "Regime: taste_shocks must be None or ExtremeValueShocks(), got "
+                f"{self.taste_shocks!r}."
+            )
+
+    @property
+    def is_terminal(self) -> bool:
+        """A terminal regime has no transition: its value is the best current utility."""
+        return self.transition is None
+
+
+def _as_dict(value, argument: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ModelInitializationError(
+            f"Regime: {argument} must be a dict by name, got {type(value).__name__}."
+        )
+    for key in value:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ModelInitializationError(
+                f"Regime: the keys of {argument} must be valid Python identifiers, got {key!r}."
+            )
+    return dict(value)

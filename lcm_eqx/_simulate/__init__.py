@@ -1,0 +1,1 @@
+"""Simulation of panels and their results."""

@@ -1,0 +1,156 @@
+"""Forward simulation of a panel of subjects against a solution.
+
+In each period a subject's actions solve that period's problem at its exact (off-grid)
+state against next period's value arrays. Random draws use keys folded with the period
+and the subject id, so they do not depend on how subjects are chunked.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._model._plan import ModelPlan
+from .._solve._backward import age_of
+from .._solve._kernel import RegimeProblem
+from .._solve._solver import AbstractSolver
+
+# Purposes of the per-subject, per-period random streams (folded into the key).
+_TASTE, _REGIME, _STATE = 0, 1, 2
+
+
+def variable_kinds(plan: ModelPlan) -> tuple[dict[str, bool], dict[str, bool]]:
+    """States and actions of all regimes, with whether each is discrete."""
+    states, actions = {}, {}
+    for regime in plan.regimes.values():
+        for name in regime.states:
+            states.setdefault(name, regime.grids[name].is_discrete)
+        for name in regime.actions:
+            actions.setdefault(name, regime.grids[name].is_discrete)
+    return states, actions
+
+
+def simulate_chunk(
+    plan: ModelPlan,
+    solver: AbstractSolver,
+    ages,
+    resolved_params,
+    next_values: dict[str, jax.Array],
+    regime: jax.Array,
+    states: dict[str, jax.Array],
+    subject_ids: jax.Array,
+    key: jax.Array,
+):
+    """Simulate one chunk of subjects through every period.
+
+    `next_values[r]` has shape `(n_periods, ...)`: the value array of period t + 1 at
+    index t (zeros after the last period). Returns arrays of shape (n_periods, n).
+    """
+    state_kinds, action_kinds = variable_kinds(plan)
+    dtype = jnp.zeros(()).dtype
+    n = regime.shape[0]
+    state_names = tuple(state_kinds)
+    carry = (regime, jnp.ones(n, dtype=bool), states)
+    outputs = []
+    for segment in plan.segments:
+
+        def step(carry, inputs, segment=segment):
+            regime, present, states = carry
+            period, continuation = inputs
+            age = age_of(ages, period)
+            keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
+                subject_ids
+            )
+            record = {
+                "regime": regime,
+                "present": present,
+                "value": jnp.full(n, jnp.nan, dtype),
+                "states": {name: states[name] for name in state_names},
+                "state_values": {
+                    name: jnp.full(n, jnp.nan, dtype) for name in state_names
+                },
+                "actions": {
+                    name: jnp.zeros(n, jnp.int32) if discrete else jnp.full(n, jnp.nan, dtype)
+                    for name, discrete in action_kinds.items()
+                },
+            }
+            next_regime = regime
+            next_states = dict(states)
+            finished = jnp.zeros(n, dtype=bool)
+            for name in segment.regimes:
+                regime_plan = plan.regimes[name]
+                problem = RegimeProblem(
+                    plan, regime_plan, resolved_params[name], period, age, continuation, False
+                )
+                in_regime = present & (regime == regime_plan.id)
+
+                def subject(state_point, subject_key, problem=problem):
+                    return _simulate_subject(plan, solver, problem, state_point, subject_key)
+
+                point = {s: states[s] for s in regime_plan.states}
+                chosen, value, moved_to, moved_states, shown = jax.vmap(subject)(point, keys)
+                record["value"] = jnp.where(in_regime, value.astype(dtype), record["value"])
+                for action, x in chosen.items():
+                    record["actions"][action] = jnp.where(
+                        in_regime, x.astype(record["actions"][action].dtype),
+                        record["actions"][action],
+                    )
+                for s, x in shown.items():
+                    record["state_values"][s] = jnp.where(
+                        in_regime, x.astype(dtype), record["state_values"][s]
+                    )
+                if regime_plan.is_terminal:
+                    finished = finished | in_regime
+                    continue
+                next_regime = jnp.where(in_regime, moved_to, next_regime)
+                for s, x in moved_states.items():
+                    next_states[s] = jnp.where(in_regime, x.astype(states[s].dtype), next_states[s])
+            return (next_regime, present & ~finished, next_states), record
+
+        periods = jnp.arange(segment.start, segment.stop)
+        window = {
+            name: values[segment.start : segment.stop] for name, values in next_values.items()
+        }
+        carry, record = jax.lax.scan(step, carry, (periods, window))
+        outputs.append(record)
+    return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outputs)
+
+
+def _simulate_subject(plan: ModelPlan, solver, problem: RegimeProblem, state, key):
+    regime = problem.regime
+    chosen, value = solver.choose(problem, state, jax.random.fold_in(key, _TASTE))
+    shown = {s: problem.value_of(s, x) for s, x in state.items()}
+    if regime.is_terminal:
+        return chosen, value, jnp.asarray(regime.id), {}, shown
+    evaluate = problem.evaluator({**state, **chosen})
+    probabilities = problem.regime_probabilities(evaluate)
+    moved_to = jax.random.categorical(
+        jax.random.fold_in(key, _REGIME), jnp.log(probabilities)
+    ).astype(jnp.int32)
+    deterministic, stochastic = problem.next_states(evaluate)
+    moved_states = dict(deterministic)
+    for i, (name, transition) in enumerate(regime.state_transitions.items()):
+        if not transition.is_markov:
+            continue
+        if name in stochastic:
+            p = stochastic[name]
+        elif transition.function is None:
+            p = problem.process_matrices[name][state[name]]
+        else:
+            p = jnp.asarray(evaluate(transition.function))
+        state_key = jax.random.fold_in(jax.random.fold_in(key, _STATE), i)
+        moved_states[name] = jax.random.categorical(state_key, jnp.log(p)).astype(jnp.int32)
+    return chosen, value, moved_to, moved_states, shown
+
+
+def prepare_next_values(plan: ModelPlan, values: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Shift value arrays by one period: index t holds period t + 1 (zeros after the last)."""
+    return {
+        name: jnp.concatenate([v[1:], jnp.zeros((1, *v.shape[1:]), v.dtype)], axis=0)
+        for name, v in values.items()
+    }
+
+
+def to_numpy(tree):
+    return jax.tree.map(np.asarray, tree)

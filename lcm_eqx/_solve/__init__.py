@@ -1,0 +1,1 @@
+"""Solving: the Bellman kernel, solvers and backward induction."""

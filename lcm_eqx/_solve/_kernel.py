@@ -1,0 +1,277 @@
+"""The Bellman kernel: the value of one (state, action) point of one regime in one period.
+
+`RegimeProblem` is built at trace time for one regime and period. It prepares the
+expected continuation of each next regime once per period and exposes `q(state, action)`,
+a scalar function of one point; solvers lift it over the grids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._errors import ModelInitializationError
+from .._grids import AbstractContinuousGrid, AbstractProcessGrid
+from .._model._dag import Evaluator
+from .._model._plan import ModelPlan, RegimePlan
+from ._axes import Axis, lift
+from ._continuation import NEG_INF, Layout, contract, continuation_at
+
+
+def probability_violation(p: Array, tolerance: float) -> Array:
+    """How far a probability vector is from valid (0 when valid, > 0 otherwise)."""
+    total_error = jnp.abs(jnp.sum(p) - 1.0) - tolerance
+    violation = jnp.maximum(jnp.maximum(total_error, jnp.max(-p)), jnp.max(p - 1.0))
+    return jnp.where(jnp.any(jnp.isnan(p)), jnp.inf, jnp.maximum(violation, 0.0))
+
+
+def probability_tolerance() -> float:
+    return 1e-6 if jnp.zeros(()).dtype == jnp.float64 else 1e-5
+
+
+class RegimeProblem:
+    """One regime's Bellman problem in one period, ready to evaluate point by point.
+
+    Args:
+        model: the model plan.
+        regime: this regime's plan.
+        params: resolved parameters, `{function key: {name: value}}`, regime level at "".
+        period, age: traced scalars.
+        next_values: next period's value array of every regime (`-inf` where inactive).
+        validate: whether to compute the probability checks.
+    """
+
+    def __init__(
+        self,
+        model: ModelPlan,
+        regime: RegimePlan,
+        params: dict[str, dict[str, Any]],
+        period: Array,
+        age: Array,
+        next_values: dict[str, Array] | None,
+        validate: bool,
+    ):
+        self.model = model
+        self.regime = regime
+        self.params = params
+        self.period = period
+        self.age = age
+        self.validate = validate
+        self.tolerance = probability_tolerance()
+        self.process_points: dict[str, Array] = {}
+        self.process_matrices: dict[str, Array] = {}
+        for name in regime.states:
+            grid = regime.grids[name]
+            if isinstance(grid, AbstractProcessGrid):
+                points, matrix = grid.discretize(params.get(f"next_{name}", {}))
+                self.process_points[name] = points
+                self.process_matrices[name] = matrix
+        self.state_axes = tuple(self._axis(n) for n in regime.states)
+        # Discrete actions outermost, continuous innermost: taste shocks reduce the
+        # continuous axes by max first, then the discrete ones by logsumexp.
+        self.action_axes = tuple(
+            self._axis(n) for n in (*regime.discrete_actions, *regime.continuous_actions)
+        )
+        self.checks: list[str] = []
+        self._period_violations: dict[str, Array] = {}
+        self.continuations: dict[str, tuple[Array, Layout]] = {}
+        self.target_points: dict[str, dict[str, Array]] = {}
+        if not regime.is_terminal:
+            self._register_checks()
+            assert next_values is not None
+            for target in regime.targets:
+                self.continuations[target] = self._prepare(target, next_values[target])
+                target_plan = model.regimes[target]
+                self.target_points[target] = {
+                    s: target_plan.grids[s].to_jax()
+                    for s in target_plan.states
+                    if not target_plan.grids[s].is_discrete
+                }
+
+    # ----------------------------------------------------------------- set-up
+    def _axis(self, name: str) -> Axis:
+        grid = self.regime.grids[name]
+        if grid.is_discrete:
+            points = jnp.arange(grid.n_points, dtype=jnp.int32)
+        else:
+            assert isinstance(grid, AbstractContinuousGrid)
+            points = grid.to_jax()
+        return Axis(name, points, grid.batch_size, grid.is_discrete)
+
+    def _register_checks(self) -> None:
+        for name, transition in self.regime.state_transitions.items():
+            if transition.is_markov:
+                self.checks.append(f"next_{name}")
+            elif self.model.state_grid(name).is_discrete:
+                self.checks.append(f"next_{name}")
+        self.checks.append("next_regime")
+        self.checks.append("next_regime:unreachable")
+
+    def value_of(self, name: str, point: Array) -> Array:
+        """The value user functions see for a state or action given its grid point."""
+        if name in self.process_points:
+            return self.process_points[name][point]
+        return point
+
+    def inputs(self, point: dict[str, Array]) -> dict[str, Array]:
+        values = {name: self.value_of(name, x) for name, x in point.items()}
+        values["period"] = self.period
+        values["age"] = self.age
+        return values
+
+    def evaluator(self, point: dict[str, Array]) -> Evaluator:
+        return Evaluator(self.regime.helpers, self.inputs(point), self.params)
+
+    def _prepare(self, target: str, values: Array) -> tuple[Array, Layout]:
+        target_plan = self.model.regimes[target]
+        labels = [f"next:{s}" for s in target_plan.states]
+        stochastic, discrete, continuous = [], [], []
+        for state in target_plan.states:
+            transition = self.regime.state_transitions[state]
+            if transition.is_markov and transition.precontract is not None:
+                probabilities = self._precontract_probabilities(state)
+                deps = [f"cur:{d}" for d in transition.precontract]
+                values, labels = contract(values, labels, probabilities, [*deps, f"next:{state}"])
+            elif transition.is_markov:
+                stochastic.append(state)
+            elif target_plan.grids[state].is_discrete:
+                discrete.append(state)
+            else:
+                continuous.append(state)
+        current = [s for s in self.regime.states if f"cur:{s}" in labels]
+        order = (
+            [f"next:{s}" for s in stochastic]
+            + [f"cur:{s}" for s in current]
+            + [f"next:{s}" for s in discrete]
+            + [f"next:{s}" for s in continuous]
+        )
+        values = jnp.transpose(values, [labels.index(n) for n in order])
+        return values, Layout(tuple(stochastic), tuple(current), tuple(discrete), tuple(continuous))
+
+    def _precontract_probabilities(self, state: str) -> Array:
+        transition = self.regime.state_transitions[state]
+        n_target = self.model.state_grid(state).n_points
+        if transition.function is None:
+            probabilities = self.process_matrices[state]
+        else:
+            axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
+            probabilities = lift(lambda point: self.evaluator(point)(transition.function), axes)
+        self._check_shape(f"next_{state}", probabilities.shape[len(transition.precontract):],
+                          (n_target,))
+        if self.validate:
+            flat = probabilities.reshape(-1, n_target)
+            violations = jax.vmap(lambda p: probability_violation(p, self.tolerance))(flat)
+            self._period_violations[f"next_{state}"] = jnp.max(violations)
+        return probabilities
+
+    def _check_shape(self, key: str, shape, expected) -> None:
+        if tuple(shape) != tuple(expected):
+            raise ModelInitializationError(
+                f"Regime {self.regime.name!r}: function {key!r} returns shape {tuple(shape)}, "
+                f"expected {tuple(expected)}."
+            )
+
+    # ----------------------------------------------------------------- kernel
+    def q(self, state: dict[str, Array], action: dict[str, Array]) -> tuple[Array, Array]:
+        """The value of taking `action` in `state`, and the probability-check violations.
+
+        `state` and `action` hold grid codes for discrete variables and values for
+        continuous ones. Infeasible actions get `-inf`.
+        """
+        regime = self.regime
+        evaluate = self.evaluator({**state, **action})
+        utility = jnp.asarray(evaluate(regime.utility))
+        self._check_shape("utility", utility.shape, ())
+        feasible = jnp.asarray(True)
+        for constraint in regime.constraints.values():
+            allowed = jnp.asarray(evaluate(constraint))
+            self._check_shape(constraint.key, allowed.shape, ())
+            feasible = feasible & allowed.astype(bool)
+        violations = dict(self._period_violations)
+        if regime.is_terminal:
+            value = utility
+        else:
+            value = utility + self.params[""]["discount_factor"] * self._expected_value(
+                evaluate, state, violations
+            )
+        value = jnp.where(feasible, value, NEG_INF)
+        diagnostics = jnp.stack(
+            [jnp.asarray(violations.get(c, 0.0), dtype=value.dtype) for c in self.checks]
+        ) if self.validate and self.checks else jnp.zeros((0,), value.dtype)
+        return value, diagnostics
+
+    def regime_probabilities(self, evaluate: Evaluator) -> Array:
+        n_regimes = len(self.model.regimes)
+        assert self.regime.next_regime is not None
+        raw = jnp.asarray(evaluate(self.regime.next_regime))
+        if self.regime.next_regime_is_markov:
+            self._check_shape("next_regime", raw.shape, (n_regimes,))
+            return raw
+        self._check_shape("next_regime", raw.shape, ())
+        return jax.nn.one_hot(raw.astype(jnp.int32), n_regimes)
+
+    def next_states(self, evaluate: Evaluator) -> tuple[dict[str, Array], dict[str, Array]]:
+        """Deterministic next values and in-kernel probability vectors, by state."""
+        values, probabilities = {}, {}
+        for name, transition in self.regime.state_transitions.items():
+            if transition.function is None or transition.precontract is not None:
+                continue
+            result = jnp.asarray(evaluate(transition.function))
+            grid = self.model.state_grid(name)
+            if transition.is_markov:
+                self._check_shape(f"next_{name}", result.shape, (grid.n_points,))
+                probabilities[name] = result
+            else:
+                self._check_shape(f"next_{name}", result.shape, ())
+                values[name] = result.astype(jnp.int32) if grid.is_discrete else result
+        return values, probabilities
+
+    def _expected_value(self, evaluate, state, violations) -> Array:
+        regime_probabilities = self.regime_probabilities(evaluate)
+        next_values, next_probabilities = self.next_states(evaluate)
+        if self.validate:
+            self._record_violations(regime_probabilities, next_values, next_probabilities,
+                                    violations)
+        total = 0.0
+        blocked = jnp.asarray(False)
+        for target, (prepared, layout) in self.continuations.items():
+            target_grids = self.model.regimes[target].grids
+            intervals = {
+                s: target_grids[s].interval(next_values[s], self.target_points[target][s])
+                for s in layout.continuous
+            }
+            expected = continuation_at(
+                prepared,
+                layout,
+                current={s: state[s] for s in layout.current},
+                discrete={s: next_values[s] for s in layout.discrete},
+                intervals=intervals,
+                probabilities=next_probabilities,
+            )
+            p = regime_probabilities[self.model.regimes[target].id]
+            blocked = blocked | ((p > 0) & jnp.isneginf(expected))
+            total = total + jnp.where(p > 0, p * jnp.where(jnp.isneginf(expected), 0.0, expected),
+                                      0.0)
+        return jnp.where(blocked, NEG_INF, total)
+
+    def _record_violations(self, regime_probabilities, next_values, next_probabilities,
+                           violations) -> None:
+        violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
+        unreachable = [
+            r.id for name, r in self.model.regimes.items() if name not in self.continuations
+        ]
+        violations["next_regime:unreachable"] = (
+            jnp.sum(jnp.abs(regime_probabilities[jnp.asarray(unreachable)]))
+            if unreachable else 0.0
+        )
+        for name, p in next_probabilities.items():
+            violations[f"next_{name}"] = probability_violation(p, self.tolerance)
+        for name, code in next_values.items():
+            grid = self.model.state_grid(name)
+            if grid.is_discrete:
+                violations[f"next_{name}"] = jnp.where(
+                    (code < 0) | (code >= grid.n_points), 1.0, 0.0
+                )

@@ -1,0 +1,64 @@
+"""The result of a solve: value arrays by regime and period."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._errors import InvalidPeriodError
+
+
+class Solution(eqx.Module):
+    """Value arrays of every regime in every period, as returned by `Model.solve`.
+
+    `values[regime]` has shape `(n_periods, *state_shape)`, one axis per state in
+    declaration order; periods in which the regime is inactive hold `-inf`.
+    `violations[regime]` has shape `(n_periods, n_checks)`: how far each probability
+    check named in `checks[regime]` was from valid (0 when valid).
+
+    Example:
+        >>> solution = model.solve(params)
+        >>> solution.value("working", 0).shape
+        (100,)
+    """
+
+    values: dict[str, Float[Array, "n_periods ..."]]
+    violations: dict[str, Float[Array, "n_periods n_checks"]]
+    checks: dict[str, tuple[str, ...]] = eqx.field(static=True)
+    active: dict[str, tuple[int, ...]] = eqx.field(static=True)
+    state_names: dict[str, tuple[str, ...]] = eqx.field(static=True)
+
+    @property
+    def n_periods(self) -> int:
+        return next(iter(self.values.values())).shape[0]
+
+    def value(self, regime: str, period: int) -> Float[Array, "..."]:
+        """The value array of `regime` in `period` (axes = its states in declaration order)."""
+        if regime not in self.values:
+            raise InvalidPeriodError(
+                f"Unknown regime {regime!r}; the model's regimes are {list(self.values)}."
+            )
+        period = int(period)
+        if not 0 <= period < self.n_periods:
+            raise InvalidPeriodError(
+                f"Regime {regime!r}: period {period} is outside 0..{self.n_periods - 1}."
+            )
+        if period not in self.active[regime]:
+            raise InvalidPeriodError(
+                f"Regime {regime!r} is not active in period {period} (active periods: "
+                f"{list(self.active[regime])})."
+            )
+        return self.values[regime][period]
+
+    def first_violation(self, tolerance: float = 0.0) -> tuple[str, int, str, float] | None:
+        """The first (regime, period, check, size) whose probability check failed, if any."""
+        for regime, violations in self.violations.items():
+            array = np.asarray(violations)
+            if array.size == 0:
+                continue
+            bad = np.argwhere(~(array <= tolerance))
+            if bad.size:
+                period, check = (int(i) for i in bad[0])
+                return regime, period, self.checks[regime][check], float(array[period, check])
+        return None
