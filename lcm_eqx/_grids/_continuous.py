@@ -41,6 +41,12 @@ def _closed_form_interval(x: Array, points: Array, coordinate: Array) -> tuple[A
     return lo, _weight(x, points, lo)
 
 
+def _geomspace(start, stop, n: int) -> Array:
+    """Geometric spacing with exact end points (so end points match given bounds)."""
+    points = jnp.geomspace(start, stop, n)
+    return points.at[0].set(start).at[-1].set(stop)
+
+
 class LinSpacedGrid(AbstractContinuousGrid):
     """`n_points` evenly spaced points from `start` to `stop` (both included).
 
@@ -122,7 +128,7 @@ class LogSpacedGrid(AbstractContinuousGrid):
         return self.n_points_
 
     def to_jax(self) -> Float[Array, " n"]:
-        return jnp.geomspace(self.start, self.stop, self.n_points_)
+        return _geomspace(self.start, self.stop, self.n_points_)
 
     def interval(self, x, points):
         log_step = jnp.log(points[-1] / points[0]) / (self.n_points_ - 1)
@@ -276,7 +282,7 @@ class PiecewiseLogSpacedGrid(AbstractContinuousGrid):
 
     def to_jax(self) -> Float[Array, " n"]:
         segments = [
-            jnp.geomspace(self.breakpoints[i], self.breakpoints[i + 1], n)[(1 if i else 0) :]
+            _geomspace(self.breakpoints[i], self.breakpoints[i + 1], n)[(1 if i else 0) :]
             for i, n in enumerate(self.n_points_per_segment)
         ]
         return jnp.concatenate(segments)

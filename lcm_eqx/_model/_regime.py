@@ -103,7 +103,9 @@ class Regime(eqx.Module):
                     f"Regime: functions[{name!r}] is a MarkovTransition; those belong in "
                     "state_transitions or transition."
                 )
-        if self.transition is not None and not callable(self.transition):
+        if self.transition is not None and not (
+            callable(self.transition) or isinstance(self.transition, MarkovTransition)
+        ):
             raise ModelInitializationError(
                 f"Regime: transition must be a function, a MarkovTransition or None, "
                 f"got {self.transition!r}."
