@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import operator
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.stats import norm
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Real
 
 __all__ = ["rouwenhorst", "tauchen"]
 
@@ -46,9 +47,9 @@ def _check_n_points(n_points: int) -> int:
 
 def rouwenhorst(
     n_points: int,
-    rho: float | Float[ArrayLike, ""],
-    sigma: float | Float[ArrayLike, ""],
-    mean: float | Float[ArrayLike, ""] = 0.0,
+    rho: Real[ArrayLike, ""],
+    sigma: Real[ArrayLike, ""],
+    mean: Real[ArrayLike, ""] = 0.0,
 ) -> tuple[Float[Array, " n"], Float[Array, "n n"]]:
     """Discretise a Gaussian AR(1) process with Rouwenhorst's method.
 
@@ -97,30 +98,49 @@ def rouwenhorst(
     half_width = jnp.sqrt(n - 1.0) * sigma / jnp.sqrt(1.0 - rho**2)
     points = mean + half_width * jnp.linspace(-1.0, 1.0, n, dtype=dtype)
 
-    # Transition matrix by recursion on the number of states.
+    # Transition matrix by the standard recursion on the number of states m,
+    # starting from the 2-state matrix [[p, 1 - p], [1 - q, q]] with
+    # p = q = (1 + rho) / 2. Step m -> m + 1 embeds the m x m matrix in the four
+    # corners of an (m + 1) x (m + 1) matrix, weights the corners by p
+    # (top-left), 1 - p (top-right), 1 - q (bottom-left) and q (bottom-right),
+    # adds them up and halves the interior rows (which got two contributions).
+    #
+    # To keep compile times flat in n, the recursion runs as a fori_loop on a
+    # fixed (n, n) buffer whose top-left m x m block holds the current matrix
+    # (zeros elsewhere), so the corner embeddings are shifts by one row/column.
+    # (An unrolled Python loop over growing shapes compiles in O(n) XLA ops,
+    # i.e. seconds for n ~ 25.) The loop bounds are static, so reverse-mode
+    # differentiation works.
     p = (1.0 + rho) / 2.0
-    q = p
-    P = jnp.stack([jnp.stack([p, 1.0 - p]), jnp.stack([1.0 - q, q])])
-    for m in range(3, n + 1):
-        # P has shape (m - 1, m - 1); embed it in the four corners of an m x m
-        # matrix and combine with weights p, 1 - p, 1 - q, q.
-        top_left = jnp.pad(P, ((0, 1), (0, 1)))
-        top_right = jnp.pad(P, ((0, 1), (1, 0)))
-        bottom_left = jnp.pad(P, ((1, 0), (0, 1)))
-        bottom_right = jnp.pad(P, ((1, 0), (1, 0)))
-        P = p * top_left + (1.0 - p) * top_right + (1.0 - q) * bottom_left + q * bottom_right
-        # Interior rows were counted twice; renormalise them.
-        row_scale = jnp.ones((m,), dtype=dtype).at[1:-1].set(0.5)
-        P = P * row_scale[:, None]
+    P2 = jnp.stack([jnp.stack([p, 1.0 - p]), jnp.stack([1.0 - p, p])])
+    P = jnp.pad(P2, ((0, n - 2), (0, n - 2)))
+    row = jnp.arange(n)
+
+    def shift_down(A: Array) -> Array:
+        return jnp.pad(A, ((1, 0), (0, 0)))[:n, :]
+
+    def shift_right(A: Array) -> Array:
+        return jnp.pad(A, ((0, 0), (1, 0)))[:, :n]
+
+    def step(m: Array, P: Array) -> Array:
+        # Current block is (m - 1) x (m - 1); build the m x m one.
+        top_right = shift_right(P)
+        bottom_left = shift_down(P)
+        bottom_right = shift_right(bottom_left)
+        P_new = p * (P + bottom_right) + (1.0 - p) * (top_right + bottom_left)
+        interior = (row >= 1) & (row <= m - 2)
+        return P_new * jnp.where(interior, 0.5, 1.0).astype(dtype)[:, None]
+
+    P = jax.lax.fori_loop(3, n + 1, step, P)
 
     return points, P
 
 
 def tauchen(
     n_points: int,
-    rho: float | Float[ArrayLike, ""],
-    sigma: float | Float[ArrayLike, ""],
-    mean: float | Float[ArrayLike, ""] = 0.0,
+    rho: Real[ArrayLike, ""],
+    sigma: Real[ArrayLike, ""],
+    mean: Real[ArrayLike, ""] = 0.0,
     n_std: float = 3.0,
 ) -> tuple[Float[Array, " n"], Float[Array, "n n"]]:
     """Discretise a Gaussian AR(1) process with Tauchen's (1986) method.
