@@ -102,3 +102,56 @@ MODELS = {
         _precautionary, PRECAUTIONARY_PARAMS,
     ),
 }
+
+
+class Health(IntEnum):
+    bad = 0
+    good = 1
+
+
+def _large(n_periods: int, n_wealth: int = 1000, n_consumption: int = 1000,
+           n_types: int = 4) -> lcm.Model:
+    """Four states (wealth, income process, health, a permanent type) and two actions."""
+    wealth = lcm.LinSpacedGrid(0.5, 100.0, n_wealth)
+    consumption = lcm.LinSpacedGrid(0.5, 100.0, n_consumption)
+    alive = lcm.Regime(
+        states={
+            "wealth": wealth,
+            "income": lcm.RouwenhorstGrid(7, rho=0.9, sigma=0.15),
+            "health": lcm.DiscreteGrid(Health),
+            "skill": lcm.DiscreteGrid([f"type_{i}" for i in range(n_types)]),
+        },
+        actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
+        functions={
+            "utility": lambda consumption, labor, health, disutility_of_work: jnp.log(consumption)
+            - disutility_of_work * (labor == Labor.work) * (2.0 - health),
+            "earnings": lambda labor, income, skill, skill_premium: jnp.where(
+                labor == Labor.work, jnp.exp(income) * (1.0 + skill_premium * skill), 0.0
+            ),
+        },
+        state_transitions={
+            "wealth": lambda wealth, consumption, earnings, interest_rate: (
+                (1 + interest_rate) * (wealth - consumption) + earnings
+            ),
+            "health": lcm.MarkovTransition(
+                lambda health, health_transition: health_transition[health]
+            ),
+            "skill": lambda skill: skill,
+        },
+        transition=lcm.MarkovTransition(
+            lambda health, survival: jnp.array([survival[health], 1 - survival[health]])
+        ),
+        constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
+    )
+    dead = lcm.Regime(functions={"utility": lambda: 0.0})
+    return lcm.Model({"alive": alive, "dead": dead}, n_periods)
+
+
+LARGE_PARAMS = {
+    "discount_factor": 0.95,
+    "interest_rate": 0.03,
+    "disutility_of_work": 0.5,
+    "skill_premium": 0.2,
+    "health_transition": jnp.array([[0.7, 0.3], [0.1, 0.9]]),
+    "survival": jnp.array([0.9, 0.98]),
+}

@@ -1,0 +1,191 @@
+"""The benchmark suite: compile time, solve time, simulation time, memory, throughput.
+
+    python benchmarks/run.py            # realistic sizes (minutes on 2 cores)
+    python benchmarks/run.py --quick    # small sizes, a smoke run for CI
+
+Compile time is reported separately from run time (median of repeats after a warm-up,
+with `block_until_ready`); memory is XLA's own compiled temp size; variants are compared
+as ratios within one run. Results are printed as a table and written as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import _models  # noqa: E402
+from benchmarks.reference_retirement import make_solve  # noqa: E402
+
+SIZES = {
+    "full": {
+        "retirement": {"n_periods": 10, "n_wealth": 1000, "n_consumption": 5000},
+        "precautionary": {"n_periods": 10, "n_wealth": 200, "n_consumption": 400},
+        "large": {"n_periods": 3, "n_wealth": 1000, "n_consumption": 1000},
+        "n_subjects": 100_000,
+        "repeats": 3,
+    },
+    "quick": {
+        "retirement": {"n_periods": 4, "n_wealth": 100, "n_consumption": 200},
+        "precautionary": {"n_periods": 4, "n_wealth": 40, "n_consumption": 60},
+        "large": {"n_periods": 2, "n_wealth": 40, "n_consumption": 50},
+        "n_subjects": 1_000,
+        "repeats": 2,
+    },
+}
+
+
+def _median_time(fn, repeats: int) -> float:
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _compile(jitted, *args, **kwargs):
+    start = time.perf_counter()
+    compiled = jitted.lower(*args, **kwargs).compile()
+    return compiled, time.perf_counter() - start
+
+
+def state_action_points(model) -> int:
+    """State-action evaluations per period, summed over regimes."""
+    total = 0
+    for regime in model.plan.regimes.values():
+        sizes = [regime.grids[n].n_points for n in (*regime.states, *regime.actions)]
+        total += math.prod(sizes)
+    return total
+
+
+def _initial_conditions(name: str, n: int):
+    key = jax.random.key(42)
+    wealth = jax.random.uniform(key, (n,), minval=1.0, maxval=50.0)
+    if name == "retirement":
+        return {"regime": jnp.zeros(n, dtype=jnp.int32), "wealth": wealth}
+    if name == "precautionary":
+        return {"regime": jnp.zeros(n, dtype=jnp.int32), "wealth": wealth,
+                "income": jnp.full(n, 3, dtype=jnp.int32)}
+    return {"regime": jnp.zeros(n, dtype=jnp.int32), "wealth": wealth,
+            "income": jnp.full(n, 3, dtype=jnp.int32), "health": jnp.ones(n, dtype=jnp.int32),
+            "skill": jnp.arange(n, dtype=jnp.int32) % 4}
+
+
+def bench_model(name: str, build, params, sizes: dict, n_subjects: int, repeats: int) -> dict:
+    model = build(**sizes)
+    compiled, compile_s = _compile(model._solve, params, validate=True)
+    solve_s = _median_time(lambda: compiled(params), repeats)
+    memory = compiled.memory_analysis()
+    solution = model.solve(params)
+    initial = _initial_conditions(name, n_subjects)
+    start = time.perf_counter()
+    model.simulate(params, initial, solution=solution, key=jax.random.key(0))
+    simulate_first_s = time.perf_counter() - start
+    start = time.perf_counter()
+    model.simulate(params, initial, solution=solution, key=jax.random.key(1))
+    simulate_s = time.perf_counter() - start
+    points = state_action_points(model) * sizes["n_periods"]
+    cores = os.cpu_count() or 1
+    return {
+        "model": name,
+        **sizes,
+        "state_action_points_per_period": state_action_points(model),
+        "compile_s": compile_s,
+        "solve_s": solve_s,
+        "simulate_s": simulate_s,
+        "simulate_first_call_s": simulate_first_s,
+        "n_subjects": n_subjects,
+        "temp_bytes": memory.temp_size_in_bytes if memory else None,
+        "evaluations_per_s": points / solve_s,
+        "evaluations_per_s_per_core": points / solve_s / cores,
+    }
+
+
+def bench_reference(sizes: dict, params, repeats: int, library_row: dict) -> dict:
+    reference = jax.jit(make_solve(sizes["n_periods"], sizes["n_wealth"], sizes["n_consumption"]))
+    compiled, compile_s = _compile(reference, params)
+    solve_s = _median_time(lambda: compiled(params), repeats)
+    return {
+        "reference_compile_s": compile_s,
+        "reference_solve_s": solve_s,
+        "solve_ratio_library_to_reference": library_row["solve_s"] / solve_s,
+        "compile_ratio_library_to_reference": library_row["compile_s"] / compile_s,
+    }
+
+
+def compile_scaling(build, params, sizes: dict) -> dict:
+    scaled = {}
+    for n_periods in (6, 48, 96):
+        model = build(**{**sizes, "n_periods": n_periods})
+        _, scaled[n_periods] = _compile(model._solve, params, validate=True)
+    return {
+        "compile_s_by_periods": scaled,
+        "compile_ratio_96_to_6": scaled[96] / scaled[6],
+        "compile_ratio_48_to_6": scaled[48] / scaled[6],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/latest.json"))
+    args = parser.parse_args()
+    # Measure real compiles: the persistent cache would make repeated compiles free.
+    jax.config.update("jax_enable_compilation_cache", False)
+    config = SIZES["quick" if args.quick else "full"]
+    models = {
+        "retirement": (_models._retirement, _models.RETIREMENT_PARAMS),
+        "precautionary": (_models._precautionary, _models.PRECAUTIONARY_PARAMS),
+        "large": (_models._large, _models.LARGE_PARAMS),
+    }
+    rows = []
+    for name, (build, params) in models.items():
+        row = bench_model(name, build, params, config[name], config["n_subjects"],
+                          config["repeats"])
+        if name == "retirement":
+            row.update(bench_reference(config[name], params, config["repeats"], row))
+        row.update(compile_scaling(build, params, config[name]))
+        rows.append(row)
+        _print_row(row)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"jax": jax.__version__, "devices": str(jax.devices()),
+                                     "x64": bool(jax.config.jax_enable_x64), "rows": rows},
+                                    indent=2, default=str))
+    print(f"\nwrote {args.json}")
+
+
+def _print_row(row: dict) -> None:
+    print(f"\n== {row['model']}: {row['state_action_points_per_period']:,} state-action points "
+          f"per period, {row['n_periods']} periods")
+    print(f"  compile          {row['compile_s']:8.2f} s")
+    print(f"  solve            {row['solve_s']:8.3f} s (median, steady state)")
+    print(f"  simulate         {row['simulate_s']:8.3f} s for {row['n_subjects']:,} subjects "
+          f"(first call {row['simulate_first_call_s']:.2f} s incl. compile)")
+    if row["temp_bytes"] is not None:
+        print(f"  XLA temp memory  {row['temp_bytes'] / 2**20:8.1f} MiB")
+    print(f"  throughput       {row['evaluations_per_s']:.3e} evaluations/s "
+          f"({row['evaluations_per_s_per_core']:.3e} per core)")
+    if "reference_solve_s" in row:
+        print(f"  hand-fused ref   solve {row['reference_solve_s']:.3f} s, compile "
+              f"{row['reference_compile_s']:.2f} s -> library/reference: solve "
+              f"{row['solve_ratio_library_to_reference']:.2f}x, compile "
+              f"{row['compile_ratio_library_to_reference']:.2f}x")
+    scaled = row["compile_s_by_periods"]
+    print(f"  compile by periods 6/48/96: {scaled[6]:.2f} / {scaled[48]:.2f} / {scaled[96]:.2f} s "
+          f"(96/6 = {row['compile_ratio_96_to_6']:.2f})")
+
+
+if __name__ == "__main__":
+    main()
