@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -13,11 +14,23 @@ from .._errors import GridInitializationError
 from ._base import AbstractContinuousGrid, _weight
 
 
-def _is_concrete(*values) -> bool:
-    try:
-        [float(v) for v in values]
-    except Exception:  # traced values cannot be checked at construction
+def _is_concrete(grid: str, **values) -> bool:
+    """Whether `values` can be checked now; raises if one is not a finite number.
+
+    Traced values (a grid built inside `jax.jit` or `jax.vmap`) cannot be checked at
+    construction: then False.
+    """
+    if any(isinstance(v, jax.core.Tracer) for v in values.values()):
         return False
+    for name, value in values.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError) as error:
+            raise GridInitializationError(
+                f"{grid}: {name} must be a number, got {value!r}."
+            ) from error
+        if not np.isfinite(number):
+            raise GridInitializationError(f"{grid}: {name} must be finite, got {number}.")
     return True
 
 
@@ -69,7 +82,9 @@ class LinSpacedGrid(AbstractContinuousGrid):
 
     def __check_init__(self):
         _check_n_points("LinSpacedGrid", self.n_points_)
-        if _is_concrete(self.start, self.stop) and not float(self.start) < float(self.stop):
+        if _is_concrete("LinSpacedGrid", start=self.start, stop=self.stop) and not float(
+            self.start
+        ) < float(self.stop):
             raise GridInitializationError(
                 f"LinSpacedGrid: start must be < stop, got start={self.start}, stop={self.stop}."
             )
@@ -111,7 +126,7 @@ class LogSpacedGrid(AbstractContinuousGrid):
 
     def __check_init__(self):
         _check_n_points("LogSpacedGrid", self.n_points_)
-        if _is_concrete(self.start, self.stop):
+        if _is_concrete("LogSpacedGrid", start=self.start, stop=self.stop):
             if not float(self.start) > 0:
                 raise GridInitializationError(
                     f"LogSpacedGrid: start must be > 0 for geometric spacing, got {self.start}."
@@ -159,6 +174,10 @@ class IrregSpacedGrid(AbstractContinuousGrid):
             raise GridInitializationError(
                 f"IrregSpacedGrid: points must be one-dimensional, got shape {values.shape}."
             )
+        if not np.all(np.isfinite(values)):
+            raise GridInitializationError(
+                f"IrregSpacedGrid: points must be finite, got {values.tolist()}."
+            )
         self.points = values
         self.batch_size = batch_size
         self.distributed = distributed
@@ -194,6 +213,10 @@ def _check_piecewise(grid: str, breakpoints, n_points, *, log: bool) -> np.ndarr
         raise GridInitializationError(
             f"{grid}: breakpoints needs at least 2 values (one segment), got {breakpoints!r}."
         )
+    if not np.all(np.isfinite(values)):
+        raise GridInitializationError(
+            f"{grid}: breakpoints must be finite, got {values.tolist()}."
+        )
     if not np.all(np.diff(values) > 0):
         raise GridInitializationError(
             f"{grid}: breakpoints must be strictly increasing, got {values.tolist()}."
@@ -202,6 +225,8 @@ def _check_piecewise(grid: str, breakpoints, n_points, *, log: bool) -> np.ndarr
         raise GridInitializationError(
             f"{grid}: breakpoints must be > 0 for geometric spacing, got {values.tolist()}."
         )
+    if isinstance(n_points, np.ndarray) and n_points.ndim == 1:
+        n_points = n_points.tolist()
     if not isinstance(n_points, Sequence) or len(n_points) != values.shape[0] - 1:
         raise GridInitializationError(
             f"{grid}: n_points must be a sequence with one entry per segment "

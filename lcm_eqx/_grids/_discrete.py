@@ -55,8 +55,10 @@ def _labels(categories) -> tuple[str, ...]:
             raise GridInitializationError(
                 f"DiscreteGrid: the enum {categories.__name__} has no members; give at least one."
             )
-        values = [int(m.value) for m in members]
-        if sorted(values) != list(range(len(values))):
+        values = [m.value for m in members]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values) or sorted(
+            values
+        ) != list(range(len(values))):
             raise GridInitializationError(
                 f"DiscreteGrid: the values of {categories.__name__} must be 0, 1, ..., "
                 f"{len(values) - 1} (they are used as array indices), got {values}."

@@ -42,6 +42,12 @@ def argument_names(fn: Callable, *, regime: str, key: str) -> tuple[str, ...]:
                 f"Regime {regime!r}: function {key!r} takes *{parameter.name}; arguments are "
                 "resolved by name, so list each one explicitly."
             )
+        if parameter.kind == parameter.POSITIONAL_ONLY:
+            raise ModelInitializationError(
+                f"Regime {regime!r}: function {key!r} takes {parameter.name!r} positionally "
+                "only; arguments are passed by name, so wrap it, e.g. "
+                f"`lambda consumption: fn(consumption)`."
+            )
         names.append(parameter.name)
     return tuple(names)
 
@@ -73,9 +79,10 @@ def check_acyclic(helpers: Mapping[str, ResolvedFunction], *, regime: str) -> No
         if state.get(name) == 2:
             return
         if state.get(name) == 1:
-            cycle = " -> ".join((*path[path.index(name) :], name))
+            cycle = " -> ".join(repr(n) for n in (*path[path.index(name) :], name))
             raise ModelInitializationError(
-                f"Regime {regime!r}: the functions form a cycle: {cycle}."
+                f"Regime {regime!r}: the functions form a cycle: {cycle} (each uses the "
+                "next one's output); the functions must form a DAG."
             )
         state[name] = 1
         for dependency in helpers[name].helpers:

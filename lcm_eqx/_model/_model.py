@@ -19,7 +19,7 @@ from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_
 from .._solve._backward import solve_model
 from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch
-from ._params import params_template, resolve_params
+from ._params import check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
 
@@ -111,6 +111,7 @@ class Model(eqx.Module):
                 are then unvalidated).
         """
         _check_validate(validate)
+        check_params(self.plan, params)
         solution = self._solve(params, validate=validate != "off")
         if validate != "off":
             solution = _enforce(solution, validate)
@@ -139,15 +140,29 @@ class Model(eqx.Module):
                 results do not depend on it.
             validate: passed to `solve` when `solution` is None.
         """
-        if solution is None:
-            solution = self.solve(params, validate=validate)
-        if key is None:
-            key = jax.random.key(0)
-        if not isinstance(subject_batch_size, int) or subject_batch_size < 0:
+        check_params(self.plan, params)
+        if (not isinstance(subject_batch_size, int) or isinstance(subject_batch_size, bool)
+                or subject_batch_size < 0):
             raise InvalidInitialConditionsError(
                 f"simulate: subject_batch_size must be an int >= 0, got {subject_batch_size!r}."
             )
+        if key is None:
+            key = jax.random.key(0)
+        if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
+            key = jax.random.wrap_key_data(key)  # a legacy jax.random.PRNGKey
+        if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
+            raise InvalidInitialConditionsError(
+                f"simulate: key must be a typed JAX random key from jax.random.key(seed), got "
+                f"{key!r}."
+            )
         regime, states = _initial_conditions(self.plan, initial_conditions)
+        if solution is None:
+            solution = self.solve(params, validate=validate)
+        elif not isinstance(solution, Solution):
+            raise LcmError(
+                f"simulate: solution must be a Solution from model.solve, got "
+                f"{type(solution).__name__}."
+            )
         n = regime.shape[0]
         chunk = subject_batch_size if 0 < subject_batch_size < n else n
         next_values = prepare_next_values(self.plan, solution.values)

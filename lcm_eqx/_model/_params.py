@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._errors import InvalidParamsError
 from ._plan import ModelPlan, RegimePlan
@@ -36,21 +39,76 @@ def resolve_params(plan: ModelPlan, params: Mapping) -> dict[str, dict[str, dict
     Regime-level parameters are returned under the key `""`. Runs at trace time: all
     errors are about the structure of `params`, never about values.
     """
+    return _resolve(plan, params, convert=True)
+
+
+def check_params(plan: ModelPlan, params) -> None:
+    """Raise `InvalidParamsError` for any structural problem of `params`, without tracing.
+
+    The same checks as `resolve_params`, plus that every value used is a number or an
+    array (a string or `None` would otherwise fail inside `jax.jit` with a JAX error).
+    Works on concrete and traced values alike, so it can run before the jitted solve.
+    """
+    _resolve(plan, params, convert=False)
+
+
+def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, dict[str, Any]]]:
     if not isinstance(params, Mapping):
-        raise InvalidParamsError(f"params must be a dict, got {type(params).__name__}.")
+        raise InvalidParamsError(
+            f"params must be a dict (see model.params_template()), got {_describe(params)}."
+        )
     _check_unknown(plan, params)
     resolved: dict[str, dict[str, dict[str, Any]]] = {}
     for name, regime in plan.regimes.items():
+        kinds = {
+            **{h: "function" for h in regime.helpers},
+            **{a: "action" for a in regime.actions},
+            **{s: "state" for s in regime.states},
+        }
         per_function: dict[str, dict[str, Any]] = {}
-        regime_level = {p: _lookup(params, name, None, p) for p in regime.regime_parameters}
-        per_function[""] = regime_level
+        per_function[""] = {
+            p: _lookup(params, name, None, p, convert) for p in regime.regime_parameters
+        }
         for key, names in regime.parameters.items():
-            per_function[key] = {p: _lookup(params, name, key, p) for p in names}
+            per_function[key] = {
+                p: _lookup(params, name, key, p, convert, kinds) for p in names
+            }
         resolved[name] = per_function
     return resolved
 
 
-def _lookup(params: Mapping, regime: str, key: str | None, name: str):
+def _describe(value) -> str:
+    """A short description of a value for messages (traced values have no useful type)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return f"an array of shape {tuple(shape)}" if tuple(shape) else "a number"
+    return type(value).__name__
+
+
+def _is_numeric(value) -> bool:
+    leaves = jax.tree.leaves(value)
+    if not leaves:
+        return False
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array):  # concrete or traced
+            continue
+        try:
+            kind = np.asarray(leaf).dtype.kind
+        except Exception:  # anything numpy cannot read is not numeric
+            return False
+        if kind not in "biufc":
+            return False
+    return True
+
+
+def _lookup(
+    params: Mapping,
+    regime: str,
+    key: str | None,
+    name: str,
+    convert: bool = True,
+    kinds: Mapping[str, str] | None = None,
+):
     regime_params = params.get(regime, _MISSING)
     if not isinstance(regime_params, Mapping):
         regime_params = {}
@@ -71,21 +129,35 @@ def _lookup(params: Mapping, regime: str, key: str | None, name: str):
             if key
             else f"params[{regime!r}][{name!r}] or params[{name!r}]"
         )
+        close = difflib.get_close_matches(name, list(kinds or {}), n=1)
+        hint = (
+            f" Or did you mean the {kinds[close[0]]} {close[0]!r}? An argument that names no "
+            "state, action or function of the regime is a parameter."
+            if close and kinds
+            else ""
+        )
         raise InvalidParamsError(
-            f"Regime {regime!r}, {where}: missing parameter {name!r}; give it at {levels}."
+            f"Regime {regime!r}, {where}: missing parameter {name!r}; give it at {levels}.{hint}"
         )
     if len(candidates) > 1:
         raise InvalidParamsError(
             f"Regime {regime!r}, {where}: parameter {name!r} is ambiguous, found at "
             f"{' and '.join(c for c, _ in candidates)}; keep exactly one."
         )
-    value = candidates[0][1]
+    location, value = candidates[0]
+    if not _is_numeric(value):
+        raise InvalidParamsError(
+            f"Regime {regime!r}, {where}: parameter {name!r} at {location} must be a number or "
+            f"an array of numbers, got {value!r:.80}."
+        )
+    if not convert:
+        return value
     try:
         return jnp.asarray(value)
     except TypeError as error:
         raise InvalidParamsError(
-            f"Regime {regime!r}, {where}: parameter {name!r} must be a number or an array, got "
-            f"{type(value).__name__}."
+            f"Regime {regime!r}, {where}: parameter {name!r} at {location} must be a number or "
+            f"an array of numbers, got {_describe(value)}."
         ) from error
 
 
@@ -99,7 +171,19 @@ def _check_unknown(plan: ModelPlan, params: Mapping) -> None:
         elif key in plan.regimes:
             raise InvalidParamsError(
                 f"params[{key!r}] must be a dict of regime {key!r}'s parameters, got "
-                f"{type(value).__name__}."
+                f"{_describe(value)}."
+            )
+        elif isinstance(value, Mapping):
+            owners = [r.name for r in plan.regimes.values() if key in r.parameters]
+            if owners:
+                raise InvalidParamsError(
+                    f"params[{key!r}] is a dict, but {key!r} is not a regime: the parameters "
+                    f"of function {key!r} go at params[regime][{key!r}] (regime: "
+                    f"{' or '.join(repr(o) for o in owners)}) or at params[regime] or params."
+                )
+            raise InvalidParamsError(
+                f"params[{key!r}] is a dict, but {key!r} is not a regime (regimes: "
+                f"{list(plan.regimes)}); a parameter is a number or an array."
             )
         elif key not in used_anywhere:
             raise InvalidParamsError(

@@ -1,0 +1,879 @@
+"""A table of bad inputs: each raises its `LcmError` subclass at the earliest point.
+
+Every row of `CASES` is a *case function* that does the set-up (which must succeed:
+building the grids, regimes and models that are valid so far) and returns the one
+call that must fail. The stage in each id says where that call sits:
+
+- `grid-*`: constructing a grid (`GridInitializationError`);
+- `regime-*`: constructing a `Regime`, `model-*`: constructing a `Model`
+  (`ModelInitializationError`);
+- `solve-*`: `model.solve` (`InvalidParamsError`, `InvalidTransitionProbabilitiesError`);
+- `solution-*`: reading a valid solution (`InvalidPeriodError`);
+- `simulate-*`: `model.simulate` with a valid solution (`InvalidInitialConditionsError`).
+
+A few rows are marked xfail where the fix lies outside the files this test's author
+could change; each names the fix in its reason.
+
+Each row also lists substrings the message must contain: the regime, function and
+variable concerned, quoted as `repr` does, wherever those exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from enum import Enum, IntEnum
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import lcm_eqx as lcm  # noqa: E402
+
+# ---------------------------------------------------------------------------------------
+# A tiny valid model: `working` (wealth, health; labor, consumption) and `retired`
+# ---------------------------------------------------------------------------------------
+
+
+class RegimeId(IntEnum):
+    working = 0
+    retired = 1
+
+
+class Labor(IntEnum):
+    work = 0
+    retire = 1
+
+
+class Health(IntEnum):
+    bad = 0
+    good = 1
+
+
+N_PERIODS = 2
+
+
+def wealth_grid():
+    return lcm.LinSpacedGrid(start=1.0, stop=10.0, n_points=3)
+
+
+def consumption_grid():
+    return lcm.LinSpacedGrid(start=1.0, stop=10.0, n_points=4)
+
+
+def utility(consumption, labor, health, disutility_of_work):
+    return jnp.log(consumption) - disutility_of_work * (labor == Labor.work) + 0.1 * health
+
+
+def labor_income(labor, wage):
+    return jnp.where(labor == Labor.work, wage, 0.0)
+
+
+def next_wealth(wealth, consumption, labor_income, interest_rate):
+    return (1 + interest_rate) * (wealth - consumption) + labor_income
+
+
+def next_health(health, health_transition):
+    return health_transition[health]
+
+
+def next_regime(labor, regime_transition):
+    return regime_transition[labor]
+
+
+def utility_retired(consumption):
+    return jnp.log(consumption)
+
+
+def next_wealth_retired(wealth, consumption, interest_rate):
+    return (1 + interest_rate) * (wealth - consumption)
+
+
+def borrowing(consumption, wealth):
+    return consumption <= wealth
+
+
+def working_kwargs(**overrides):
+    """The arguments of the valid `working` regime, with some replaced."""
+    kwargs = {
+        "states": {"wealth": wealth_grid(), "health": lcm.DiscreteGrid(Health)},
+        "actions": {"labor": lcm.DiscreteGrid(Labor), "consumption": consumption_grid()},
+        "functions": {"utility": utility, "labor_income": labor_income},
+        "state_transitions": {
+            "wealth": next_wealth,
+            "health": lcm.MarkovTransition(next_health),
+        },
+        "transition": lcm.MarkovTransition(next_regime),
+        "constraints": {"borrowing": borrowing},
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+def retired_kwargs(**overrides):
+    kwargs = {
+        "states": {"wealth": wealth_grid()},
+        "actions": {"consumption": consumption_grid()},
+        "functions": {"utility": utility_retired},
+        "state_transitions": {"wealth": next_wealth_retired},
+        "transition": lambda: RegimeId.retired,
+        "constraints": {"borrowing": borrowing},
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+def working_regime(**overrides):
+    return lcm.Regime(**working_kwargs(**overrides))
+
+
+def retired_regime(**overrides):
+    return lcm.Regime(**retired_kwargs(**overrides))
+
+
+def model_kwargs(working=None, retired=None, **overrides):
+    kwargs = {
+        "regimes": {
+            "working": working_regime() if working is None else working,
+            "retired": retired_regime() if retired is None else retired,
+        },
+        "n_periods": N_PERIODS,
+        "regime_ids": RegimeId,
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+PARAMS = {
+    "discount_factor": 0.95,
+    "interest_rate": 0.0,
+    "disutility_of_work": 0.5,
+    "wage": 5.0,
+    "health_transition": jnp.array([[0.6, 0.4], [0.2, 0.8]]),
+    "regime_transition": jnp.array([[0.9, 0.1], [0.0, 1.0]]),
+}
+
+
+def params_with(**changes):
+    """`PARAMS` with top-level entries replaced (`None` deletes one)."""
+    params = dict(PARAMS)
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key)
+        else:
+            params[key] = value
+    return params
+
+
+@functools.cache
+def model():
+    return lcm.Model(**model_kwargs())
+
+
+@functools.cache
+def solution():
+    return model().solve(PARAMS)
+
+
+def initial_conditions(**changes):
+    """Valid initial conditions for two subjects, with entries replaced (`None` deletes)."""
+    conditions = {
+        "regime": np.array([RegimeId.working, RegimeId.retired]),
+        "wealth": np.array([5.0, 8.0]),
+        "health": np.array(["good", "bad"]),
+    }
+    for key, value in changes.items():
+        if value is None:
+            conditions.pop(key)
+        else:
+            conditions[key] = value
+    return conditions
+
+
+def simulate(conditions, **kwargs):
+    """The failing call: simulate with a valid solution, so only the conditions are at fault."""
+    the_model, the_solution = model(), solution()
+    return lambda: the_model.simulate(
+        PARAMS, conditions, solution=the_solution, key=jax.random.key(0), **kwargs
+    )
+
+
+def solve(params, the_model=None, **kwargs):
+    the_model = model() if the_model is None else the_model
+    return lambda: the_model.solve(params, **kwargs)
+
+
+def build_model(**kwargs):
+    """The failing call: construct a Model from regimes that were built successfully."""
+    return lambda: lcm.Model(**model_kwargs(**kwargs))
+
+
+# ---------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------
+
+G = lcm.GridInitializationError
+M = lcm.ModelInitializationError
+P = lcm.InvalidParamsError
+T = lcm.InvalidTransitionProbabilitiesError
+I = lcm.InvalidInitialConditionsError
+
+
+class NotZeroBased(IntEnum):
+    low = 1
+    high = 2
+
+
+class WithGap(IntEnum):
+    low = 0
+    high = 2
+
+
+class StringValued(Enum):
+    low = "x"
+    high = "y"
+
+
+# `Model.solve` hands `params` straight to `jax.jit`, which rejects a non-pytree or a
+# string leaf with a raw TypeError before lcm_eqx sees them. `_params.check_params` does
+# these checks eagerly; these rows pass once `Model.solve`/`simulate` call it first.
+NEEDS_EAGER_PARAMS_CHECK = pytest.mark.xfail(
+    strict=True, raises=TypeError,
+    reason="Model.solve does not call _params.check_params(plan, params) before jax.jit",
+)
+
+
+def _cycle_regime():
+    def a(b):
+        return b + 1.0
+
+    def b(a):
+        return a - 1.0
+
+    working = working_regime(
+        functions={"utility": lambda consumption, a: jnp.log(consumption) + a, "a": a, "b": b}
+    )
+    return build_model(working=working)
+
+
+def _age_model():
+    working = working_regime(
+        functions={
+            "utility": lambda consumption, age: jnp.log(consumption) * age,
+            "labor_income": labor_income,
+        }
+    )
+    return build_model(working=working)
+
+
+def _unreachable_target_model():
+    """`retired` has a state (`pension`) that `working`'s transitions do not produce."""
+    retired = retired_regime(
+        states={"wealth": wealth_grid(), "pension": lcm.DiscreteGrid(["low", "high"])},
+        state_transitions={"wealth": next_wealth_retired, "pension": lambda pension: pension},
+    )
+    the_model = lcm.Model(**model_kwargs(retired=retired))
+    return solve(PARAMS, the_model)
+
+
+def _inconsistent_state(categories):
+    def case():
+        retired = retired_regime(
+            states={"wealth": wealth_grid(), "health": lcm.DiscreteGrid(categories)},
+            state_transitions={"wealth": next_wealth_retired, "health": lambda health: health},
+        )
+        return build_model(retired=retired)
+
+    return case
+
+
+CASES = [
+    # ------------------------------------------------------------------- grids
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=1),
+        G, ["LinSpacedGrid", "n_points", ">= 2"], id="grid-lin-one-point",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=2.5),
+        G, ["LinSpacedGrid", "n_points", "int"], id="grid-lin-float-n-points",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=1.0, stop=1.0, n_points=3),
+        G, ["LinSpacedGrid", "start", "stop"], id="grid-lin-start-equals-stop",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=2.0, stop=1.0, n_points=3),
+        G, ["LinSpacedGrid", "start", "stop"], id="grid-lin-start-above-stop",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start="zero", stop=1.0, n_points=3),
+        G, ["LinSpacedGrid", "start", "number", "'zero'"], id="grid-lin-start-not-a-number",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=np.inf, n_points=3),
+        G, ["LinSpacedGrid", "stop", "finite"], id="grid-lin-stop-infinite",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LogSpacedGrid(start=0.0, stop=1.0, n_points=3),
+        G, ["LogSpacedGrid", "start", "> 0"], id="grid-log-start-zero",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LogSpacedGrid(start=-1.0, stop=1.0, n_points=3),
+        G, ["LogSpacedGrid", "start", "> 0"], id="grid-log-start-negative",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LogSpacedGrid(start=2.0, stop=1.0, n_points=3),
+        G, ["LogSpacedGrid", "start", "stop"], id="grid-log-start-above-stop",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid([]),
+        G, ["DiscreteGrid", "empty"], id="grid-discrete-empty-list",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(IntEnum("Empty", {})),
+        G, ["DiscreteGrid", "Empty", "no members"], id="grid-discrete-empty-enum",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(NotZeroBased),
+        G, ["DiscreteGrid", "NotZeroBased", "0, 1"], id="grid-discrete-enum-not-zero-based",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(WithGap),
+        G, ["DiscreteGrid", "WithGap", "[0, 2]"], id="grid-discrete-enum-with-gap",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(StringValued),
+        G, ["DiscreteGrid", "StringValued", "0, 1", "'x'"], id="grid-discrete-enum-string-values",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(["a", "b", "a"]),
+        G, ["DiscreteGrid", "unique", "'a'"], id="grid-discrete-duplicate-labels",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid("ab"),
+        G, ["DiscreteGrid", "'ab'"], id="grid-discrete-string-categories",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, 2.0, 1.0]),
+        G, ["IrregSpacedGrid", "strictly increasing", "[0.0, 2.0, 1.0]"],
+        id="grid-irreg-not-increasing",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, 1.0, 1.0]),
+        G, ["IrregSpacedGrid", "strictly increasing"], id="grid-irreg-repeated-point",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, np.nan, 1.0]),
+        G, ["IrregSpacedGrid", "finite", "nan"], id="grid-irreg-nan-point",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IrregSpacedGrid(points=[1.0]),
+        G, ["IrregSpacedGrid", "at least 2"], id="grid-irreg-one-point",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.PiecewiseLinSpacedGrid(breakpoints=[0.0, 1.0, 2.0], n_points=[3]),
+        G, ["PiecewiseLinSpacedGrid", "n_points", "one entry per segment"],
+        id="grid-piecewise-n-points-wrong-length",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.PiecewiseLinSpacedGrid(breakpoints=[0.0, 2.0, 1.0], n_points=[3, 3]),
+        G, ["PiecewiseLinSpacedGrid", "breakpoints", "strictly increasing"],
+        id="grid-piecewise-breakpoints-not-increasing",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.PiecewiseLinSpacedGrid(breakpoints=[0.0, 1.0, 2.0], n_points=[3, 1]),
+        G, ["PiecewiseLinSpacedGrid", "n_points[1]", ">= 2"],
+        id="grid-piecewise-segment-one-point",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.PiecewiseLogSpacedGrid(breakpoints=[0.0, 1.0, 2.0], n_points=[3, 3]),
+        G, ["PiecewiseLogSpacedGrid", "breakpoints", "> 0"], id="grid-piecewise-log-start-zero",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=3, batch_size=-1),
+        G, ["LinSpacedGrid", "batch_size", ">= 0", "-1"], id="grid-lin-negative-batch-size",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(Health, batch_size=-2),
+        G, ["DiscreteGrid", "batch_size", ">= 0", "-2"], id="grid-discrete-negative-batch-size",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=3, distributed=True),
+        G, ["LinSpacedGrid", "distributed=True", "discrete"], id="grid-lin-distributed",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, 1.0], distributed=True),
+        G, ["IrregSpacedGrid", "distributed=True", "discrete"], id="grid-irreg-distributed",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(Health, distributed="yes"),
+        G, ["DiscreteGrid", "distributed", "True or False", "'yes'"],
+        id="grid-discrete-distributed-not-bool",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.DiscreteGrid(Health, batch_size=1, distributed=True),
+        G, ["DiscreteGrid", "batch_size=1", "distributed=True"],
+        id="grid-discrete-batch-size-and-distributed",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.AgeGrid(start=40, step=0),
+        G, ["AgeGrid", "step", "> 0"], id="grid-age-zero-step",
+    ),
+    # ----------------------------------------------------------------- regimes
+    pytest.param(
+        lambda: lambda: working_regime(functions={"labor_income": labor_income}),
+        M, ["'utility'", "'labor_income'"], id="regime-missing-utility",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime(states={"wealth": (1.0, 10.0)}),
+        M, ["states['wealth']", "grid"], id="regime-state-not-a-grid",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime(constraints={"borrowing": 1.0}),
+        M, ["constraints['borrowing']", "function"], id="regime-constraint-not-callable",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime(
+            functions={"utility": utility, "labor income": labor_income}
+        ),
+        M, ["functions", "'labor income'", "identifier"], id="regime-function-name-not-identifier",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime(transition=RegimeId.retired),
+        M, ["transition", "function"], id="regime-transition-not-callable",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime(active=["first"]),
+        M, ["active", "'first'"], id="regime-active-not-periods",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime(taste_shocks="gumbel"),
+        M, ["taste_shocks", "ExtremeValueShocks"], id="regime-taste-shocks-wrong-type",
+    ),
+    # ------------------------------------------------------------------ models
+    pytest.param(
+        _cycle_regime, M, ["'working'", "cycle", "'a' -> 'b' -> 'a'"], id="model-function-cycle",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                state_transitions={
+                    **working_kwargs()["state_transitions"],
+                    "savings": lambda wealth: wealth,
+                }
+            )
+        ),
+        M, ["'working'", "state_transitions['savings']", "no regime has"],
+        id="model-transition-for-unknown-state",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(state_transitions={"wealth": next_wealth})
+        ),
+        M, ["'working'", "missing state_transitions", "'health'"],
+        id="model-missing-state-transition",
+    ),
+    pytest.param(
+        lambda: build_model(regime_ids=IntEnum("RegimeId", {"working": 0, "retirement": 1})),
+        M, ["regime_ids", "'retirement'", "'retired'"], id="model-regime-ids-wrong-names",
+    ),
+    pytest.param(
+        lambda: build_model(regime_ids=IntEnum("RegimeId", {"working": 1, "retired": 2})),
+        M, ["regime_ids", "0..1", "'working': 1"], id="model-regime-ids-wrong-values",
+    ),
+    pytest.param(
+        lambda: build_model(regime_ids=Labor),
+        M, ["regime_ids", "'work'", "'working'"], id="model-regime-ids-of-another-enum",
+    ),
+    pytest.param(
+        lambda: build_model(regime_ids={"working": 0, "retired": 1}),
+        M, ["regime_ids", "IntEnum"], id="model-regime-ids-not-an-enum",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.Model(
+            regimes={"working": working_regime(), "retired ": retired_regime()},
+            n_periods=N_PERIODS,
+        ),
+        M, ["regime names", "'retired '"], id="model-regime-name-not-identifier",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.Model(
+            regimes={"working": working_regime(), "retired": retired_kwargs()},
+            n_periods=N_PERIODS,
+        ),
+        M, ["regimes['retired']", "Regime", "dict"], id="model-regime-not-a-regime",
+    ),
+    pytest.param(
+        _age_model, M, ["'working'", "'utility'", "'age'", "ages=AgeGrid"],
+        id="model-age-without-ages",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                actions={"labor": lcm.DiscreteGrid(Labor), "wealth": consumption_grid()}
+            )
+        ),
+        M, ["'working'", "'wealth'", "both a state and an action"],
+        id="model-state-and-action-same-name",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                functions={"utility": utility, "labor_income": labor_income,
+                           "wealth": lambda consumption: consumption}
+            )
+        ),
+        M, ["'working'", "function 'wealth'", "state or action"],
+        id="model-function-named-like-state",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                functions={"utility": utility, "labor_income": labor_income,
+                           "next_wealth": lambda consumption: consumption}
+            )
+        ),
+        M, ["'working'", "'next_wealth'", "reserved"], id="model-function-named-like-transition",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                functions={"utility": utility, "labor_income": labor_income,
+                           "period": lambda consumption: consumption}
+            )
+        ),
+        M, ["'working'", "'period'", "reserved"], id="model-function-named-period",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(constraints={"labor_income": borrowing})
+        ),
+        M, ["'working'", "constraint 'labor_income'"], id="model-constraint-named-like-function",
+    ),
+    pytest.param(
+        lambda: build_model(retired=retired_regime(transition=None)),
+        M, ["'retired'", "terminal", "'wealth'"], id="model-terminal-with-state-transitions",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                state_transitions={
+                    "wealth": lcm.MarkovTransition(lambda wealth: jnp.ones(3) / 3),
+                    "health": lcm.MarkovTransition(next_health),
+                }
+            )
+        ),
+        M, ["'working'", "state_transitions['wealth']", "MarkovTransition", "continuous"],
+        id="model-markov-on-continuous-state",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                actions={
+                    "labor": lcm.DiscreteGrid(Labor, distributed=True),
+                    "consumption": consumption_grid(),
+                }
+            )
+        ),
+        M, ["'working'", "action 'labor'", "distributed=True"], id="model-distributed-action",
+    ),
+    pytest.param(
+        lambda: build_model(retired=retired_regime(taste_shocks=lcm.ExtremeValueShocks())),
+        M, ["'retired'", "taste_shocks", "discrete action"],
+        id="model-taste-shocks-without-discrete-actions",
+    ),
+    pytest.param(
+        _inconsistent_state(["bad", "fair", "good"]),
+        M, ["'working'", "'retired'", "'health'"], id="model-discrete-state-different-sizes",
+    ),
+    pytest.param(
+        _inconsistent_state(["poor", "good"]),
+        M, ["'working'", "'retired'", "'health'", "'poor'"],
+        id="model-discrete-state-different-labels",
+    ),
+    pytest.param(
+        lambda: build_model(
+            retired=retired_regime(
+                states={"wealth": wealth_grid(), "health": wealth_grid()},
+                state_transitions={"wealth": next_wealth_retired, "health": lambda health: health},
+            )
+        ),
+        M, ["'working'", "'retired'", "'health'"], id="model-state-discrete-and-continuous",
+    ),
+    pytest.param(
+        lambda: build_model(retired=retired_regime(active=[0, 1, 5])),
+        M, ["'retired'", "active periods", "[5]", "0..1"], id="model-active-outside-horizon",
+    ),
+    pytest.param(
+        lambda: build_model(retired=retired_regime(active=lambda period: period > 10)),
+        M, ["'retired'", "active in no period"], id="model-never-active",
+    ),
+    pytest.param(
+        lambda: build_model(n_periods=0), M, ["n_periods", ">= 1", "0"], id="model-zero-periods",
+    ),
+    pytest.param(
+        lambda: build_model(n_periods=2.0), M, ["n_periods", "int"], id="model-float-periods",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                functions={"utility": utility, "labor_income": lambda labor, retired: labor}
+            )
+        ),
+        M, ["'working'", "'labor_income'", "'retired'", "named like a regime"],
+        id="model-parameter-named-like-regime",
+    ),
+    pytest.param(
+        lambda: build_model(retired=retired_regime(functions={"utility": jnp.log})),
+        M, ["'retired'", "'utility'", "positionally"], id="model-positional-only-argument",
+    ),
+    pytest.param(
+        lambda: build_model(ages=(40, 10)), M, ["ages", "AgeGrid"], id="model-ages-not-age-grid",
+    ),
+    # ------------------------------------------------------------------ params
+    pytest.param(
+        lambda: solve(params_with(wage=None)),
+        P, ["'working'", "'labor_income'", "missing parameter 'wage'"],
+        id="solve-missing-parameter",
+    ),
+    pytest.param(
+        lambda: solve(
+            PARAMS,
+            lcm.Model(
+                **model_kwargs(
+                    retired=retired_regime(
+                        functions={"utility": lambda consumtion: jnp.log(consumtion)}
+                    )
+                )
+            ),
+        ),
+        P, ["'retired'", "'utility'", "missing parameter 'consumtion'", "action 'consumption'"],
+        id="solve-misspelt-action-becomes-missing-parameter",
+    ),
+    pytest.param(
+        lambda: solve(params_with(discount_factor=None)),
+        P, ["'working'", "missing parameter 'discount_factor'"],
+        id="solve-missing-regime-level-parameter",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "working": {"labor_income": {"wage": 3.0}}}),
+        P, ["'working'", "'labor_income'", "'wage'", "ambiguous"],
+        id="solve-ambiguous-parameter-function-and-top",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "working": {"discount_factor": 0.9}}),
+        P, ["'working'", "'discount_factor'", "ambiguous"],
+        id="solve-ambiguous-parameter-regime-and-top",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "wages": 5.0}),
+        P, ["params['wages']", "'wage'"], id="solve-unknown-top-level-parameter",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "retired": {"wage": 5.0}}),
+        P, ["'retired'", "unknown parameter 'wage'"], id="solve-unknown-parameter-in-regime",
+    ),
+    pytest.param(
+        lambda: solve(
+            {**params_with(wage=None), "working": {"labor_income": {"wage": 5.0, "tax": 0.1}}}
+        ),
+        P, ["'working'", "'labor_income'", "unknown parameter 'tax'", "'wage'"],
+        id="solve-unknown-parameter-in-function",
+    ),
+    pytest.param(
+        lambda: solve({**params_with(wage=None), "working": {"utility": {"wage": 5.0}}}),
+        P, ["'working'", "'utility'", "unknown parameter 'wage'", "'disutility_of_work'"],
+        id="solve-parameter-under-wrong-function",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "working": {"borrowing": {"limit": 0.0}}}),
+        P, ["'working'", "'borrowing'", "not a function with parameters"],
+        id="solve-dict-for-function-without-parameters",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "working": 1.0}),
+        P, ["params['working']", "dict", "'working''s parameters"],
+        id="solve-regime-params-not-a-dict",
+    ),
+    pytest.param(
+        lambda: solve([("wage", 5.0)]), P, ["params", "dict", "list"], id="solve-params-not-a-dict",
+    ),
+    pytest.param(
+        lambda: solve(params_with(wage="five")),
+        P, ["'working'", "'labor_income'", "'wage'", "number or an array", "'five'"],
+        id="solve-parameter-not-a-number",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "wage": None}),
+        P, ["'working'", "'labor_income'", "'wage'", "number or an array", "None"],
+        id="solve-parameter-is-none",
+    ),
+    pytest.param(
+        lambda: solve({**PARAMS, "wage": {"level": 5.0}}),
+        P, ["params['wage']", "dict", "not a regime"], id="solve-parameter-is-a-dict",
+    ),
+    pytest.param(
+        lambda: solve({**params_with(wage=None), "labor_income": {"wage": 5.0}}),
+        P, ["params['labor_income']", "params[regime]['labor_income']", "'working'"],
+        id="solve-function-params-at-top-level",
+    ),
+    pytest.param(
+        lambda: solve(params_with(disutility_of_work=jnp.ones(3))),
+        P, ["'working'", "'utility'", "shape (3,)"],
+        id="solve-utility-returns-vector",
+        marks=pytest.mark.xfail(
+            strict=True, raises=lcm.ModelInitializationError,
+            reason="_solve/_kernel.py raises ModelInitializationError for wrong shapes; API.md "
+            "lists wrong shapes under InvalidParamsError",
+        ),
+    ),
+    pytest.param(
+        lambda: solve(params_with(health_transition=jnp.full((2, 3), 1 / 3))),
+        P, ["'working'", "'next_health'", "shape (3,)", "(2,)"],
+        id="solve-markov-returns-wrong-length",
+        marks=pytest.mark.xfail(
+            strict=True, raises=lcm.ModelInitializationError,
+            reason="_solve/_kernel.py raises ModelInitializationError for wrong shapes; API.md "
+            "lists wrong shapes under InvalidParamsError",
+        ),
+    ),
+    # ------------------------------------------------- transition probabilities
+    pytest.param(
+        lambda: solve(params_with(health_transition=jnp.array([[0.6, 0.39], [0.2, 0.8]]))),
+        T, ["'working'", "'next_health'"], id="solve-state-probabilities-sum-to-0.99",
+    ),
+    pytest.param(
+        lambda: solve(params_with(health_transition=jnp.array([[1.1, -0.1], [0.2, 0.8]]))),
+        T, ["'working'", "'next_health'"], id="solve-state-probability-negative",
+    ),
+    pytest.param(
+        lambda: solve(params_with(regime_transition=jnp.array([[0.9, 0.09], [0.0, 1.0]]))),
+        T, ["'working'", "'next_regime'"], id="solve-regime-probabilities-sum-to-0.99",
+    ),
+    pytest.param(
+        lambda: solve(params_with(regime_transition=jnp.array([[0.9, 0.1], [-0.5, 1.5]]))),
+        T, ["'working'", "'next_regime'"], id="solve-regime-probability-negative",
+    ),
+    pytest.param(
+        _unreachable_target_model,
+        T, ["'working'", "'next_regime'", "cannot reach"], id="solve-mass-on-unreachable-regime",
+    ),
+    pytest.param(
+        lambda: solve(PARAMS, validate="loud"), lcm.LcmError, ["validate", "'loud'"],
+        id="solve-unknown-validate-option",
+    ),
+    # ---------------------------------------------------------------- solution
+    pytest.param(
+        lambda: functools.partial(solution().value, "dead", 0),
+        lcm.InvalidPeriodError, ["'dead'", "'working'", "'retired'"],
+        id="solution-value-unknown-regime",
+    ),
+    pytest.param(
+        lambda: functools.partial(solution().value, "working", N_PERIODS),
+        lcm.InvalidPeriodError, ["'working'", "period 2", "0..1"],
+        id="solution-value-period-outside-horizon",
+    ),
+    # ------------------------------------------------------ initial conditions
+    pytest.param(
+        lambda: simulate(initial_conditions(regime=None)),
+        I, ["'regime'"], id="simulate-missing-regime",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(regime=np.array(["working", "unemployed"]))),
+        I, ["'unemployed'", "'working'", "'retired'"], id="simulate-unknown-regime-name",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(regime=np.array([0, 2]))),
+        I, ["'regime'", "0..1"], id="simulate-regime-id-out-of-range",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(health=np.array(["good", "excellent"]))),
+        I, ["'health'", "'excellent'", "'bad'", "'good'"], id="simulate-unknown-discrete-label",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(health=np.array([1, 2]))),
+        I, ["'health'", "0..1"], id="simulate-discrete-code-out-of-range",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(wealth=None)),
+        I, ["'wealth'", "'working'"], id="simulate-missing-state",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(wealth=np.array([5.0, 8.0, 9.0]))),
+        I, ["'wealth'", "(3,)", "(2,)"], id="simulate-state-wrong-length",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(wealth=np.array([[5.0, 8.0]]))),
+        I, ["'wealth'", "(1, 2)", "(2,)"], id="simulate-state-wrong-shape",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(wealth=np.array([np.nan, 8.0]))),
+        I, ["'wealth'", "finite"], id="simulate-nan-continuous-state",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(income=np.array([1.0, 2.0]))),
+        I, ["'income'", "'wealth'", "'health'"], id="simulate-unknown-column",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(), subject_batch_size=-1),
+        I, ["subject_batch_size", "-1"], id="simulate-negative-subject-batch-size",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(regime=np.array([], dtype=int),
+                                            wealth=np.array([]), health=np.array([]))),
+        I, ["'regime'", "non-empty"], id="simulate-no-subjects",
+    ),
+    pytest.param(
+        lambda: simulate([(0, 5.0, "good")]), I, ["initial_conditions", "dict", "list"],
+        id="simulate-conditions-not-a-dict",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "error", "substrings"), CASES)
+def test_bad_input_raises(case, error, substrings):
+    call = case()  # set-up: everything before the failing call is valid
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, lcm.LcmError)
+    message = str(info.value)
+    missing = [s for s in substrings if s not in message]
+    assert not missing, f"message lacks {missing}: {message}"
+
+
+def test_table_is_large_enough():
+    assert len(CASES) >= 30
+    assert len({p.id for p in CASES}) == len(CASES)
+
+
+# ---------------------------------------------------------------------------------------
+# validate= "warn" and "off" for the same bad probabilities
+# ---------------------------------------------------------------------------------------
+
+BAD_PROBABILITIES = params_with(health_transition=jnp.array([[0.6, 0.39], [0.2, 0.8]]))
+
+
+def test_bad_probabilities_warn_under_validate_warn():
+    with pytest.warns(UserWarning, match="next_health") as record:
+        result = model().solve(BAD_PROBABILITIES, validate="warn")
+    assert "'working'" in str(record[0].message)
+    assert np.all(np.isfinite(np.asarray(result.value("working", 0))))
+
+
+def test_bad_probabilities_pass_silently_under_validate_off():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = model().solve(BAD_PROBABILITIES, validate="off")
+    assert np.all(np.isfinite(np.asarray(result.value("working", 0))))
+
+
+def test_valid_inputs_pass():
+    """The base model, params and initial conditions that every row perturbs are valid."""
+    result = model().simulate(
+        PARAMS, initial_conditions(), solution=solution(), key=jax.random.key(0)
+    )
+    assert len(result.to_dataframe()) > 0
