@@ -33,6 +33,10 @@ from ._model._markov import ExtremeValueShocks as ExtremeValueShocks  # noqa: E4
 from ._model._markov import MarkovTransition as MarkovTransition  # noqa: E402
 from ._model._model import Model as Model  # noqa: E402
 from ._model._regime import Regime as Regime  # noqa: E402
+from ._plotting import compute_policy as compute_policy  # noqa: E402
+from ._plotting import plot_policy as plot_policy  # noqa: E402
+from ._plotting import plot_profiles as plot_profiles  # noqa: E402
+from ._plotting import plot_values as plot_values  # noqa: E402
 from ._simulate._result import SimulationResult as SimulationResult  # noqa: E402
 from ._solve._solution import Solution as Solution  # noqa: E402
 from ._solve._solver import AbstractSolver as AbstractSolver  # noqa: E402

@@ -1,0 +1,101 @@
+"""The example scripts run, print, and save their figures; the plotting helpers agree with
+the simulation."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ("tiny", "retirement", "precautionary_savings")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_runs_and_saves_its_figure(name):
+    script = ROOT / "examples" / f"{name}.py"
+    png = script.with_suffix(".png")
+    png.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    completed = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert completed.stdout.strip(), "the example printed nothing"
+    assert png.is_file() and png.stat().st_size > 10_000, f"{png} was not written"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The model of examples/tiny.py, imported as a module (its main() is not run)."""
+    spec = importlib.util.spec_from_file_location("tiny_example", ROOT / "examples" / "tiny.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compute_policy_matches_simulation_and_solution(tiny):
+    import jax
+
+    import lcm_eqx as lcm
+
+    model, params = tiny.model, tiny.params
+    solution = model.solve(params)
+    wealth = np.linspace(1.0, 50.0, 50)  # the state grid
+    simulated = model.simulate(
+        params,
+        {"regime": np.zeros(50, dtype=int), "wealth": wealth},
+        solution=solution,
+        key=jax.random.key(0),
+    ).to_dataframe()
+    first = simulated[simulated["period"] == 0]
+    actions, values = lcm.compute_policy(model, params, solution, "alive", 0, {"wealth": wealth})
+    np.testing.assert_allclose(actions["consumption"], first["consumption"].to_numpy())
+    np.testing.assert_allclose(values, first["value"].to_numpy(), rtol=1e-6)
+    for period in range(model.n_periods):
+        _, values = lcm.compute_policy(model, params, solution, "alive", period, {"wealth": wealth})
+        np.testing.assert_allclose(values, solution.value("alive", period), rtol=1e-5, atol=1e-5)
+
+
+def test_plots_draw_one_line_per_period_and_reject_unknown_names(tiny):
+    import jax
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import lcm_eqx as lcm
+
+    model, params = tiny.model, tiny.params
+    solution = model.solve(params)
+    ax = lcm.plot_values(model, solution, "alive")
+    assert len(ax.get_lines()) == model.n_periods
+    assert ax.get_xlabel() == "wealth"
+    ax = lcm.plot_policy(model, params, solution, "alive", "consumption", period=[0, 3])
+    consumption_last = ax.get_lines()[1].get_ydata()
+    np.testing.assert_allclose(consumption_last[:5], [1.0, 2.0, 3.0, 4.0, 5.0], atol=0.25)
+    result = model.simulate(
+        params,
+        {"regime": np.zeros(4, dtype=int), "wealth": np.full(4, 10.0)},
+        solution=solution,
+        key=jax.random.key(0),
+    )
+    ax = lcm.plot_profiles(result, "wealth")
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata()[0], 10.0)
+    with pytest.raises(lcm.LcmError, match="no state 'income'"):
+        lcm.plot_values(model, solution, "alive", state="income")
+    with pytest.raises(lcm.LcmError, match="no action 'labor'"):
+        lcm.plot_policy(model, params, solution, "alive", "labor")
+    with pytest.raises(lcm.LcmError, match="not active in period 7"):
+        lcm.plot_values(model, solution, "alive", periods=[7])
+    with pytest.raises(lcm.LcmError, match="unknown variables"):
+        lcm.plot_profiles(result, "savings")
+    plt.close("all")
