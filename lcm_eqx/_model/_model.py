@@ -14,6 +14,7 @@ import numpy as np
 
 from .._errors import InvalidInitialConditionsError, InvalidTransitionProbabilitiesError, LcmError
 from .._grids import AgeGrid, AbstractProcessGrid, DiscreteGrid
+from .._pandas import coerce_params
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
 from .._solve._backward import solve_model
@@ -92,6 +93,26 @@ class Model(eqx.Module):
     def __eq__(self, other) -> bool:
         return self is other
 
+    def describe(self, params=None, *, memory_budget: int | None = None,
+                 axis: str | None = None):
+        """A readable summary of the model that sizes the knobs (`print()` it).
+
+        Lists every regime's states, actions, grid sizes, parameters and state-action
+        points per period. Given `params`, adds XLA's compiled memory of the solve; given
+        also `memory_budget` (bytes), the fewest `batch_size` chunks on `axis` (default:
+        the largest splayable state axis) whose compiled temp memory fits, found by
+        compiling the candidates. Apply it with `model.with_batch_size(axis, batch_size)`.
+        """
+        from .._describe import describe
+
+        return describe(self, params, memory_budget=memory_budget, axis=axis)
+
+    def with_batch_size(self, axis: str, batch_size: int) -> Model:
+        """A copy of the model whose grids named `axis` are splayed in chunks of `batch_size`."""
+        from .._describe import with_batch_size
+
+        return with_batch_size(self, axis, batch_size)
+
     def params_template(self) -> dict:
         """Every parameter, nested as `{regime: {function: {name: nan}}}`."""
         return params_template(self.plan)
@@ -110,6 +131,7 @@ class Model(eqx.Module):
                 on the grid; `"warn"` warns instead; `"off"` skips the checks (results
                 are then unvalidated).
         """
+        params = coerce_params(params)  # a pandas Series becomes the nested dict
         _check_validate(validate)
         check_params(self.plan, params)
         solution = self._solve(params, validate=validate != "off")
@@ -140,6 +162,7 @@ class Model(eqx.Module):
                 results do not depend on it.
             validate: passed to `solve` when `solution` is None.
         """
+        params = coerce_params(params)  # a pandas Series becomes the nested dict
         check_params(self.plan, params)
         if (not isinstance(subject_batch_size, int) or isinstance(subject_batch_size, bool)
                 or subject_batch_size < 0):
