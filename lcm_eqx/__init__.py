@@ -16,6 +16,7 @@ from ._errors import (  # noqa: E402
     InvalidTransitionProbabilitiesError as InvalidTransitionProbabilitiesError,
 )
 from ._errors import LcmError as LcmError  # noqa: E402
+from ._errors import SavedFileError as SavedFileError  # noqa: E402
 from ._errors import ModelInitializationError as ModelInitializationError  # noqa: E402
 from ._grids import AbstractGrid as AbstractGrid  # noqa: E402
 from ._grids import AgeGrid as AgeGrid  # noqa: E402
@@ -33,6 +34,10 @@ from ._model._markov import ExtremeValueShocks as ExtremeValueShocks  # noqa: E4
 from ._model._markov import MarkovTransition as MarkovTransition  # noqa: E402
 from ._model._model import Model as Model  # noqa: E402
 from ._model._regime import Regime as Regime  # noqa: E402
+from ._pandas import params_from_series as params_from_series  # noqa: E402
+from ._pandas import params_to_series as params_to_series  # noqa: E402
+from ._persistence import load_simulation_result as load_simulation_result  # noqa: E402
+from ._persistence import load_solution as load_solution  # noqa: E402
 from ._plotting import compute_policy as compute_policy  # noqa: E402
 from ._plotting import plot_policy as plot_policy  # noqa: E402
 from ._plotting import plot_profiles as plot_profiles  # noqa: E402

@@ -27,3 +27,9 @@ class InvalidTransitionProbabilitiesError(LcmError, ValueError):
 
 class InvalidPeriodError(LcmError, ValueError):
     """A period outside the model's horizon, or one in which a regime is inactive."""
+
+
+class SavedFileError(LcmError, ValueError):
+    """A saved solution or simulation result cannot be loaded: the file is corrupt or
+    truncated, holds another kind of object, or was saved from a model with a different
+    structure (the message says what differs)."""

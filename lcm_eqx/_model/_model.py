@@ -15,6 +15,7 @@ import numpy as np
 from .._errors import InvalidInitialConditionsError, InvalidTransitionProbabilitiesError, LcmError
 from .._grids import AgeGrid, AbstractProcessGrid, DiscreteGrid
 from .._pandas import coerce_params
+from .._persistence import model_structure, with_model_structure
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
 from .._solve._backward import solve_model
@@ -134,7 +135,7 @@ class Model(eqx.Module):
         params = coerce_params(params)  # a pandas Series becomes the nested dict
         _check_validate(validate)
         check_params(self.plan, params)
-        solution = self._solve(params, validate=validate != "off")
+        solution = with_model_structure(self._solve(params, validate=validate != "off"), self)
         if validate != "off":
             solution = _enforce(solution, validate)
         return solution
@@ -233,6 +234,7 @@ class Model(eqx.Module):
             has_variable={n: (*r.states, *r.actions) for n, r in plan.regimes.items()},
             labels=labels,
             ages=ages,
+            model_structure=model_structure(self),
         )
 
 

@@ -15,7 +15,8 @@ class Solution(eqx.Module):
     `values[regime]` has shape `(n_periods, *state_shape)`, one axis per state in
     declaration order; periods in which the regime is inactive hold `-inf`.
     `violations[regime]` has shape `(n_periods, n_checks)`: how far each probability
-    check named in `checks[regime]` was from valid (0 when valid).
+    check named in `checks[regime]` was from valid (0 when valid). `solution.save(path)`
+    writes it to a file; `lcm.load_solution(path, model)` reads it back.
 
     Example:
         >>> solution = model.solve(params)
@@ -28,10 +29,26 @@ class Solution(eqx.Module):
     checks: dict[str, tuple[str, ...]] = eqx.field(static=True)
     active: dict[str, tuple[int, ...]] = eqx.field(static=True)
     state_names: dict[str, tuple[str, ...]] = eqx.field(static=True)
+    # Canonical JSON of the structure of the model that produced it (set by Model.solve),
+    # written into saved files so that loading can check the model it is loaded into.
+    model_structure: str | None = eqx.field(static=True, default=None, repr=False)
 
     @property
     def n_periods(self) -> int:
         return next(iter(self.values.values())).shape[0]
+
+    def save(self, path) -> None:
+        """Write the solution to the file `path` (atomically: a crash leaves the old file).
+
+        Arrays round-trip bit-exactly. Load it with `lcm.load_solution(path, model)`.
+
+        Example:
+            >>> solution.save("retirement.lcm")
+            >>> solution = lcm.load_solution("retirement.lcm", model)
+        """
+        from .._persistence import save
+
+        save(self, path)
 
     def value(self, regime: str, period: int) -> Float[Array, "..."]:
         """The value array of `regime` in `period` (axes = its states in declaration order)."""

@@ -1,0 +1,180 @@
+"""Parameters as a pandas Series: one row per parameter, indexed by where it lives.
+
+The index levels are `(regime, function, name)`, as in `params[regime][function][name]`.
+A level that does not apply is `""` (or NaN): `("", "", "wage")` is `params["wage"]`,
+`("working", "", "wage")` is `params["working"]["wage"]`. A flat index of names is the
+top level only. Array-valued parameters sit in object cells.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._errors import InvalidParamsError
+
+LEVELS = ("regime", "function", "name")
+
+
+def params_from_series(series: pd.Series) -> dict[str, Any]:
+    """The nested params dict described by a Series indexed by `(regime, function, name)`.
+
+    Args:
+        series: one parameter per row. Its index is either flat (each entry a parameter
+            name, read as `params[name]`) or a `MultiIndex` with 2 levels
+            `(regime, name)` or 3 levels `(regime, function, name)`; a level that does
+            not apply is `""` or NaN. Cells hold numbers, or arrays in an object column.
+
+    Returns:
+        The nested dict that `Model.solve` and `Model.simulate` take (they also accept
+        the Series itself and call this function).
+
+    Example:
+        >>> index = pd.MultiIndex.from_tuples(
+        ...     [("", "", "discount_factor"), ("working", "", "wage")],
+        ...     names=["regime", "function", "name"])
+        >>> params_from_series(pd.Series([0.95, 20.0], index=index))
+        {'discount_factor': 0.95, 'working': {'wage': 20.0}}
+    """
+    if not isinstance(series, pd.Series):
+        raise InvalidParamsError(
+            f"params_from_series: expected a pandas Series, got {type(series).__name__}."
+        )
+    index = series.index
+    n_levels = index.nlevels
+    if n_levels > len(LEVELS):
+        raise InvalidParamsError(
+            f"params_from_series: the index has {n_levels} levels; use at most 3: "
+            "(regime, function, name)."
+        )
+    params: dict[str, Any] = {}
+    for entry, value in zip(index, series.array, strict=True):
+        path = _path(entry if isinstance(entry, tuple) else (entry,))
+        _insert(params, path, _value(path, value))
+    return params
+
+
+def params_to_series(params: Mapping) -> pd.Series:
+    """The params dict as a Series with a `(regime, function, name)` MultiIndex.
+
+    Levels that do not apply are `""`; top-level parameters come first. The Series is
+    float when every parameter is a number, and holds arrays in object cells otherwise.
+    `params_from_series` inverts it.
+
+    Example:
+        >>> params_to_series({"discount_factor": 0.95, "working": {"wage": 20.0}})
+        regime   function  name
+                           discount_factor     0.95
+        working            wage               20.00
+        dtype: float64
+    """
+    if not isinstance(params, Mapping):
+        raise InvalidParamsError(
+            f"params_to_series: expected a dict of parameters, got {type(params).__name__}."
+        )
+    rows: list[tuple[tuple[str, str, str], Any]] = []
+    for key, value in params.items():
+        if not isinstance(value, Mapping):
+            rows.append((("", "", key), value))
+            continue
+        for inner_key, inner in value.items():
+            if not isinstance(inner, Mapping):
+                rows.append(((key, "", inner_key), inner))
+                continue
+            for name, leaf in inner.items():
+                if isinstance(leaf, Mapping):
+                    raise InvalidParamsError(
+                        f"params_to_series: params[{key!r}][{inner_key!r}][{name!r}] is a "
+                        "dict; parameters nest at most three levels deep."
+                    )
+                rows.append(((key, inner_key, name), leaf))
+    # Top-level parameters first: pandas prints a blank level as "same as the row above",
+    # so a ("", "", name) row after a regime's rows would read as belonging to it.
+    rows.sort(key=lambda row: row[0][0] != "")
+    index = pd.MultiIndex.from_tuples([r[0] for r in rows], names=list(LEVELS))
+    values = [_cell(v) for _, v in rows]
+    if all(np.ndim(v) == 0 for v in values):
+        return pd.Series([float(np.asarray(v)) for v in values], index=index, dtype=float)
+    cells = np.empty(len(values), dtype=object)
+    cells[:] = values
+    return pd.Series(cells, index=index, dtype=object)
+
+
+def coerce_params(params):
+    """`params_from_series(params)` for a Series; anything else is returned unchanged."""
+    if isinstance(params, pd.Series):
+        return params_from_series(params)
+    return params
+
+
+def _is_missing(level) -> bool:
+    if level is None or (isinstance(level, str) and level == ""):
+        return True
+    return isinstance(level, numbers.Real) and not isinstance(level, bool) and np.isnan(level)
+
+
+def _path(entry: tuple) -> tuple[str, ...]:
+    """The keys into the nested dict for one index entry, e.g. `("working", "wage")`."""
+    *outer, name = entry
+    if _is_missing(name):
+        raise InvalidParamsError(
+            f"params_from_series: the index entry {entry!r} has no parameter name (the last level)."
+        )
+    regime = outer[0] if outer else ""
+    function = outer[1] if len(outer) > 1 else ""
+    if _is_missing(regime) and not _is_missing(function):
+        raise InvalidParamsError(
+            f"params_from_series: the index entry {entry!r} names function {function!r} but "
+            "no regime; function-level parameters need (regime, function, name)."
+        )
+    path = tuple(str(level) for level in (regime, function) if not _is_missing(level))
+    return (*path, str(name))
+
+
+def _value(path: tuple[str, ...], value):
+    where = "params" + "".join(f"[{key!r}]" for key in path)
+    if isinstance(value, Mapping | str) or value is None:
+        raise InvalidParamsError(
+            f"params_from_series: {where} must be a number or an array of numbers, got "
+            f"{value!r:.80}."
+        )
+    array = np.asarray(value)
+    if array.dtype.kind not in "biufc":
+        raise InvalidParamsError(
+            f"params_from_series: {where} must be a number or an array of numbers, got "
+            f"{value!r:.80}."
+        )
+    if array.ndim == 0:
+        return array.item()  # a Python number: no float64 leaks into a float32 model
+    return array
+
+
+def _insert(params: dict, path: tuple[str, ...], value) -> None:
+    where = "params" + "".join(f"[{key!r}]" for key in path)
+    node = params
+    for depth, key in enumerate(path[:-1]):
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            clash = "params" + "".join(f"[{k!r}]" for k in path[: depth + 1])
+            raise InvalidParamsError(
+                f"params_from_series: {clash} is both a parameter and a level above {where}."
+            )
+        node = child
+    if path[-1] in node:
+        raise InvalidParamsError(
+            f"params_from_series: {where} appears more than once in the index."
+            if not isinstance(node[path[-1]], dict)
+            else f"params_from_series: {where} is both a parameter and a level above others."
+        )
+    node[path[-1]] = value
+
+
+def _cell(value):
+    if isinstance(value, numbers.Number):
+        return value
+    array = np.asarray(value)
+    return array.item() if array.ndim == 0 else array
