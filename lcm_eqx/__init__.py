@@ -10,6 +10,7 @@ _configure_jax()
 
 from ._errors import GridInitializationError as GridInitializationError  # noqa: E402
 from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
+from ._errors import InvalidDataError as InvalidDataError  # noqa: E402
 from ._errors import InvalidParamsError as InvalidParamsError  # noqa: E402
 from ._errors import InvalidPeriodError as InvalidPeriodError  # noqa: E402
 from ._errors import (  # noqa: E402
@@ -18,6 +19,13 @@ from ._errors import (  # noqa: E402
 from ._errors import LcmError as LcmError  # noqa: E402
 from ._errors import SavedFileError as SavedFileError  # noqa: E402
 from ._errors import ModelInitializationError as ModelInitializationError  # noqa: E402
+from ._estimation import ChoiceData as ChoiceData  # noqa: E402
+from ._estimation import best_continuous_actions as best_continuous_actions  # noqa: E402
+from ._estimation import choice_moments as choice_moments  # noqa: E402
+from ._estimation import choice_probabilities as choice_probabilities  # noqa: E402
+from ._estimation import discrete_values as discrete_values  # noqa: E402
+from ._estimation import log_likelihood as log_likelihood  # noqa: E402
+from ._estimation import prepare_data as prepare_data  # noqa: E402
 from ._grids import AbstractGrid as AbstractGrid  # noqa: E402
 from ._grids import AgeGrid as AgeGrid  # noqa: E402
 from ._grids import DiscreteGrid as DiscreteGrid  # noqa: E402

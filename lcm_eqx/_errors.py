@@ -33,3 +33,7 @@ class SavedFileError(LcmError, ValueError):
     """A saved solution or simulation result cannot be loaded: the file is corrupt or
     truncated, holds another kind of object, or was saved from a model with a different
     structure (the message says what differs)."""
+
+
+class InvalidDataError(LcmError, ValueError):
+    """Observed data that do not fit the model (unknown regimes, labels, missing columns)."""

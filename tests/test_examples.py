@@ -99,3 +99,17 @@ def test_plots_draw_one_line_per_period_and_reject_unknown_names(tiny):
     with pytest.raises(lcm.LcmError, match="unknown variables"):
         lcm.plot_profiles(result, "savings")
     plt.close("all")
+
+
+def test_calibrate_example_runs():
+    """The vmapped calibration sweep (it prints a table and saves no figure)."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "calibrate.py")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert completed.stdout.strip(), "the example printed nothing"

@@ -34,6 +34,18 @@ class AbstractSolver(eqx.Module):
         `key` draws the taste shocks of regimes that have them.
         """
 
+    def discrete_values(self, problem: RegimeProblem, state: dict[str, Array]) -> Array:
+        """`v_d`: the best value over the continuous actions for each discrete action.
+
+        Returns an array with one axis per discrete action of the regime (in declaration
+        order; a 0-d array when the regime has none). Used for conditional choice
+        probabilities and likelihoods; solvers that cannot provide it raise.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement discrete_values, which choice "
+            "probabilities and likelihoods need."
+        )
+
 
 class GridSearch(AbstractSolver):
     """Evaluates every action on the action grids and takes the best.
@@ -63,6 +75,41 @@ class GridSearch(AbstractSolver):
             return jnp.max(values), violations
 
         return reduce({}, 0)
+
+    def discrete_values(self, problem, state):
+        # The best continuous action is located on the grid without derivatives
+        # (`stop_gradient`), then `q` is evaluated once more there: the same value as the
+        # max over the grid, and the same derivative (that of the maximising element),
+        # but reverse mode differentiates one point per discrete action instead of the
+        # whole continuous grid.
+        axes = problem.action_axes
+        n_discrete = len(problem.regime.discrete_actions)
+        continuous = axes[n_discrete:]
+
+        def grid(action: dict, depth: int):
+            if depth == len(axes):
+                return problem.q(state, action)[0]
+            axis = axes[depth]
+            return map_axis(
+                lambda x: grid({**action, axis.name: x}, depth + 1), axis.points,
+                axis.batch_size,
+            )
+
+        def at_discrete(action: dict, depth: int):
+            if depth == n_discrete:
+                if not continuous:
+                    return problem.q(state, action)[0]
+                values = jax.lax.stop_gradient(grid(action, depth))
+                index = jnp.unravel_index(jnp.argmax(values.reshape(-1)), values.shape)
+                best = {a.name: a.points[i] for a, i in zip(continuous, index, strict=True)}
+                return problem.q(state, {**action, **best})[0]
+            axis = axes[depth]
+            return map_axis(
+                lambda x: at_discrete({**action, axis.name: x}, depth + 1), axis.points,
+                axis.batch_size,
+            )
+
+        return at_discrete({}, 0)
 
     def choose(self, problem, state, key):
         axes = problem.action_axes

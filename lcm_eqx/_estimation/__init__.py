@@ -1,0 +1,16 @@
+"""Estimation helpers: conditional choice probabilities, likelihoods, moments."""
+
+from ._choice import choice_probabilities, discrete_values
+from ._data import ChoiceData, InvalidDataError, prepare_data
+from ._likelihood import best_continuous_actions, choice_moments, log_likelihood
+
+__all__ = [
+    "ChoiceData",
+    "InvalidDataError",
+    "best_continuous_actions",
+    "choice_moments",
+    "choice_probabilities",
+    "discrete_values",
+    "log_likelihood",
+    "prepare_data",
+]

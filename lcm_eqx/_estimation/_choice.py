@@ -1,0 +1,155 @@
+"""Conditional choice probabilities of the discrete actions, from a solution.
+
+With taste shocks (`Regime(..., taste_shocks=ExtremeValueShocks())`) the probability of
+discrete action `d` at state `s` in period `t` is the softmax of `v_d(s) / λ`, where
+`v_d` is the best value over the continuous actions given `d` (the same `v_d` the solve
+combines with `λ·logsumexp(v_d / λ)`). It is smooth in the parameters wherever `v_d` is,
+so `jax.grad` flows through it. Without taste shocks the choice is the argmax of `v_d`
+(a one-hot array, piecewise constant in the parameters).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._errors import InvalidPeriodError, LcmError
+from .._model._params import resolve_params
+from .._solve._axes import lift
+from .._solve._backward import age_of
+from .._solve._kernel import RegimeProblem
+from .._solve._solution import Solution
+
+
+def next_values_at(solution_values: dict[str, Array], period) -> dict[str, Array]:
+    """The value arrays of period `period + 1` (zeros after the last period).
+
+    `period` may be traced.
+    """
+    out = {}
+    for name, values in solution_values.items():
+        shifted = jnp.concatenate([values[1:], jnp.zeros((1, *values.shape[1:]), values.dtype)])
+        out[name] = shifted[period]
+    return out
+
+
+def regime_problem(model, resolved, regime: str, period, solution_values) -> RegimeProblem:
+    """The Bellman problem of `regime` in `period` against the solution's next values."""
+    plan = model.plan
+    period = jnp.asarray(period, dtype=jnp.int32)
+    age = age_of(model.ages, period)
+    regime_plan = plan.regimes[regime]
+    next_values = None if regime_plan.is_terminal else next_values_at(solution_values, period)
+    return RegimeProblem(plan, regime_plan, resolved[regime], period, age, next_values, False)
+
+
+def probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:
+    """Softmax (or argmax one-hot when `scale` is None) over the last `n_discrete` axes."""
+    if n_discrete == 0:
+        return jnp.ones(v_d.shape, v_d.dtype)
+    lead = v_d.shape[: v_d.ndim - n_discrete]
+    flat = v_d.reshape((*lead, -1))
+    if scale is None:
+        p = jax.nn.one_hot(jnp.argmax(flat, axis=-1), flat.shape[-1], dtype=v_d.dtype)
+    else:
+        p = jax.nn.softmax(flat / scale, axis=-1)
+    return p.reshape(v_d.shape)
+
+
+def log_probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:
+    """`log` of `probabilities_from_values`, computed stably (log-softmax)."""
+    if n_discrete == 0:
+        return jnp.zeros(v_d.shape, v_d.dtype)
+    lead = v_d.shape[: v_d.ndim - n_discrete]
+    flat = v_d.reshape((*lead, -1))
+    if scale is None:
+        logp = jnp.log(probabilities_from_values(flat, None, 1))
+    else:
+        logp = jax.nn.log_softmax(flat / scale, axis=-1)
+    return logp.reshape(v_d.shape)
+
+
+def taste_shock_scale(problem: RegimeProblem):
+    if not problem.regime.taste_shocks:
+        return None
+    return problem.params[""]["taste_shock_scale"]
+
+
+def discrete_values(
+    model, params, solution: Solution, regime: str, period: int
+) -> Float[Array, "..."]:
+    """`v_d` on the state grid: the best value over the continuous actions, per discrete action.
+
+    Returns an array with the regime's state axes (declaration order) followed by one axis
+    per discrete action (declaration order).
+    """
+    _check(model, solution, regime, period)
+    return _discrete_values_on_grid(model, regime, params, solution.values, int(period))
+
+
+@functools.partial(jax.jit, static_argnames=("model", "regime"))
+def _discrete_values_on_grid(model, regime, params, solution_values, period):
+    resolved = resolve_params(model.plan, params)
+    problem = regime_problem(model, resolved, regime, period, solution_values)
+    return lift(lambda state: model.solver.discrete_values(problem, state), problem.state_axes)
+
+
+def choice_probabilities(
+    model, params, solution: Solution | None, regime: str, period: int
+) -> Float[Array, "..."]:
+    """Conditional choice probabilities `P(d | s, period)` on the regime's state grid.
+
+    Args:
+        model: the `Model`.
+        params: the parameters the solution was computed with.
+        solution: `model.solve(params)`; `None` solves first.
+        regime: the regime's name.
+        period: the period (a Python int).
+
+    Returns:
+        An array with the regime's state axes (declaration order) followed by one axis
+        per discrete action (declaration order), summing to 1 over the action axes. With
+        taste shocks it is `softmax(v_d / taste_shock_scale)` (smooth in `params`, so
+        `jax.grad` works); without, the one-hot argmax of `v_d`.
+
+    Example:
+        >>> p = lcm.choice_probabilities(model, params, solution, "working", 0)
+        >>> p.shape   # (n_wealth, n_labor)
+    """
+    if solution is None:
+        solution = model.solve(params)
+    _check(model, solution, regime, period)
+    return _probabilities_on_grid(model, regime, params, solution.values, int(period))
+
+
+@functools.partial(jax.jit, static_argnames=("model", "regime"))
+def _probabilities_on_grid(model, regime, params, solution_values, period):
+    resolved = resolve_params(model.plan, params)
+    problem = regime_problem(model, resolved, regime, period, solution_values)
+    v_d = lift(lambda state: model.solver.discrete_values(problem, state), problem.state_axes)
+    n_discrete = len(problem.regime.discrete_actions)
+    return probabilities_from_values(v_d, taste_shock_scale(problem), n_discrete)
+
+
+def _check(model, solution: Solution, regime: str, period) -> None:
+    plan = model.plan
+    if regime not in plan.regimes:
+        raise InvalidPeriodError(
+            f"Unknown regime {regime!r}; the model's regimes are {list(plan.regimes)}."
+        )
+    if isinstance(period, bool) or not isinstance(period, int | np.integer) or not (
+        0 <= period < plan.n_periods
+    ):
+        raise InvalidPeriodError(
+            f"Regime {regime!r}: period must be an int in 0..{plan.n_periods - 1}, got {period!r}."
+        )
+    if period not in plan.regimes[regime].active:
+        raise InvalidPeriodError(f"Regime {regime!r} is not active in period {period}.")
+    if not isinstance(solution, Solution):
+        raise LcmError(
+            f"solution must be a Solution from model.solve, got {type(solution).__name__}."
+        )

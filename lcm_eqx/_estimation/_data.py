@@ -1,0 +1,207 @@
+"""Observed panel data, arranged for the likelihood: padded (period, row) blocks per regime.
+
+Conversion happens once, in numpy, outside any trace. The result is an `eqx.Module`
+(a pytree of arrays) that can be passed to, or closed over by, jitted functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import equinox as eqx
+import numpy as np
+
+from .._errors import InvalidDataError, LcmError
+from .._grids import AbstractProcessGrid, DiscreteGrid
+
+
+class RegimeBlock(eqx.Module):
+    """The observations of one regime, padded into `(n_groups, max_rows)` blocks by period.
+
+    `states[name]` holds codes (discrete states), values (continuous states) or, for
+    process states given as values, those values (mapped to the nearest grid point at
+    run time, since the points depend on parameters). Padding repeats the group's first
+    row and is masked out by `mask`.
+    """
+
+    periods: np.ndarray  # (n_groups,) int
+    states: dict[str, np.ndarray]  # (n_groups, max_rows)
+    discrete_actions: dict[str, np.ndarray]  # (n_groups, max_rows) int codes
+    continuous_actions: dict[str, np.ndarray]  # (n_groups, max_rows) float (NaN: unobserved)
+    mask: np.ndarray  # (n_groups, max_rows) bool
+    row: np.ndarray  # (n_groups, max_rows) int, index into the original rows (-1: padding)
+    process_as_values: tuple[str, ...] = eqx.field(static=True)
+
+
+class ChoiceData(eqx.Module):
+    """Observed rows grouped by regime and period; build with `prepare_data`."""
+
+    blocks: dict[str, RegimeBlock]
+    n_rows: int = eqx.field(static=True)
+
+
+def prepare_data(model, data) -> ChoiceData:
+    """Arrange observed data for `log_likelihood` and `choice_moments`.
+
+    Args:
+        model: the `Model`.
+        data: a pandas DataFrame (e.g. `model.simulate(...).to_dataframe()`) or a dict of
+            1-d arrays with columns `regime` (names or ids), `period`, every state of the
+            rows' regimes (discrete: labels or codes; continuous: values; process states:
+            grid codes as ints, or values as floats, matched to the nearest grid point),
+            and the observed actions (discrete: labels or codes; continuous: values).
+            Each regime's discrete actions must be observed (no missing values) on its
+            rows; continuous actions may be NaN (unobserved).
+
+    Returns:
+        A `ChoiceData`, reusable across parameter values.
+    """
+    if isinstance(data, ChoiceData):
+        return data
+    columns = _columns(data)
+    plan = model.plan
+    if "regime" not in columns or "period" not in columns:
+        raise InvalidDataError("data needs columns 'regime' and 'period'.")
+    regime = _regime_ids(plan, columns["regime"])
+    period = np.asarray(columns["period"])
+    n_rows = regime.shape[0]
+    if period.shape != (n_rows,) or np.any(period != np.round(period)):
+        raise InvalidDataError("data['period'] must hold integer periods, one per row.")
+    period = period.astype(np.int64)
+    if np.any((period < 0) | (period >= plan.n_periods)):
+        raise InvalidDataError(f"data['period'] must lie in 0..{plan.n_periods - 1}.")
+    blocks = {}
+    for name, regime_plan in plan.regimes.items():
+        rows = np.flatnonzero(regime == regime_plan.id)
+        if rows.size == 0:
+            continue
+        inactive = sorted(set(period[rows].tolist()) - set(regime_plan.active))
+        if inactive:
+            raise InvalidDataError(
+                f"data: regime {name!r} has rows in periods {inactive}, where it is inactive."
+            )
+        blocks[name] = _block(regime_plan, columns, rows, period[rows])
+    return ChoiceData(blocks=blocks, n_rows=n_rows)
+
+
+def _columns(data) -> dict[str, np.ndarray]:
+    try:
+        import pandas as pd
+
+        if isinstance(data, pd.DataFrame):
+            return {c: data[c] for c in data.columns}
+    except ImportError:  # pragma: no cover
+        pass
+    if not isinstance(data, Mapping):
+        raise InvalidDataError(
+            f"data must be a pandas DataFrame or a dict of arrays, got {type(data).__name__}."
+        )
+    return dict(data)
+
+
+def _regime_ids(plan, raw) -> np.ndarray:
+    values = _plain(raw)
+    ids = {name: r.id for name, r in plan.regimes.items()}
+    if values.dtype.kind in "OUS":
+        bad = sorted({str(v) for v in values if str(v) not in ids})
+        if bad:
+            raise InvalidDataError(f"data['regime'] has unknown regimes {bad}; known: {list(ids)}.")
+        return np.array([ids[str(v)] for v in values], dtype=np.int64)
+    out = values.astype(np.int64)
+    if np.any(out != values) or np.any((out < 0) | (out >= len(ids))):
+        raise InvalidDataError(f"data['regime'] must hold ids 0..{len(ids) - 1} or names.")
+    return out
+
+
+def _plain(raw) -> np.ndarray:
+    """A column as a numpy array; Categoricals become their labels."""
+    try:
+        import pandas as pd
+
+        if isinstance(raw, pd.Series | pd.Categorical) and isinstance(
+            getattr(raw, "dtype", None), pd.CategoricalDtype
+        ):
+            return np.asarray(raw.astype(object))
+        if isinstance(raw, pd.Series):
+            return raw.to_numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    return np.asarray(raw)
+
+
+def _codes(name: str, grid, raw, rows) -> np.ndarray:
+    values = _plain(raw)[rows]
+    if values.dtype.kind in "OUS":
+        if not isinstance(grid, DiscreteGrid):
+            raise InvalidDataError(f"data[{name!r}]: labels given, but {name!r} has no labels.")
+        lookup = {str(label): i for i, label in enumerate(grid.labels)}
+        bad = sorted({str(v) for v in values if str(v) not in lookup})
+        if bad:
+            raise InvalidDataError(
+                f"data[{name!r}] has unknown labels {bad}; valid: {list(lookup)}."
+            )
+        return np.array([lookup[str(v)] for v in values], dtype=np.int64)
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        raise InvalidDataError(f"data[{name!r}] has missing values on rows that need it.")
+    codes = values.astype(np.int64)
+    if np.any(codes != values) or np.any((codes < 0) | (codes >= grid.n_points)):
+        raise InvalidDataError(f"data[{name!r}] must hold codes 0..{grid.n_points - 1} or labels.")
+    return codes
+
+
+def _block(regime_plan, columns, rows, periods) -> RegimeBlock:
+    name = regime_plan.name
+    states, discrete_actions, continuous_actions = {}, {}, {}
+    process_as_values = []
+    for state in regime_plan.states:
+        if state not in columns:
+            raise InvalidDataError(f"data lacks state {state!r}, which regime {name!r} needs.")
+        grid = regime_plan.grids[state]
+        raw = _plain(columns[state])[rows]
+        if isinstance(grid, AbstractProcessGrid) and raw.dtype.kind == "f":
+            if not np.all(np.isfinite(raw)):
+                raise InvalidDataError(f"data[{state!r}] has missing values in regime {name!r}.")
+            states[state] = raw.astype(float)
+            process_as_values.append(state)
+        elif grid.is_discrete:
+            states[state] = _codes(state, grid, columns[state], rows)
+        else:
+            values = raw.astype(float)
+            if not np.all(np.isfinite(values)):
+                raise InvalidDataError(f"data[{state!r}] has missing values in regime {name!r}.")
+            states[state] = values
+    for action in regime_plan.discrete_actions:
+        if action not in columns:
+            raise InvalidDataError(
+                f"data lacks discrete action {action!r} of regime {name!r}; it must be observed."
+            )
+        discrete_actions[action] = _codes(action, regime_plan.grids[action], columns[action], rows)
+    for action in regime_plan.continuous_actions:
+        if action in columns:
+            continuous_actions[action] = _plain(columns[action])[rows].astype(float)
+        else:
+            continuous_actions[action] = np.full(rows.shape, np.nan)
+
+    unique = np.unique(periods)
+    counts = [int(np.sum(periods == t)) for t in unique]
+    width = max(counts)
+    index = np.empty((unique.size, width), dtype=np.int64)
+    mask = np.zeros((unique.size, width), dtype=bool)
+    for g, t in enumerate(unique):
+        members = np.flatnonzero(periods == t)
+        index[g, : members.size] = members
+        index[g, members.size :] = members[0]
+        mask[g, : members.size] = True
+
+    def pad(array):
+        return array[index]
+
+    return RegimeBlock(
+        periods=unique.astype(np.int32),
+        states={k: pad(v) for k, v in states.items()},
+        discrete_actions={k: pad(v).astype(np.int32) for k, v in discrete_actions.items()},
+        continuous_actions={k: pad(v) for k, v in continuous_actions.items()},
+        mask=mask,
+        row=np.where(mask, rows[index], -1),
+        process_as_values=tuple(process_as_values),
+    )
