@@ -37,3 +37,7 @@ class SavedFileError(LcmError, ValueError):
 
 class InvalidDataError(LcmError, ValueError):
     """Observed data that do not fit the model (unknown regimes, labels, missing columns)."""
+
+
+class NaNError(LcmError, FloatingPointError):
+    """A value array contains NaN; the message names the regime, period and term."""

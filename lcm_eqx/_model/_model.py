@@ -138,7 +138,21 @@ class Model(eqx.Module):
         solution = with_model_structure(self._solve(params, validate=validate != "off"), self)
         if validate != "off":
             solution = _enforce(solution, validate)
+            solution = _check_nan(self, params, solution, validate)
         return solution
+
+    def diagnose_nan(self, params, solution: Solution | None = None) -> str | None:
+        """Where a NaN first appears in the solution (regime, period, term, state, action).
+
+        Returns None when the value arrays have no NaN. `solve` calls this itself under
+        `validate="raise"` / `"warn"`.
+        """
+        from .._diagnostics import diagnose_nan
+
+        params = coerce_params(params)
+        if solution is None:
+            solution = self.solve(params, validate="off")
+        return diagnose_nan(self, params, solution)
 
     def simulate(
         self,
@@ -248,6 +262,33 @@ def _simulate_chunk_with_params(plan, solver, ages, params, next_values, regime,
 def _check_validate(validate: str) -> None:
     if validate not in VALIDATE_OPTIONS:
         raise LcmError(f"validate must be one of {VALIDATE_OPTIONS}, got {validate!r}.")
+
+
+def _check_nan(model, params, solution: Solution, validate: str) -> Solution:
+    """Raise or warn, naming the regime, period and term, when a value array has a NaN."""
+    from .._diagnostics import diagnose_nan
+    from .._errors import NaNError
+
+    leaves = list(solution.values.values())
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        if validate != "raise":
+            return solution
+        values = {
+            regime: eqx.error_if(
+                v, jnp.any(jnp.isnan(v)),
+                f"Regime {regime!r}: the value arrays contain NaN; call "
+                "model.diagnose_nan(params) outside jit to locate the term that produced it.",
+            )
+            for regime, v in solution.values.items()
+        }
+        return eqx.tree_at(lambda s: s.values, solution, values)
+    if not any(bool(jnp.any(jnp.isnan(v))) for v in leaves):
+        return solution
+    message = diagnose_nan(model, params, solution)
+    if validate == "raise":
+        raise NaNError(message)
+    warnings.warn(message, stacklevel=3)
+    return solution
 
 
 def _enforce(solution: Solution, validate: str) -> Solution:
