@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 
 from .._errors import GridInitializationError
@@ -24,6 +26,8 @@ class AgeGrid(eqx.Module):
                 raise GridInitializationError(
                     f"AgeGrid: {name} must be a number, got {value!r}."
                 )
+            if not math.isfinite(value):
+                raise GridInitializationError(f"AgeGrid: {name} must be finite, got {value}.")
         if not self.step > 0:
             raise GridInitializationError(f"AgeGrid: step must be > 0, got {self.step}.")
 

@@ -40,6 +40,10 @@ class AbstractGrid(eqx.Module):
             raise GridInitializationError(
                 f"{name}: batch_size must be >= 0 (0 = no splay), got {self.batch_size}."
             )
+        if not isinstance(self.distributed, bool):
+            raise GridInitializationError(
+                f"{name}: distributed must be True or False, got {self.distributed!r}."
+            )
         if self.distributed and not self.is_discrete:
             raise GridInitializationError(
                 f"{name}: distributed=True is only valid on discrete grids; a continuous axis "

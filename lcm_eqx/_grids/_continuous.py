@@ -23,6 +23,8 @@ def _is_concrete(grid: str, **values) -> bool:
     if any(isinstance(v, jax.core.Tracer) for v in values.values()):
         return False
     for name, value in values.items():
+        if isinstance(value, str | bytes | np.str_ | np.bytes_):
+            raise GridInitializationError(f"{grid}: {name} must be a number, got {value!r}.")
         try:
             number = float(value)
         except (TypeError, ValueError) as error:
@@ -51,6 +53,7 @@ def _closed_form_interval(x: Array, points: Array, coordinate: Array) -> tuple[A
     coordinate = jnp.where(jnp.isnan(coordinate), 0.0, coordinate)
     lo = jnp.clip(jnp.floor(coordinate).astype(jnp.int32), 0, n - 2)
     lo = jnp.where((lo < n - 2) & (x >= points[jnp.minimum(lo + 1, n - 1)]), lo + 1, lo)
+    lo = jnp.where((lo > 0) & (x < points[lo]), lo - 1, lo)
     return lo, _weight(x, points, lo)
 
 

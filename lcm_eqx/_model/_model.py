@@ -132,7 +132,7 @@ class Model(eqx.Module):
                 on the grid; `"warn"` warns instead; `"off"` skips the checks (results
                 are then unvalidated).
         """
-        params = coerce_params(params)  # a pandas Series becomes the nested dict
+        params = _plain_dicts(coerce_params(params))  # a pandas Series becomes nested dicts
         _check_validate(validate)
         check_params(self.plan, params)
         solution = with_model_structure(self._solve(params, validate=validate != "off"), self)
@@ -177,7 +177,7 @@ class Model(eqx.Module):
                 results do not depend on it.
             validate: passed to `solve` when `solution` is None.
         """
-        params = coerce_params(params)  # a pandas Series becomes the nested dict
+        params = _plain_dicts(coerce_params(params))
         check_params(self.plan, params)
         if (not isinstance(subject_batch_size, int) or isinstance(subject_batch_size, bool)
                 or subject_batch_size < 0):
@@ -257,6 +257,13 @@ def _simulate_chunk_with_params(plan, solver, ages, params, next_values, regime,
     resolved = resolve_params(plan, params)
     return simulate_chunk(plan, solver, ages, resolved, next_values, regime, states,
                           subject_ids, key)
+
+
+def _plain_dicts(params):
+    """Any mapping (e.g. a MappingProxyType) as plain dicts, which `jax.jit` accepts."""
+    if isinstance(params, Mapping):
+        return {k: _plain_dicts(v) for k, v in params.items()}
+    return params
 
 
 def _check_validate(validate: str) -> None:
@@ -355,7 +362,7 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
             f"simulate: initial_conditions has unknown entries {unknown}; the states are "
             f"{list(state_kinds)}."
         )
-    raw_regime = np.asarray(initial_conditions["regime"])
+    raw_regime = _as_array("regime", initial_conditions["regime"])
     if raw_regime.ndim != 1 or raw_regime.shape[0] == 0:
         raise InvalidInitialConditionsError(
             "simulate: initial_conditions['regime'] must be a non-empty 1-d array."
@@ -396,7 +403,7 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
                 )
             states[state] = np.zeros(n, np.int32 if discrete else dtype)
             continue
-        values = np.asarray(initial_conditions[state])
+        values = _as_array(state, initial_conditions[state])
         if values.shape != (n,):
             raise InvalidInitialConditionsError(
                 f"simulate: initial_conditions[{state!r}] has shape {values.shape}, expected "
@@ -412,6 +419,15 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
                 )
             states[state] = values.astype(dtype)
     return regime, states
+
+
+def _as_array(name: str, values) -> np.ndarray:
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError) as error:
+        raise InvalidInitialConditionsError(
+            f"simulate: initial_conditions[{name!r}] must be a 1-d array, got {values!r:.80}."
+        ) from error
 
 
 def _codes(state, grid, values) -> np.ndarray:

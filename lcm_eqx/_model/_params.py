@@ -91,12 +91,15 @@ def _is_numeric(value) -> bool:
         return False
     for leaf in leaves:
         if isinstance(leaf, jax.Array):  # concrete or traced
-            continue
-        try:
-            kind = np.asarray(leaf).dtype.kind
-        except Exception:  # anything numpy cannot read is not numeric
-            return False
-        if kind not in "biufc":
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                return False
+            kind = np.dtype(leaf.dtype).kind
+        else:
+            try:
+                kind = np.asarray(leaf).dtype.kind
+            except Exception:  # anything numpy cannot read is not numeric
+                return False
+        if kind not in "biuf":  # complex values are not supported
             return False
     return True
 
@@ -149,6 +152,11 @@ def _lookup(
         raise InvalidParamsError(
             f"Regime {regime!r}, {where}: parameter {name!r} at {location} must be a number or "
             f"an array of numbers, got {value!r:.80}."
+        )
+    if key is None and np.shape(value) != ():
+        raise InvalidParamsError(
+            f"Regime {regime!r}: parameter {name!r} at {location} must be a scalar, got shape "
+            f"{np.shape(value)}."
         )
     if not convert:
         return value

@@ -203,6 +203,14 @@ def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> R
         raise ModelInitializationError(
             f"Regime {name!r}: {clash!r} is both a state and an action."
         )
+    for action in actions:
+        if regime.actions[action].distributed:
+            raise ModelInitializationError(
+                f"Regime {name!r}: action {action!r} has distributed=True, but only state "
+                "axes can be sharded: actions are reduced (maximised over) within each state, "
+                "not stored in the value arrays. Use batch_size=k on the action grid to cut "
+                "its memory instead."
+            )
     variables = set(states) | set(actions)
     for special in SPECIAL_ARGUMENTS:
         if special in variables or special in regime.functions:

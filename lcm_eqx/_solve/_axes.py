@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array
 
 
 @dataclasses.dataclass(frozen=True)
 class Axis:
-    """One grid axis at run time: its name, points and splay knob.
+    """One grid axis at run time: its name, points and knobs.
 
     For a discrete axis `points` are the codes 0..n-1 (a process state's values are
     looked up from its code inside the kernel).
@@ -21,23 +22,92 @@ class Axis:
     points: Array
     batch_size: int
     is_discrete: bool
+    distributed: bool = False
 
 
-def map_axis(fn: Callable, points: Array, batch_size: int):
-    """`vmap` over `points`, or with `batch_size > 0` a scan over chunks of that size.
+def map_axis(fn: Callable, xs, batch_size: int):
+    """`vmap` over the leading axis of `xs` (an array or a pytree of arrays), or with
+    `batch_size > 0` a scan over chunks of that size (`lax.map(..., batch_size=k)`;
+    with `batch_size >= size` a plain `vmap`).
 
     This is the only place the splay knob acts: same results, peak memory of one chunk.
     """
-    if batch_size and batch_size < points.shape[0]:
-        return jax.lax.map(fn, points, batch_size=batch_size)
-    return jax.vmap(fn)(points)
+    size = jax.tree.leaves(xs)[0].shape[0]
+    if batch_size and batch_size < size:
+        return _chunked_map(fn, xs, batch_size, size)
+    return jax.vmap(fn)(xs)
 
 
-def lift(fn: Callable, axes: tuple[Axis, ...], point: dict | None = None):
-    """Evaluate `fn(point)` on the product of `axes`; outputs get one axis per grid axis."""
+def _chunked_map(fn: Callable, xs, batch_size: int, size: int):
+    """`lax.map(fn, xs, batch_size=batch_size)`: a scan over full chunks with a `vmap`
+    inside, and a separate `vmap` over the remainder.
+
+    Written out because `lax.map` flattens the chunked outputs with a `-1` reshape, which
+    fails for outputs with a zero-size axis (the empty diagnostics of an unvalidated
+    solve); here every shape is explicit.
+    """
+    n_chunks, remainder = divmod(size, batch_size)
+    cut = n_chunks * batch_size
+    chunks = jax.tree.map(
+        lambda x: x[:cut].reshape((n_chunks, batch_size, *x.shape[1:])), xs
+    )
+    _, ys = jax.lax.scan(lambda carry, x: (carry, jax.vmap(fn)(x)), (), chunks)
+    ys = jax.tree.map(lambda y: y.reshape((cut, *y.shape[2:])), ys)
+    if remainder:
+        tail = jax.vmap(fn)(jax.tree.map(lambda x: x[cut:], xs))
+        ys = jax.tree.map(lambda y, t: jax.lax.concatenate([y, t], 0), ys, tail)
+    return ys
+
+
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """An array mapped jointly with the state axes: `labels[i]` names its axis `i`.
+
+    When `lift` maps a state axis whose name is one of `labels`, it maps that axis of the
+    array at the same time (each state point sees only its own slice), instead of closing
+    over the whole array and indexing it by the state's code.
+    """
+
+    array: Array
+    labels: tuple[str | None, ...]
+
+
+def lift(
+    fn: Callable,
+    axes: tuple[Axis, ...],
+    point: dict | None = None,
+    carried: Mapping[str, Carried] | None = None,
+):
+    """Evaluate `fn(point)` on the product of `axes`; outputs get one axis per grid axis.
+
+    With `carried`, `fn(point, arrays)` also receives the carried arrays, with every axis
+    labelled like an already-mapped state axis removed (mapped jointly with it).
+    """
     point = {} if point is None else point
+    if carried is None:
+        if not axes:
+            return fn(point)
+        first, rest = axes[0], axes[1:]
+        return map_axis(lambda x: lift(fn, rest, {**point, first.name: x}), first.points,
+                        first.batch_size)
     if not axes:
-        return fn(point)
+        return fn(point, {key: c.array for key, c in carried.items()})
     first, rest = axes[0], axes[1:]
-    return map_axis(lambda x: lift(fn, rest, {**point, first.name: x}), first.points,
-                    first.batch_size)
+    joint = {key: c for key, c in carried.items() if first.name in c.labels}
+    fixed = {key: c for key, c in carried.items() if first.name not in c.labels}
+    moved = {
+        key: jnp.moveaxis(c.array, c.labels.index(first.name), 0) for key, c in joint.items()
+    }
+    rest_labels = {
+        key: tuple(label for label in c.labels if label != first.name)
+        for key, c in joint.items()
+    }
+
+    def inner(xs):
+        x, slices = xs
+        inner_carried = dict(fixed)
+        for key, array in slices.items():
+            inner_carried[key] = Carried(array, rest_labels[key])
+        return lift(fn, rest, {**point, first.name: x}, inner_carried)
+
+    return map_axis(inner, (first.points, moved), first.batch_size)

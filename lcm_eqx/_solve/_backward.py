@@ -14,6 +14,7 @@ from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from ._axes import lift
 from ._kernel import RegimeProblem
+from ._sharding import sharding_plan
 from ._solution import Solution
 from ._solver import AbstractSolver
 
@@ -34,7 +35,23 @@ def solve_model(
     resolved = resolve_params(plan, params)
     dtype = jnp.zeros(()).dtype
     shapes = {name: state_shape(plan, name) for name in plan.regimes}
-    carry = {name: jnp.zeros(shape, dtype) for name, shape in shapes.items()}  # V_T = 0
+    sharding = sharding_plan(plan)  # None unless some state has distributed=True
+
+    def place(name, array, leading=0):
+        """Constrain a value array (with `leading` extra axes) to its regime's sharding."""
+        if sharding is None:
+            return array
+        return sharding.constrain(array, (None,) * leading + plan.regimes[name].states)
+
+    def unsharded_axes(name):
+        states = plan.regimes[name].states
+        return tuple(
+            i for i, s in enumerate(states) if sharding is None or not sharding.is_sharded(s)
+        )
+
+    carry = {  # V_T = 0
+        name: place(name, jnp.zeros(shape, dtype)) for name, shape in shapes.items()
+    }
     checks = {}
     values: dict[str, list] = {name: [] for name in plan.regimes}
     violations: dict[str, list] = {name: [] for name in plan.regimes}
@@ -46,18 +63,29 @@ def solve_model(
             current, current_violations = {}, {}
             for name in segment.regimes:
                 problem = RegimeProblem(
-                    plan, plan.regimes[name], resolved[name], period, age, next_values, validate
+                    plan, plan.regimes[name], resolved[name], period, age, next_values, validate,
+                    sharding=sharding,
                 )
                 checks[name] = tuple(problem.checks) if validate else ()
-                value, check = lift(lambda state, p=problem: solver.value(p, state),
-                                    problem.state_axes)
-                current[name] = value.astype(dtype)
-                n_state_axes = len(problem.state_axes)
-                current_violations[name] = jnp.max(
-                    check.reshape((-1, check.shape[-1])), axis=0
-                ) if n_state_axes else check
+                carried = problem.carried()
+                if carried:
+                    value, check = lift(
+                        lambda state, arrays, p=problem: solver.value(
+                            p.with_continuations(arrays), state
+                        ),
+                        problem.state_axes,
+                        carried=carried,
+                    )
+                else:
+                    value, check = lift(lambda state, p=problem: solver.value(p, state),
+                                        problem.state_axes)
+                current[name] = place(name, value.astype(dtype))
+                # Reduce the checks over the unsharded state axes only: the sharded ones
+                # are reduced after the scan, so the period step stays device-local.
+                current_violations[name] = jnp.max(check, axis=unsharded_axes(name))
             next_carry = {
-                name: current.get(name, jnp.full(shapes[name], -jnp.inf, dtype))
+                name: current.get(name) if name in current
+                else place(name, jnp.full(shapes[name], -jnp.inf, dtype))
                 for name in plan.regimes
             }
             return next_carry, (current, current_violations)
@@ -70,9 +98,15 @@ def solve_model(
         for name in plan.regimes:
             if name in segment_values:
                 values[name].append(segment_values[name])
-                violations[name].append(segment_violations[name])
+                per_period = segment_violations[name]
+                violations[name].append(
+                    jnp.max(per_period, axis=tuple(range(1, per_period.ndim - 1)))
+                    if per_period.ndim > 2 else per_period
+                )
             else:
-                values[name].append(jnp.full((length, *shapes[name]), -jnp.inf, dtype))
+                values[name].append(
+                    place(name, jnp.full((length, *shapes[name]), -jnp.inf, dtype), 1)
+                )
                 violations[name].append(None)
 
     stacked_violations = {}
@@ -84,7 +118,10 @@ def solve_model(
         ]
         stacked_violations[name] = jnp.concatenate(parts[::-1], axis=0)
     return Solution(
-        values={name: jnp.concatenate(parts[::-1], axis=0) for name, parts in values.items()},
+        values={
+            name: place(name, jnp.concatenate(parts[::-1], axis=0), 1)
+            for name, parts in values.items()
+        },
         violations=stacked_violations,
         checks={name: checks.get(name, ()) for name in plan.regimes},
         active={name: tuple(sorted(r.active)) for name, r in plan.regimes.items()},

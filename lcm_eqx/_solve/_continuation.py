@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 
 import jax.numpy as jnp
 from jaxtyping import Array
@@ -34,16 +35,42 @@ class Layout:
     continuous: tuple[str, ...]
 
 
-def contract(values: Array, labels: list[str], probabilities: Array, p_labels: list[str]):
+SHARD_LABEL = "shard:"
+
+
+def contract(
+    values: Array,
+    labels: list[str],
+    probabilities: Array,
+    p_labels: list[str],
+    *,
+    shards: int = 1,
+    place: Callable[[Array, list[str]], Array] | None = None,
+):
     """Contract `values` over its axis `p_labels[-1]` with `probabilities`.
 
     The other axes of `probabilities` (current states) are matched with equal labels of
     `values` (a diagonal) or appended. A `-inf` value that gets positive probability
     makes the result `-inf`; one with zero probability is ignored (never NaN).
+
+    With `shards > 1` the contracted axis is sharded over that many devices: it is split
+    into `(shards, n // shards)` on both operands, each device contracts its own block
+    (`place` pins the block axis to the devices), and the partial sums are added across
+    devices -- an all-reduce of the reduced array, never a gather of `values`.
     """
+    axis = p_labels[-1]
+    if shards > 1:
+        i = labels.index(axis)
+        n = values.shape[i]
+        values = values.reshape((*values.shape[:i], shards, n // shards, *values.shape[i + 1 :]))
+        labels = [*labels[:i], SHARD_LABEL, *labels[i:]]
+        probabilities = probabilities.reshape((*probabilities.shape[:-1], shards, n // shards))
+        p_labels = [*p_labels[:-1], SHARD_LABEL, axis]
+        if place is not None:
+            values = place(values, labels)
     names = list(dict.fromkeys([*labels, *p_labels]))
     index = {name: i for i, name in enumerate(names)}
-    out = [n for n in labels if n != p_labels[-1]]
+    out = [n for n in labels if n != axis]
     out += [n for n in p_labels[:-1] if n not in out]
     operands = ([index[n] for n in labels], [index[n] for n in p_labels], [index[n] for n in out])
     is_neg_inf = jnp.isneginf(values)
@@ -53,6 +80,14 @@ def contract(values: Array, labels: list[str], probabilities: Array, p_labels: l
         is_neg_inf.astype(probabilities.dtype), operands[0],
         (probabilities > 0).astype(probabilities.dtype), operands[1], operands[2],
     )
+    if shards > 1:
+        if place is not None:
+            expected = place(expected, out)
+            reaches_neg_inf = place(reaches_neg_inf, out)
+        block = out.index(SHARD_LABEL)
+        expected = jnp.sum(expected, axis=block)
+        reaches_neg_inf = jnp.sum(reaches_neg_inf, axis=block)
+        out = [n for n in out if n != SHARD_LABEL]
     return jnp.where(reaches_neg_inf > 0, NEG_INF, expected), out
 
 

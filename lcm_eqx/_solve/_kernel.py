@@ -7,6 +7,8 @@ a scalar function of one point; solvers lift it over the grids.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 import jax
@@ -17,8 +19,9 @@ from .._errors import ModelInitializationError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._dag import Evaluator
 from .._model._plan import ModelPlan, RegimePlan
-from ._axes import Axis, lift
-from ._continuation import NEG_INF, Layout, contract, continuation_at
+from ._axes import Axis, Carried, lift
+from ._continuation import NEG_INF, Layout, continuation_at, contract
+from ._sharding import ShardingPlan, is_identity_transition
 
 
 def probability_violation(p: Array, tolerance: float) -> Array:
@@ -42,6 +45,10 @@ class RegimeProblem:
         period, age: traced scalars.
         next_values: next period's value array of every regime (`-inf` where inactive).
         validate: whether to compute the probability checks.
+        sharding: the shard plan of the backward induction (None: no sharding). With it,
+            each sharded state axis that indexes a prepared continuation by its own code
+            (a never-transitioning state, or a chain pre-contracted on it) is mapped
+            jointly with that continuation axis: see `carried` and `with_continuations`.
     """
 
     def __init__(
@@ -53,7 +60,9 @@ class RegimeProblem:
         age: Array,
         next_values: dict[str, Array] | None,
         validate: bool,
+        sharding: ShardingPlan | None = None,
     ):
+        self.sharding = sharding
         self.model = model
         self.regime = regime
         self.params = params
@@ -99,13 +108,11 @@ class RegimeProblem:
         else:
             assert isinstance(grid, AbstractContinuousGrid)
             points = grid.to_jax()
-        return Axis(name, points, grid.batch_size, grid.is_discrete)
+        return Axis(name, points, grid.batch_size, grid.is_discrete, grid.distributed)
 
     def _register_checks(self) -> None:
         for name, transition in self.regime.state_transitions.items():
-            if transition.is_markov:
-                self.checks.append(f"next_{name}")
-            elif self.model.state_grid(name).is_discrete:
+            if transition.is_markov or self.model.state_grid(name).is_discrete:
                 self.checks.append(f"next_{name}")
         self.checks.append("next_regime")
         self.checks.append("next_regime:unreachable")
@@ -127,14 +134,26 @@ class RegimeProblem:
 
     def _prepare(self, target: str, values: Array) -> tuple[Array, Layout]:
         target_plan = self.model.regimes[target]
-        labels = [f"next:{s}" for s in target_plan.states]
+        # A sharded state that never transitions is read at the current state's own code:
+        # label its axis as a current-state axis, so the state sweep maps it jointly.
+        staying = {s for s in target_plan.states if self._stays_sharded(s)}
+        labels = [f"cur:{s}" if s in staying else f"next:{s}" for s in target_plan.states]
+        if self.sharding is not None:
+            values = self.sharding.constrain(values, target_plan.states)
         stochastic, discrete, continuous = [], [], []
         for state in target_plan.states:
             transition = self.regime.state_transitions[state]
+            if state in staying:
+                continue
             if transition.is_markov and transition.precontract is not None:
                 probabilities = self._precontract_probabilities(state)
                 deps = [f"cur:{d}" for d in transition.precontract]
-                values, labels = contract(values, labels, probabilities, [*deps, f"next:{state}"])
+                shards, place = 1, None
+                if self.sharding is not None and self.sharding.is_sharded(state):
+                    shards = self.sharding.n_shards(state)
+                    place = lambda a, ls, s=state: self.sharding.place_labels(a, ls, s)
+                values, labels = contract(values, labels, probabilities, [*deps, f"next:{state}"],
+                                          shards=shards, place=place)
             elif transition.is_markov:
                 stochastic.append(state)
             elif target_plan.grids[state].is_discrete:
@@ -149,7 +168,58 @@ class RegimeProblem:
             + [f"next:{s}" for s in continuous]
         )
         values = jnp.transpose(values, [labels.index(n) for n in order])
+        if self.sharding is not None:
+            values = self.sharding.constrain(
+                values, tuple(n[4:] if n.startswith("cur:") else None for n in order)
+            )
         return values, Layout(tuple(stochastic), tuple(current), tuple(discrete), tuple(continuous))
+
+    def _stays_sharded(self, state: str) -> bool:
+        return (
+            self.sharding is not None
+            and self.sharding.is_sharded(state)
+            and state in self.regime.states
+            and is_identity_transition(self.regime, state)
+        )
+
+    def _joint_states(self, layout: Layout) -> tuple[str, ...]:
+        if self.sharding is None:
+            return ()
+        return tuple(s for s in layout.current if self.sharding.is_sharded(s))
+
+    def carried(self) -> dict[str, Carried]:
+        """Prepared continuations to map jointly with the sharded state axes (may be empty).
+
+        Pass them to `lift(..., carried=...)` and evaluate the kernel on
+        `with_continuations(arrays)`: each state point then sees only the slice of the
+        continuation along its own sharded codes, so XLA keeps the work device-local.
+        """
+        carried = {}
+        for target, (prepared, layout) in self.continuations.items():
+            joint = self._joint_states(layout)
+            if not joint:
+                continue
+            labels = (
+                (None,) * len(layout.stochastic)
+                + tuple(s if s in joint else None for s in layout.current)
+                + (None,) * (len(layout.discrete) + len(layout.continuous))
+            )
+            carried[target] = Carried(prepared, labels)
+        return carried
+
+    def with_continuations(self, arrays: dict[str, Array]) -> RegimeProblem:
+        """A copy reading the given jointly-mapped continuation slices (see `carried`)."""
+        problem = copy.copy(self)
+        continuations = dict(self.continuations)
+        for target, array in arrays.items():
+            layout = self.continuations[target][1]
+            joint = self._joint_states(layout)
+            reduced = dataclasses.replace(
+                layout, current=tuple(s for s in layout.current if s not in joint)
+            )
+            continuations[target] = (array, reduced)
+        problem.continuations = continuations
+        return problem
 
     def _precontract_probabilities(self, state: str) -> Array:
         transition = self.regime.state_transitions[state]
@@ -159,6 +229,10 @@ class RegimeProblem:
         else:
             axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
             probabilities = lift(lambda point: self.evaluator(point)(transition.function), axes)
+        if self.sharding is not None:
+            # Small and needed whole by every device: compute it replicated, so XLA does
+            # not split its construction (e.g. a discretisation loop) across devices.
+            probabilities = self.sharding.replicate(probabilities)
         self._check_shape(f"next_{state}", probabilities.shape[len(transition.precontract):],
                           (n_target,))
         if self.validate:

@@ -1,0 +1,112 @@
+"""The 4-device checks of tests/test_knobs.py, run in a subprocess.
+
+XLA_FLAGS must give 4 host devices before jax is imported, hence a separate process.
+Usage: python knobs_devices.py OUT.npz. Prints one JSON object with the measurements
+and writes the sharded value arrays to OUT.npz (and a simulated panel next to it);
+tests/test_knobs.py asserts on them.
+"""
+
+import json
+import os
+import re
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import knobs_model  # noqa: E402
+
+import lcm_eqx as lcm  # noqa: E402
+
+COLLECTIVES = r"\b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\("
+
+
+def sharded_axes(solution):
+    return {
+        regime: [str(s) for s in values.sharding.spec] if hasattr(values.sharding, "spec")
+        else None
+        for regime, values in solution.values.items()
+    }
+
+
+def collectives(model, params, validate=True):
+    """Cross-device collectives in the compiled solve (validate=True: the default solve,
+    whose executable is already cached by `model.solve`)."""
+    text = model._solve.lower(params, validate=validate).compile().as_text()
+    return sorted(set(re.findall(COLLECTIVES, text)))
+
+
+def simulate(model, params, solution, batch):
+    n = 10
+    initial = {
+        "regime": jnp.array([0] * 8 + [1] * 2),
+        "wealth": jnp.linspace(2.0, 30.0, n),
+        "income": jnp.arange(n) % 4,
+        "skill": (jnp.arange(n) * 3) % 4,
+    }
+    frame = model.simulate(params, initial, solution, key=jax.random.key(3),
+                           subject_batch_size=batch).to_dataframe()
+    return frame
+
+
+def main(out):
+    """Solve and simulate with sharded axes; values and frames go to `out` (npz) for
+    tests/test_knobs.py to compare with its single-device plain solve."""
+    report = {"device_count": jax.device_count()}
+    arrays = {}
+    params = knobs_model.params()
+    cases = {
+        "skill": {"skill_distributed": True},
+        "income": {"income_distributed": True},
+        "skill+splay": {"skill_distributed": True, "wealth_batch": 6, "consumption_batch": 10},
+    }
+    models = {}
+    for name, knobs in cases.items():
+        model = knobs_model.build(**knobs)
+        models[name] = model
+        solution = model.solve(params)
+        for regime, values in solution.values.items():
+            arrays[f"{name}/{regime}"] = np.asarray(values)
+        report[name] = {
+            "devices": {r: len(v.sharding.device_set) for r, v in solution.values.items()},
+            "spec": sharded_axes(solution),
+            "shapes": {r: list(v.shape) for r, v in solution.values.items()},
+            "period_value_devices": len(solution.value("working", 0).sharding.device_set),
+        }
+        if name == "skill":
+            report[name]["collectives"] = collectives(model, params)
+            frames = [simulate(model, params, solution, b) for b in (0, 4)]
+            report["simulate"] = {"batch_invariant": bool(frames[0].equals(frames[1]))}
+            frames[0].to_pickle(out + ".simulated.pkl")
+        if name == "income":
+            report[name]["collectives"] = collectives(model, params)
+    for kind in ("process", "deterministic"):
+        plain_values = knobs_model.build_small(kind, False).solve(knobs_model.SMALL_PARAMS)
+        model = knobs_model.build_small(kind, True)
+        solution = model.solve(knobs_model.SMALL_PARAMS)
+        arrays[f"{kind}/plain"] = np.asarray(plain_values.values["only"])
+        arrays[f"{kind}/sharded"] = np.asarray(solution.values["only"])
+        report[kind] = {
+            "devices": len(solution.values["only"].sharding.device_set),
+            "spec": [str(s) for s in solution.values["only"].sharding.spec],
+            "collectives": collectives(model, knobs_model.SMALL_PARAMS),
+        }
+    try:
+        knobs_model.build(skill_distributed=True, n_skill=3).solve(knobs_model.params(n_skill=3))
+        report["indivisible"] = None
+    except lcm.LcmError as error:
+        report["indivisible"] = [type(error).__name__, str(error)]
+    np.savez(out, **arrays)
+    print("REPORT " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
