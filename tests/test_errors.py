@@ -241,10 +241,6 @@ class StringValued(Enum):
 # `Model.solve` hands `params` straight to `jax.jit`, which rejects a non-pytree or a
 # string leaf with a raw TypeError before lcm_eqx sees them. `_params.check_params` does
 # these checks eagerly; these rows pass once `Model.solve`/`simulate` call it first.
-NEEDS_EAGER_PARAMS_CHECK = pytest.mark.xfail(
-    strict=True, raises=TypeError,
-    reason="Model.solve does not call _params.check_params(plan, params) before jax.jit",
-)
 
 
 def _cycle_regime():
@@ -725,21 +721,11 @@ CASES = [
         lambda: solve(params_with(disutility_of_work=jnp.ones(3))),
         P, ["'working'", "'utility'", "shape (3,)"],
         id="solve-utility-returns-vector",
-        marks=pytest.mark.xfail(
-            strict=True, raises=lcm.ModelInitializationError,
-            reason="_solve/_kernel.py raises ModelInitializationError for wrong shapes; API.md "
-            "lists wrong shapes under InvalidParamsError",
-        ),
     ),
     pytest.param(
         lambda: solve(params_with(health_transition=jnp.full((2, 3), 1 / 3))),
         P, ["'working'", "'next_health'", "shape (3,)", "(2,)"],
         id="solve-markov-returns-wrong-length",
-        marks=pytest.mark.xfail(
-            strict=True, raises=lcm.ModelInitializationError,
-            reason="_solve/_kernel.py raises ModelInitializationError for wrong shapes; API.md "
-            "lists wrong shapes under InvalidParamsError",
-        ),
     ),
     # ------------------------------------------------- transition probabilities
     pytest.param(

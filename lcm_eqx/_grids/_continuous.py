@@ -101,8 +101,18 @@ class LinSpacedGrid(AbstractContinuousGrid):
         return jnp.linspace(self.start, self.stop, self.n_points_)
 
     def interval(self, x, points):
-        step = (points[-1] - points[0]) / (self.n_points_ - 1)
-        return _closed_form_interval(x, points, (x - points[0]) / step)
+        # Fully closed form (no gathers: this runs at every state-action point). A
+        # coordinate within rounding of an integer is snapped to it, so that the weight
+        # at a grid point is exactly 0 and a `-inf` neighbour never leaks in.
+        n = self.n_points_
+        step = (points[-1] - points[0]) / (n - 1)
+        coordinate = (x - points[0]) / step
+        nearest = jnp.round(coordinate)
+        tolerance = 16 * jnp.finfo(jnp.result_type(coordinate)).eps * jnp.maximum(n, 1)
+        coordinate = jnp.where(jnp.abs(coordinate - nearest) <= tolerance, nearest, coordinate)
+        coordinate = jnp.where(jnp.isnan(coordinate), 0.0, coordinate)
+        lo = jnp.clip(jnp.floor(coordinate), 0, n - 2)
+        return lo.astype(jnp.int32), coordinate - lo
 
 
 class LogSpacedGrid(AbstractContinuousGrid):

@@ -99,14 +99,19 @@ def continuation_at(
     discrete: dict[str, Array],
     intervals: dict[str, tuple[Array, Array]],
     probabilities: dict[str, Array],
+    regime_index: Array | None = None,
 ) -> Array:
     """Expected next-period value at one point.
 
     `intervals[name] = (lo, weight)` on the target grid (weight on `lo + 1`; outside
     `[0, 1]` it extrapolates linearly). Zero-weight corners and zero-probability nodes
     are ignored even when `-inf`; a `-inf` with nonzero weight gives `-inf`.
+    `regime_index` selects the target along a leading axis of stacked targets (placed
+    after the stochastic axes).
     """
     fixed = tuple(current[n] for n in layout.current) + tuple(discrete[n] for n in layout.discrete)
+    if regime_index is not None:
+        fixed = (regime_index, *fixed)
     leading = (slice(None),) * len(layout.stochastic)
     joint = None
     for name in layout.stochastic:

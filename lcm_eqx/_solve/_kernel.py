@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from .._errors import ModelInitializationError
+from .._errors import InvalidParamsError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._dag import Evaluator
 from .._model._plan import ModelPlan, RegimePlan
@@ -99,6 +99,7 @@ class RegimeProblem:
                     for s in target_plan.states
                     if not target_plan.grids[s].is_discrete
                 }
+            self.groups = self._stack_targets()
 
     # ----------------------------------------------------------------- set-up
     def _axis(self, name: str) -> Axis:
@@ -174,6 +175,35 @@ class RegimeProblem:
             )
         return values, Layout(tuple(stochastic), tuple(current), tuple(discrete), tuple(continuous))
 
+    def _stack_targets(self) -> list[tuple[tuple[str, ...], Array | None]]:
+        """Group targets whose prepared continuations can be read as one stacked array.
+
+        With a deterministic regime transition exactly one target is reached at a point;
+        targets with the same layout on the same grids are stacked along a leading axis
+        and read once, at the reached target's index, instead of once per target. (Not
+        with sharding, where continuations are mapped jointly with the state axes.)
+        """
+        targets = list(self.continuations)
+        if self.regime.next_regime_is_markov or self.sharding is not None:
+            return [((t,), None) for t in targets]
+        groups: dict[tuple, list[str]] = {}
+        for target in targets:
+            prepared, layout = self.continuations[target]
+            grids = self.model.regimes[target].grids
+            key = (layout, prepared.shape, prepared.dtype,
+                   tuple(id(grids[s]) for s in layout.continuous))
+            groups.setdefault(key, []).append(target)
+        stacked = []
+        for members in groups.values():
+            if len(members) == 1:
+                stacked.append(((members[0],), None))
+                continue
+            layout = self.continuations[members[0]][1]
+            axis = len(layout.stochastic)
+            array = jnp.stack([self.continuations[t][0] for t in members], axis=axis)
+            stacked.append((tuple(members), array))
+        return stacked
+
     def _stays_sharded(self, state: str) -> bool:
         return (
             self.sharding is not None
@@ -243,9 +273,10 @@ class RegimeProblem:
 
     def _check_shape(self, key: str, shape, expected) -> None:
         if tuple(shape) != tuple(expected):
-            raise ModelInitializationError(
+            raise InvalidParamsError(
                 f"Regime {self.regime.name!r}: function {key!r} returns shape {tuple(shape)}, "
-                f"expected {tuple(expected)}."
+                f"expected {tuple(expected)} at one point; check the shapes of its "
+                "parameters (and of the helpers it uses)."
             )
 
     # ----------------------------------------------------------------- kernel
@@ -278,14 +309,19 @@ class RegimeProblem:
         return value, diagnostics
 
     def regime_probabilities(self, evaluate: Evaluator) -> Array:
+        """Probabilities of next period's regimes (one-hot for a deterministic transition)."""
+        return self._regime_probabilities_and_id(evaluate)[0]
+
+    def _regime_probabilities_and_id(self, evaluate: Evaluator) -> tuple[Array, Array | None]:
         n_regimes = len(self.model.regimes)
         assert self.regime.next_regime is not None
         raw = jnp.asarray(evaluate(self.regime.next_regime))
         if self.regime.next_regime_is_markov:
             self._check_shape("next_regime", raw.shape, (n_regimes,))
-            return raw
+            return raw, None
         self._check_shape("next_regime", raw.shape, ())
-        return jax.nn.one_hot(raw.astype(jnp.int32), n_regimes)
+        code = raw.astype(jnp.int32)
+        return jax.nn.one_hot(code, n_regimes), code
 
     def next_states(self, evaluate: Evaluator) -> tuple[dict[str, Array], dict[str, Array]]:
         """Deterministic next values and in-kernel probability vectors, by state."""
@@ -304,14 +340,34 @@ class RegimeProblem:
         return values, probabilities
 
     def _expected_value(self, evaluate, state, violations) -> Array:
-        regime_probabilities = self.regime_probabilities(evaluate)
+        regime_probabilities, next_regime_id = self._regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
         if self.validate:
             self._record_violations(regime_probabilities, next_values, next_probabilities,
                                     violations)
         total = 0.0
-        blocked = jnp.asarray(False)
-        for target, (prepared, layout) in self.continuations.items():
+        # Mass on a regime this one cannot reach (its states are not all produced) has no
+        # continuation to read: the value is -inf, never silently dropped mass.
+        unreachable = [r.id for n, r in self.model.regimes.items() if n not in self.continuations]
+        blocked = (
+            jnp.any(regime_probabilities[jnp.asarray(unreachable)] > 0) if unreachable
+            else jnp.asarray(False)
+        )
+        for members, stacked in self.groups:
+            target = members[0]
+            prepared, layout = self.continuations[target]
+            regime_index = None
+            if stacked is None:
+                p = regime_probabilities[self.model.regimes[target].id]
+            else:
+                ids = [self.model.regimes[t].id for t in members]
+                position = jnp.full(len(self.model.regimes), -1, jnp.int32)
+                position = position.at[jnp.asarray(ids)].set(jnp.arange(len(ids), dtype=jnp.int32))
+                chosen = position[jnp.clip(next_regime_id, 0, len(position) - 1)]
+                chosen = jnp.where(next_regime_id == jnp.clip(next_regime_id, 0,
+                                                               len(position) - 1), chosen, -1)
+                prepared, regime_index = stacked, jnp.maximum(chosen, 0)
+                p = jnp.where(chosen >= 0, 1.0, 0.0)
             target_grids = self.model.regimes[target].grids
             intervals = {
                 s: target_grids[s].interval(next_values[s], self.target_points[target][s])
@@ -324,8 +380,8 @@ class RegimeProblem:
                 discrete={s: next_values[s] for s in layout.discrete},
                 intervals=intervals,
                 probabilities=next_probabilities,
+                regime_index=regime_index,
             )
-            p = regime_probabilities[self.model.regimes[target].id]
             blocked = blocked | ((p > 0) & jnp.isneginf(expected))
             total = total + jnp.where(p > 0, p * jnp.where(jnp.isneginf(expected), 0.0, expected),
                                       0.0)
