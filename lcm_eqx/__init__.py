@@ -39,6 +39,7 @@ from ._grids import RouwenhorstGrid as RouwenhorstGrid  # noqa: E402
 from ._grids import TauchenGrid as TauchenGrid  # noqa: E402
 from ._grids._ar1 import rouwenhorst as rouwenhorst  # noqa: E402
 from ._grids._ar1 import tauchen as tauchen  # noqa: E402
+from ._logging import set_log_level as set_log_level  # noqa: E402
 from ._model._markov import ExtremeValueShocks as ExtremeValueShocks  # noqa: E402
 from ._model._markov import MarkovTransition as MarkovTransition  # noqa: E402
 from ._model._model import Model as Model  # noqa: E402

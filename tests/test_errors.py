@@ -863,3 +863,30 @@ def test_valid_inputs_pass():
         PARAMS, initial_conditions(), solution=solution(), key=jax.random.key(0)
     )
     assert len(result.to_dataframe()) > 0
+
+
+def test_mass_on_a_regime_inactive_next_period_is_caught():
+    """A transition into a regime that is not active in the next period is an error."""
+    wealth = lcm.LinSpacedGrid(1.0, 5.0, 3)
+    consumption = lcm.LinSpacedGrid(0.5, 5.0, 4)
+
+    def regime(active, transition):
+        return lcm.Regime(
+            states={"wealth": wealth},
+            actions={"consumption": consumption},
+            functions={"utility": lambda consumption: jnp.log(consumption)},
+            state_transitions={"wealth": lambda wealth, consumption: wealth - consumption + 1},
+            transition=transition,
+            constraints={"feasible": lambda consumption, wealth: consumption <= wealth},
+            active=active,
+        )
+
+    early = regime(range(0, 2), lambda: 1)  # always moves to `late`
+    late = regime(range(2, 4), lambda: 1)  # ... which only starts in period 2
+    model = lcm.Model({"early": early, "late": late}, n_periods=4)
+    with pytest.raises(lcm.InvalidTransitionProbabilitiesError) as error:
+        model.solve({"discount_factor": 0.9})
+    assert "'early'" in str(error.value) and "inactive in period 1" in str(error.value)
+    fixed = lcm.Model({"early": regime(range(0, 2), lambda period: jnp.where(period >= 1, 1, 0)),
+                       "late": late}, n_periods=4)
+    fixed.solve({"discount_factor": 0.9})

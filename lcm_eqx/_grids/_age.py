@@ -16,8 +16,8 @@ class AgeGrid(eqx.Module):
         >>> ages = AgeGrid(start=40, step=10)   # periods 0, 1, 2 are ages 40, 50, 60
     """
 
-    start: float = eqx.field(static=True)
-    step: float = eqx.field(static=True, default=1)
+    start: int | float = eqx.field(static=True)
+    step: int | float = eqx.field(static=True, default=1)
 
     def __check_init__(self):
         for name in ("start", "step"):

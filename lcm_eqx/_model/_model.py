@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import functools
+import logging
+import time
 import warnings
 from collections.abc import Callable, Mapping
 
@@ -14,8 +16,10 @@ import numpy as np
 
 from .._errors import InvalidInitialConditionsError, InvalidTransitionProbabilitiesError, LcmError
 from .._grids import AgeGrid, AbstractProcessGrid, DiscreteGrid
+from .._logging import log_time, logger, timed
 from .._pandas import coerce_params
 from .._persistence import model_structure, with_model_structure
+from .._progress import progress_mode
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
 from .._solve._backward import solve_model
@@ -74,6 +78,7 @@ class Model(eqx.Module):
             raise ModelInitializationError(
                 f"Model: solver must be an lcm_eqx solver such as GridSearch(), got {solver!r}."
             )
+        start = time.perf_counter()
         plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None)
         self.regimes = dict(regimes)
         self.n_periods = n_periods
@@ -82,9 +87,15 @@ class Model(eqx.Module):
         self.solver = solver
         self.plan = plan
         self._solve = jax.jit(
-            functools.partial(solve_model, plan, solver, ages), static_argnames="validate"
+            functools.partial(solve_model, plan, solver, ages),
+            static_argnames=("validate", "progress"),
         )
-        self._simulate = jax.jit(functools.partial(_simulate_chunk_with_params, plan, solver, ages))
+        self._simulate = jax.jit(
+            functools.partial(_simulate_chunk_with_params, plan, solver, ages),
+            static_argnames="progress",
+        )
+        logger.info("build: %d regimes, %d periods, %d segments in %.3f s", len(plan.regimes),
+                    n_periods, len(plan.segments), time.perf_counter() - start)
 
     # A model is a large, immutable specification: identity is the right notion of
     # equality (it is what `jax.jit(model.solve)` hashes), not field-by-field comparison.
@@ -118,7 +129,7 @@ class Model(eqx.Module):
         """Every parameter, nested as `{regime: {function: {name: nan}}}`."""
         return params_template(self.plan)
 
-    def solve(self, params, *, validate: str = "raise") -> Solution:
+    def solve(self, params, *, validate: str = "raise", progress=False) -> Solution:
         """Solve the model by backward induction.
 
         A pure function of `params`: it can be wrapped in `jax.jit`, `jax.vmap` and
@@ -131,11 +142,19 @@ class Model(eqx.Module):
                 a transition probability vector is outside [0, 1] or does not sum to 1
                 on the grid; `"warn"` warns instead; `"off"` skips the checks (results
                 are then unvalidated).
+            progress: `False` (default), `True` / `"text"` (a line per period on stderr)
+                or `"tqdm"` (a tqdm bar; text if tqdm is missing). Works under `jax.jit`
+                (pass it as a static argument), `jax.vmap` and `jax.grad`.
         """
         params = _plain_dicts(coerce_params(params))  # a pandas Series becomes nested dicts
         _check_validate(validate)
+        mode = progress_mode(progress)
         check_params(self.plan, params)
-        solution = with_model_structure(self._solve(params, validate=validate != "off"), self)
+        options = {"validate": validate != "off", "progress": mode}
+        with timed(self._solve, "solve", params, **options) as timer:
+            raw = self._solve(params, **options)
+            timer.done(raw, f" ({self.n_periods} periods)")
+        solution = with_model_structure(raw, self)
         if validate != "off":
             solution = _enforce(solution, validate)
             solution = _check_nan(self, params, solution, validate)
@@ -163,6 +182,7 @@ class Model(eqx.Module):
         key: jax.Array | None = None,
         subject_batch_size: int = 0,
         validate: str = "raise",
+        progress=False,
     ) -> SimulationResult:
         """Simulate a panel of subjects forward.
 
@@ -176,8 +196,11 @@ class Model(eqx.Module):
             subject_batch_size: simulate in chunks of this many subjects (0: one pass);
                 results do not depend on it.
             validate: passed to `solve` when `solution` is None.
+            progress: `False` (default), `True` / `"text"` or `"tqdm"`: a meter over
+                periods and subject chunks (and over the solve when `solution` is None).
         """
         params = _plain_dicts(coerce_params(params))
+        mode = progress_mode(progress)
         check_params(self.plan, params)
         if (not isinstance(subject_batch_size, int) or isinstance(subject_batch_size, bool)
                 or subject_batch_size < 0):
@@ -195,7 +218,7 @@ class Model(eqx.Module):
             )
         regime, states = _initial_conditions(self.plan, initial_conditions)
         if solution is None:
-            solution = self.solve(params, validate=validate)
+            solution = self.solve(params, validate=validate, progress=mode or False)
         elif not isinstance(solution, Solution):
             raise LcmError(
                 f"simulate: solution must be a Solution from model.solve, got "
@@ -205,16 +228,23 @@ class Model(eqx.Module):
         chunk = subject_batch_size if 0 < subject_batch_size < n else n
         next_values = prepare_next_values(self.plan, solution.values)
         parts = []
-        for start in range(0, n, chunk):
-            stop = min(start + chunk, n)
-            index = np.arange(start, start + chunk)
-            index = np.where(index < stop, index, start)  # pad the last chunk, drop after
-            record = self._simulate(
-                params, next_values, jnp.asarray(regime[index]),
-                {name: jnp.asarray(v[index]) for name, v in states.items()},
-                jnp.asarray(index, dtype=jnp.int32), key,
-            )
-            parts.append(jax.tree.map(lambda x, k=stop - start: np.asarray(x)[:, :k], record))
+        n_chunks = -(-n // chunk)
+        with log_time(f"simulate ({n} subjects in {n_chunks} chunk(s), {self.n_periods} periods)"):
+            for i, start in enumerate(range(0, n, chunk)):
+                stop = min(start + chunk, n)
+                index = np.arange(start, start + chunk)
+                index = np.where(index < stop, index, start)  # pad the last chunk, drop after
+                args = (
+                    params, next_values, jnp.asarray(regime[index]),
+                    {name: jnp.asarray(v[index]) for name, v in states.items()},
+                    jnp.asarray(index, dtype=jnp.int32), key,
+                    jnp.asarray([i, n_chunks], dtype=jnp.int32),
+                )
+                with timed(self._simulate, f"simulate chunk {i + 1}/{n_chunks}", *args,
+                           level=logging.DEBUG, progress=mode) as timer:
+                    record = self._simulate(*args, progress=mode)
+                    timer.done(record)
+                parts.append(jax.tree.map(lambda x, k=stop - start: np.asarray(x)[:, :k], record))
         record = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
         return self._result(record)
 
@@ -253,10 +283,10 @@ class Model(eqx.Module):
 
 
 def _simulate_chunk_with_params(plan, solver, ages, params, next_values, regime, states,
-                                subject_ids, key):
+                                subject_ids, key, chunk=None, progress=None):
     resolved = resolve_params(plan, params)
     return simulate_chunk(plan, solver, ages, resolved, next_values, regime, states,
-                          subject_ids, key)
+                          subject_ids, key, chunk=chunk, progress=progress)
 
 
 def _plain_dicts(params):
@@ -320,7 +350,13 @@ def _enforce(solution: Solution, validate: str) -> Solution:
         return solution
     regime, period, check, size = found
     function, _, detail = check.partition(":")
-    if detail == "unreachable":
+    if detail == "inactive":
+        message = (
+            f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "
+            f"{size:.3g} on regimes that are inactive in period {period + 1} (see their "
+            "`active` periods)."
+        )
+    elif detail == "unreachable":
         message = (
             f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "
             f"{size:.3g} on regimes it cannot reach (their states are not all produced by "

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model._plan import ModelPlan
+from .._progress import simulate_tick
 from .._solve._backward import age_of
 from .._solve._kernel import RegimeProblem
 from .._solve._solver import AbstractSolver
@@ -41,12 +42,19 @@ def simulate_chunk(
     states: dict[str, jax.Array],
     subject_ids: jax.Array,
     key: jax.Array,
+    *,
+    chunk: jax.Array | None = None,
+    progress: str | None = None,
 ):
     """Simulate one chunk of subjects through every period.
 
     `next_values[r]` has shape `(n_periods, ...)`: the value array of period t + 1 at
     index t (zeros after the last period). Returns arrays of shape (n_periods, n).
+    `progress` (`None`, `"text"`, `"tqdm"`) emits a host callback per period, labelled
+    with `chunk = [index, n_chunks]`.
     """
+    if chunk is None:
+        chunk = jnp.array([0, 1], dtype=jnp.int32)
     state_kinds, action_kinds = variable_kinds(plan)
     dtype = jnp.zeros(()).dtype
     n = regime.shape[0]
@@ -58,6 +66,7 @@ def simulate_chunk(
         def step(carry, inputs, segment=segment):
             regime, present, states = carry
             period, continuation = inputs
+            simulate_tick(progress, plan.n_periods, period, chunk)
             age = age_of(ages, period)
             keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
                 subject_ids

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
+from .._progress import solve_tick
 from ._axes import lift
 from ._kernel import RegimeProblem
 from ._sharding import sharding_plan
@@ -29,9 +30,13 @@ def age_of(plan_ages, period):
 
 
 def solve_model(
-    plan: ModelPlan, solver: AbstractSolver, ages, params, *, validate: bool
+    plan: ModelPlan, solver: AbstractSolver, ages, params, *, validate: bool,
+    progress: str | None = None,
 ) -> Solution:
-    """Solve the model by backward induction; a pure function of `params`."""
+    """Solve the model by backward induction; a pure function of `params`.
+
+    `progress` (`None`, `"text"` or `"tqdm"`) emits a host callback per period.
+    """
     resolved = resolve_params(plan, params)
     dtype = jnp.zeros(()).dtype
     shapes = {name: state_shape(plan, name) for name in plan.regimes}
@@ -91,8 +96,15 @@ def solve_model(
             return next_carry, (current, current_violations)
 
         periods = jnp.arange(segment.start, segment.stop)
+        checkpointed = jax.checkpoint(step)
+
+        def ticked_step(next_values, period, checkpointed=checkpointed):
+            # Outside the checkpoint, so the backward pass of jax.grad does not replay it.
+            solve_tick(progress, plan.n_periods, period)
+            return checkpointed(next_values, period)
+
         carry, (segment_values, segment_violations) = jax.lax.scan(
-            jax.checkpoint(step), carry, periods, reverse=True
+            ticked_step, carry, periods, reverse=True
         )
         length = segment.stop - segment.start
         for name in plan.regimes:

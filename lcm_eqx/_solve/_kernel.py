@@ -117,6 +117,7 @@ class RegimeProblem:
                 self.checks.append(f"next_{name}")
         self.checks.append("next_regime")
         self.checks.append("next_regime:unreachable")
+        self.checks.append("next_regime:inactive")
 
     def value_of(self, name: str, point: Array) -> Array:
         """The value user functions see for a state or action given its grid point."""
@@ -387,12 +388,22 @@ class RegimeProblem:
                                       0.0)
         return jnp.where(blocked, NEG_INF, total)
 
+    def _inactive_next_period(self) -> Array:
+        """Which regimes are inactive in period + 1 (none after the last period)."""
+        n_periods = self.model.n_periods
+        active = [[t in r.active for t in range(n_periods)] + [True]
+                  for r in self.model.regimes.values()]
+        return ~jnp.asarray(active)[:, jnp.minimum(self.period + 1, n_periods)]
+
     def _record_violations(self, regime_probabilities, next_values, next_probabilities,
                            violations) -> None:
         violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
         unreachable = [
             r.id for name, r in self.model.regimes.items() if name not in self.continuations
         ]
+        violations["next_regime:inactive"] = jnp.sum(
+            jnp.where(self._inactive_next_period(), jnp.abs(regime_probabilities), 0.0)
+        )
         violations["next_regime:unreachable"] = (
             jnp.sum(jnp.abs(regime_probabilities[jnp.asarray(unreachable)]))
             if unreachable else 0.0
