@@ -20,7 +20,7 @@ from ._errors import InvalidParamsError
 LEVELS = ("regime", "function", "name")
 
 
-def params_from_series(series: pd.Series) -> dict[str, Any]:
+def params_from_series(series) -> dict[str, Any]:
     """The nested params dict described by a Series indexed by `(regime, function, name)`.
 
     Args:
@@ -114,7 +114,7 @@ def coerce_params(params):
 def _is_missing(level) -> bool:
     if level is None or (isinstance(level, str) and level == ""):
         return True
-    return isinstance(level, numbers.Real) and not isinstance(level, bool) and np.isnan(level)
+    return isinstance(level, numbers.Real) and not isinstance(level, bool) and bool(np.isnan(level))
 
 
 def _path(entry: tuple) -> tuple[str, ...]:

@@ -80,7 +80,7 @@ def taste_shock_scale(problem: RegimeProblem):
 
 
 def discrete_values(
-    model, params, solution: Solution, regime: str, period: int
+    model, params, solution: Solution, regime: str, period: int | np.integer
 ) -> Float[Array, "..."]:
     """`v_d` on the state grid: the best value over the continuous actions, per discrete action.
 
@@ -99,7 +99,7 @@ def _discrete_values_on_grid(model, regime, params, solution_values, period):
 
 
 def choice_probabilities(
-    model, params, solution: Solution | None, regime: str, period: int
+    model, params, solution: Solution | None, regime: str, period: int | np.integer
 ) -> Float[Array, "..."]:
     """Conditional choice probabilities `P(d | s, period)` on the regime's state grid.
 

@@ -84,7 +84,7 @@ def prepare_data(model, data) -> ChoiceData:
     return ChoiceData(blocks=blocks, n_rows=n_rows)
 
 
-def _columns(data) -> dict[str, np.ndarray]:
+def _columns(data) -> dict:
     try:
         import pandas as pd
 

@@ -1,0 +1,24 @@
+"""The main flows (solve, simulate, choice probabilities, likelihood and its gradient) run
+with every lcm_eqx annotation checked at run time by jaxtyping + beartype."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOWS = ["tests/test_core.py", "tests/test_stochastic_oracle.py", "tests/test_taste_shocks.py",
+         "tests/test_estimation.py"]
+
+
+def test_main_flows_pass_runtime_type_checks():
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *FLOWS],
+        cwd=ROOT,
+        env={**os.environ, "LCM_EQX_TYPECHECK": "1", "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-2000:]
+    assert "passed" in completed.stdout
