@@ -9,8 +9,6 @@ value is `λ·logsumexp(v_d / λ)`. Conditional choice probabilities `softmax(v_
 checked against the oracle and against simulated choice frequencies.
 """
 
-from enum import IntEnum
-
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -21,6 +19,7 @@ import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
 from lcm_eqx._estimation import choice_probabilities, discrete_values  # noqa: E402
+from tests.models import retirement  # noqa: E402
 
 N_PERIODS = 4
 WEALTH = (1.0, 60.0, 30)
@@ -34,42 +33,11 @@ PARAMS = {
 }
 
 
-class RegimeId(IntEnum):
-    working = 0
-    retired = 1
-
-
-class Labor(IntEnum):
-    work = 0
-    retire = 1
-
-
-def utility(consumption, labor, disutility_of_work):
-    return jnp.log(consumption) - disutility_of_work * (labor == Labor.work)
-
-
-def utility_retired(consumption):
-    return jnp.log(consumption)
-
-
-def labor_income(labor, wage):
-    return jnp.where(labor == Labor.work, wage, 0.0)
-
-
-def next_wealth(wealth, consumption, labor_income, interest_rate):
-    return (1 + interest_rate) * (wealth - consumption) + labor_income
-
-
-def next_wealth_retired(wealth, consumption, interest_rate):
-    return (1 + interest_rate) * (wealth - consumption)
-
-
-def next_regime(labor):
-    return jnp.where(labor == Labor.work, RegimeId.working, RegimeId.retired)
-
-
-def borrowing(consumption, wealth):
-    return consumption <= wealth
+RegimeId, Labor = retirement.RegimeId, retirement.Labor
+utility, utility_retired = retirement.utility, retirement.utility_retired
+labor_income, next_wealth = retirement.labor_income, retirement.next_wealth
+next_wealth_retired, next_regime = retirement.next_wealth_retired, retirement.next_regime
+borrowing = retirement.borrowing
 
 
 def build_model(n_periods=N_PERIODS, wealth=WEALTH, consumption=CONSUMPTION, taste_shocks=True):

@@ -250,6 +250,19 @@ def _check_piecewise(grid: str, breakpoints, n_points, *, log: bool) -> np.ndarr
     return values
 
 
+def _n_piecewise(n_points_per_segment: tuple[int, ...]) -> int:
+    """Points of a piecewise grid: each shared breakpoint is counted once."""
+    return sum(n_points_per_segment) - (len(n_points_per_segment) - 1)
+
+
+def _piecewise_points(breakpoints, n_points_per_segment, spacing) -> Array:
+    segments = [
+        spacing(breakpoints[i], breakpoints[i + 1], n)[(1 if i else 0) :]
+        for i, n in enumerate(n_points_per_segment)
+    ]
+    return jnp.concatenate(segments)
+
+
 class PiecewiseLinSpacedGrid(AbstractContinuousGrid):
     """Linearly spaced segments: segment i spans `[breakpoints[i], breakpoints[i+1]]`.
 
@@ -278,14 +291,10 @@ class PiecewiseLinSpacedGrid(AbstractContinuousGrid):
 
     @property
     def n_points(self) -> int:
-        return sum(self.n_points_per_segment) - (len(self.n_points_per_segment) - 1)
+        return _n_piecewise(self.n_points_per_segment)
 
     def to_jax(self) -> Float[Array, " n"]:
-        segments = [
-            jnp.linspace(self.breakpoints[i], self.breakpoints[i + 1], n)[(1 if i else 0) :]
-            for i, n in enumerate(self.n_points_per_segment)
-        ]
-        return jnp.concatenate(segments)
+        return _piecewise_points(self.breakpoints, self.n_points_per_segment, jnp.linspace)
 
 
 class PiecewiseLogSpacedGrid(AbstractContinuousGrid):
@@ -316,11 +325,7 @@ class PiecewiseLogSpacedGrid(AbstractContinuousGrid):
 
     @property
     def n_points(self) -> int:
-        return sum(self.n_points_per_segment) - (len(self.n_points_per_segment) - 1)
+        return _n_piecewise(self.n_points_per_segment)
 
     def to_jax(self) -> Float[Array, " n"]:
-        segments = [
-            _geomspace(self.breakpoints[i], self.breakpoints[i + 1], n)[(1 if i else 0) :]
-            for i, n in enumerate(self.n_points_per_segment)
-        ]
-        return jnp.concatenate(segments)
+        return _piecewise_points(self.breakpoints, self.n_points_per_segment, _geomspace)
