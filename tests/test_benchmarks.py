@@ -1,0 +1,31 @@
+"""The benchmark suite's smoke run (`benchmarks/run.py --quick`) works and reports every
+number it promises. It asserts structure, never wall-clock times."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_benchmark_run(tmp_path):
+    output = tmp_path / "quick.json"
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--json", str(output)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    rows = {row["model"]: row for row in json.loads(output.read_text())["rows"]}
+    assert set(rows) == {"retirement", "precautionary", "large"}
+    for row in rows.values():
+        for key in ("compile_s", "solve_s", "simulate_s", "temp_bytes", "evaluations_per_s",
+                    "compile_ratio_96_to_6"):
+            assert row[key] is not None and row[key] > 0, (row["model"], key)
+    assert rows["retirement"]["solve_ratio_library_to_reference"] > 0
+    assert "library/reference" in completed.stdout
