@@ -19,16 +19,18 @@ class Labor(IntEnum):
     retire = 1
 
 
-def _retirement(n_periods: int, n_wealth: int = 1000, n_consumption: int = 5000,
-                taste_shocks: bool = True) -> lcm.Model:
+def _retirement(
+    n_periods: int, n_wealth: int = 1000, n_consumption: int = 5000, taste_shocks: bool = True
+) -> lcm.Model:
     wealth = lcm.LinSpacedGrid(1.0, 400.0, n_wealth)
     consumption = lcm.LinSpacedGrid(1.0, 400.0, n_consumption)
     working = lcm.Regime(
         states={"wealth": wealth},
         actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
         functions={
-            "utility": lambda consumption, labor, disutility_of_work: jnp.log(consumption)
-            - disutility_of_work * (labor == Labor.work),
+            "utility": lambda consumption, labor, disutility_of_work: (
+                jnp.log(consumption) - disutility_of_work * (labor == Labor.work)
+            ),
             "labor_income": lambda labor, wage: jnp.where(labor == Labor.work, wage, 0.0),
         },
         state_transitions={
@@ -36,8 +38,7 @@ def _retirement(n_periods: int, n_wealth: int = 1000, n_consumption: int = 5000,
                 (1 + interest_rate) * (wealth - consumption) + labor_income
             )
         },
-        transition=lambda labor: jnp.where(labor == Labor.work, RegimeId.working,
-                                           RegimeId.retired),
+        transition=lambda labor: jnp.where(labor == Labor.work, RegimeId.working, RegimeId.retired),
         constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
         taste_shocks=lcm.ExtremeValueShocks() if taste_shocks else None,
     )
@@ -46,8 +47,9 @@ def _retirement(n_periods: int, n_wealth: int = 1000, n_consumption: int = 5000,
         actions={"consumption": consumption},
         functions={"utility": lambda consumption: jnp.log(consumption)},
         state_transitions={
-            "wealth": lambda wealth, consumption, interest_rate: (1 + interest_rate)
-            * (wealth - consumption)
+            "wealth": lambda wealth, consumption, interest_rate: (
+                (1 + interest_rate) * (wealth - consumption)
+            )
         },
         transition=lambda: RegimeId.retired,
         constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
@@ -96,10 +98,12 @@ PRECAUTIONARY_PARAMS = {
 
 MODELS = {
     "retirement (wealth 1000 x consumption 5000, taste shocks)": (
-        _retirement, RETIREMENT_PARAMS,
+        _retirement,
+        RETIREMENT_PARAMS,
     ),
     "precautionary savings (wealth 200 x income 7 x consumption 400, mortality)": (
-        _precautionary, PRECAUTIONARY_PARAMS,
+        _precautionary,
+        PRECAUTIONARY_PARAMS,
     ),
 }
 
@@ -109,8 +113,9 @@ class Health(IntEnum):
     good = 1
 
 
-def _large(n_periods: int, n_wealth: int = 1000, n_consumption: int = 1000,
-           n_types: int = 4) -> lcm.Model:
+def _large(
+    n_periods: int, n_wealth: int = 1000, n_consumption: int = 1000, n_types: int = 4
+) -> lcm.Model:
     """Four states (wealth, income process, health, a permanent type) and two actions."""
     wealth = lcm.LinSpacedGrid(0.5, 100.0, n_wealth)
     consumption = lcm.LinSpacedGrid(0.5, 100.0, n_consumption)
@@ -123,8 +128,9 @@ def _large(n_periods: int, n_wealth: int = 1000, n_consumption: int = 1000,
         },
         actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
         functions={
-            "utility": lambda consumption, labor, health, disutility_of_work: jnp.log(consumption)
-            - disutility_of_work * (labor == Labor.work) * (2.0 - health),
+            "utility": lambda consumption, labor, health, disutility_of_work: (
+                jnp.log(consumption) - disutility_of_work * (labor == Labor.work) * (2.0 - health)
+            ),
             "earnings": lambda labor, income, skill, skill_premium: jnp.where(
                 labor == Labor.work, jnp.exp(income) * (1.0 + skill_premium * skill), 0.0
             ),

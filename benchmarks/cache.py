@@ -37,12 +37,19 @@ def main() -> None:
         env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache}
         runs = []
         for _ in range(2):
-            out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT)], env=env,
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(ROOT)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             runs.append(json.loads(out.strip().splitlines()[-1])["compile_s"])
         n_files = sum(1 for _ in Path(cache).rglob("*") if _.is_file())
-    print(f"compile (lower + compile) in a fresh process: cold {runs[0]:.2f} s, warm "
-          f"{runs[1]:.2f} s (warm/cold = {runs[1] / runs[0]:.2f}); {n_files} cache files")
+    print(
+        f"compile (lower + compile) in a fresh process: cold {runs[0]:.2f} s, warm "
+        f"{runs[1]:.2f} s (warm/cold = {runs[1] / runs[0]:.2f}); {n_files} cache files"
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,7 @@ def measure(build, params, n_periods: int, repeats: int = 5) -> dict:
         start = time.perf_counter()
         jax.block_until_ready(compiled(params))
         runs.append(time.perf_counter() - start)
-    return {"n_periods": n_periods, "compile_s": compile_seconds,
-            "run_s": statistics.median(runs)}
+    return {"n_periods": n_periods, "compile_s": compile_seconds, "run_s": statistics.median(runs)}
 
 
 def main() -> None:
@@ -56,8 +55,10 @@ def main() -> None:
         print(f"{'periods':>8} {'compile s':>10} {'ratio':>6} {'run ms':>8}")
         for row in rows:
             row["compile_ratio_to_6"] = row["compile_s"] / base
-            print(f"{row['n_periods']:>8} {row['compile_s']:>10.2f} "
-                  f"{row['compile_ratio_to_6']:>6.2f} {1e3 * row['run_s']:>8.1f}")
+            print(
+                f"{row['n_periods']:>8} {row['compile_s']:>10.2f} "
+                f"{row['compile_ratio_to_6']:>6.2f} {1e3 * row['run_s']:>8.1f}"
+            )
         results[name] = rows
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

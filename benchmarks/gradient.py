@@ -88,13 +88,16 @@ def _gradient_program(model, data):
     return jax.jit(jax.value_and_grad(loss))
 
 
-def measure(n_periods: int, n_wealth: int, n_consumption: int, n_subjects: int,
-            repeats: int) -> dict:
+def measure(
+    n_periods: int, n_wealth: int, n_consumption: int, n_subjects: int, repeats: int
+) -> dict:
     params = {k: jnp.asarray(v) for k, v in PARAMS.items()}
     model = _models._retirement(n_periods, n_wealth, n_consumption, taste_shocks=True)
     rng = np.random.default_rng(0)
-    initial = {"regime": np.zeros(n_subjects, dtype=int),
-               "wealth": rng.uniform(1.0, 200.0, n_subjects)}
+    initial = {
+        "regime": np.zeros(n_subjects, dtype=int),
+        "wealth": rng.uniform(1.0, 200.0, n_subjects),
+    }
     panel = model.simulate(params, initial, key=jax.random.key(0)).to_dataframe()
     data = prepare_data(model, panel)
 
@@ -168,23 +171,29 @@ def main(argv=None) -> list[dict]:
         sizes = {"n_wealth": 100, "n_consumption": 500, "n_subjects": 1000, "repeats": 5}
         periods = args.periods or [5, 20]
     results = [measure(t, **sizes) for t in periods]
-    header = (f"{'T':>3} {'grid':>9} {'rows':>6} {'solve':>9} {'grad(solve)':>11} "
-              f"{'loglik':>9} {'v&g loglik':>10} {'ratio':>6} "
-              f"{'v&g no-ckpt':>11} {'temp ckpt':>11} {'temp no-ckpt':>12} {'compile v&g':>11}")
+    header = (
+        f"{'T':>3} {'grid':>9} {'rows':>6} {'solve':>9} {'grad(solve)':>11} "
+        f"{'loglik':>9} {'v&g loglik':>10} {'ratio':>6} "
+        f"{'v&g no-ckpt':>11} {'temp ckpt':>11} {'temp no-ckpt':>12} {'compile v&g':>11}"
+    )
     print(header)
     for r in results:
-        print(f"{r['n_periods']:>3} {r['n_wealth']:>4}x{r['n_consumption']:<4} "
-              f"{r['likelihood_rows']:>6} {r['solve_s'] * 1e3:>7.1f}ms "
-              f"{r['solve_grad_s'] * 1e3:>9.1f}ms {r['likelihood_s'] * 1e3:>7.1f}ms "
-              f"{r['value_and_grad_s'] * 1e3:>8.1f}ms {r['grad_over_solve']:>6.1f} "
-              f"{r['value_and_grad_s_no_checkpoint'] * 1e3:>9.1f}ms "
-              f"{r['grad_temp_bytes_checkpoint'] / 2**20:>9.2f}MB "
-              f"{r['grad_temp_bytes_no_checkpoint'] / 2**20:>10.2f}MB "
-              f"{r['grad_compile_s']:>10.1f}s")
+        print(
+            f"{r['n_periods']:>3} {r['n_wealth']:>4}x{r['n_consumption']:<4} "
+            f"{r['likelihood_rows']:>6} {r['solve_s'] * 1e3:>7.1f}ms "
+            f"{r['solve_grad_s'] * 1e3:>9.1f}ms {r['likelihood_s'] * 1e3:>7.1f}ms "
+            f"{r['value_and_grad_s'] * 1e3:>8.1f}ms {r['grad_over_solve']:>6.1f} "
+            f"{r['value_and_grad_s_no_checkpoint'] * 1e3:>9.1f}ms "
+            f"{r['grad_temp_bytes_checkpoint'] / 2**20:>9.2f}MB "
+            f"{r['grad_temp_bytes_no_checkpoint'] / 2**20:>10.2f}MB "
+            f"{r['grad_compile_s']:>10.1f}s"
+        )
     print("\ngrad(solve) alone, XLA temp memory with / without the period checkpoint:")
     for r in results:
-        print(f"  T={r['n_periods']:>3}: {r['solve_grad_temp_bytes_checkpoint'] / 2**20:8.2f} MB"
-              f" / {r['solve_grad_temp_bytes_no_checkpoint'] / 2**20:8.2f} MB")
+        print(
+            f"  T={r['n_periods']:>3}: {r['solve_grad_temp_bytes_checkpoint'] / 2**20:8.2f} MB"
+            f" / {r['solve_grad_temp_bytes_no_checkpoint'] / 2**20:8.2f} MB"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return results

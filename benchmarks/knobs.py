@@ -31,17 +31,23 @@ from pathlib import Path
 
 
 def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n-wealth", type=int, default=1000)
     parser.add_argument("--n-consumption", type=int, default=2000)
     parser.add_argument("--n-types", type=int, default=4)
     parser.add_argument("--n-periods", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--devices", type=int, default=0,
-                        help="also shard the skill axis over this many devices")
-    parser.add_argument("--divisors", type=str, default="2,4,8,32",
-                        help="batch sizes n_wealth // d for these d (plus batch_size=0)")
+    parser.add_argument(
+        "--devices", type=int, default=0, help="also shard the skill axis over this many devices"
+    )
+    parser.add_argument(
+        "--divisors",
+        type=str,
+        default="2,4,8,32",
+        help="batch sizes n_wealth // d for these d (plus batch_size=0)",
+    )
     parser.add_argument("--x64", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
     return parser.parse_args()
@@ -70,8 +76,15 @@ if ARGS.x64:
 jax.config.update("jax_enable_compilation_cache", False)
 
 
-def build(n_wealth: int, n_consumption: int, n_types: int, n_periods: int, *,
-          wealth_batch: int = 0, distributed: bool = False) -> lcm.Model:
+def build(
+    n_wealth: int,
+    n_consumption: int,
+    n_types: int,
+    n_periods: int,
+    *,
+    wealth_batch: int = 0,
+    distributed: bool = False,
+) -> lcm.Model:
     wealth = lcm.LinSpacedGrid(1.0, 400.0, n_wealth, batch_size=wealth_batch)
     consumption = lcm.LinSpacedGrid(1.0, 400.0, n_consumption)
     skill = lcm.DiscreteGrid([f"type{i}" for i in range(n_types)], distributed=distributed)
@@ -123,8 +136,7 @@ def compile_model(model: lcm.Model, p: dict) -> dict:
     memory = compiled.memory_analysis()
     temp = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
     solution = jax.block_until_ready(compiled(p))  # warm-up
-    return {"compiled": compiled, "compile_s": compile_s, "temp_bytes": temp,
-            "solution": solution}
+    return {"compiled": compiled, "compile_s": compile_s, "temp_bytes": temp, "solution": solution}
 
 
 def time_runs(rows: list[dict], p: dict, repeats: int) -> None:
@@ -144,8 +156,9 @@ def time_runs(rows: list[dict], p: dict, repeats: int) -> None:
 
 def max_abs_diff(a, b) -> float:
     return max(
-        float(jnp.max(jnp.abs(jnp.where(jnp.isfinite(b.values[r]),
-                                        a.values[r] - b.values[r], 0.0))))
+        float(
+            jnp.max(jnp.abs(jnp.where(jnp.isfinite(b.values[r]), a.values[r] - b.values[r], 0.0)))
+        )
         for r in b.values
     )
 
@@ -154,10 +167,12 @@ def main() -> None:
     a = ARGS
     p = params(a.n_types)
     points = a.n_wealth * a.n_types * 2 * a.n_consumption
-    print(f"backend {jax.default_backend()}, {jax.device_count()} device(s), "
-          f"{'float64' if a.x64 else 'float32'}; working: {a.n_wealth} wealth x {a.n_types} "
-          f"types x 2 labor x {a.n_consumption} consumption = {points:.2e} state-action "
-          f"points per period, {a.n_periods} periods, median of {a.repeats} runs")
+    print(
+        f"backend {jax.default_backend()}, {jax.device_count()} device(s), "
+        f"{'float64' if a.x64 else 'float32'}; working: {a.n_wealth} wealth x {a.n_types} "
+        f"types x 2 labor x {a.n_consumption} consumption = {points:.2e} state-action "
+        f"points per period, {a.n_periods} periods, median of {a.repeats} runs"
+    )
 
     batches = [0] + [max(1, a.n_wealth // int(d)) for d in a.divisors.split(",")]
     rows = []
@@ -172,29 +187,38 @@ def main() -> None:
         row["max_abs_diff"] = max_abs_diff(row.pop("solution"), reference)
     base = rows[0]
     print("\nsplay: batch_size on the wealth axis")
-    print(f"{'batch':>6} {'temp MiB':>9} {'x':>6} {'compile s':>10} {'x':>6} {'run s':>8} "
-          f"{'x':>6} {'max|dv|':>9}")
+    print(
+        f"{'batch':>6} {'temp MiB':>9} {'x':>6} {'compile s':>10} {'x':>6} {'run s':>8} "
+        f"{'x':>6} {'max|dv|':>9}"
+    )
     for row in rows:
         temp = row["temp_bytes"]
         temp_ratio = temp / base["temp_bytes"] if temp and base["temp_bytes"] else float("nan")
         row["temp_ratio"] = temp_ratio
         row["compile_ratio"] = row["compile_s"] / base["compile_s"]
         row["run_ratio"] = row["run_s"] / base["run_s"]
-        print(f"{row['batch_size']:>6} {(temp or 0) / 2**20:>9.1f} {temp_ratio:>6.3f} "
-              f"{row['compile_s']:>10.2f} {row['compile_ratio']:>6.2f} {row['run_s']:>8.3f} "
-              f"{row['run_ratio']:>6.2f} {row['max_abs_diff']:>9.1e}")
-    results = {"config": vars(a) | {"json": None, "points_per_period": points,
-                                    "backend": jax.default_backend(),
-                                    "device_count": jax.device_count()},
-               "splay": rows}
+        print(
+            f"{row['batch_size']:>6} {(temp or 0) / 2**20:>9.1f} {temp_ratio:>6.3f} "
+            f"{row['compile_s']:>10.2f} {row['compile_ratio']:>6.2f} {row['run_s']:>8.3f} "
+            f"{row['run_ratio']:>6.2f} {row['max_abs_diff']:>9.1e}"
+        )
+    results = {
+        "config": vars(a)
+        | {
+            "json": None,
+            "points_per_period": points,
+            "backend": jax.default_backend(),
+            "device_count": jax.device_count(),
+        },
+        "splay": rows,
+    }
 
     if a.devices > 1:
         if jax.device_count() < a.devices:
             print(f"\nshard: only {jax.device_count()} device(s) available, skipped")
         else:
             unsharded = build(a.n_wealth, a.n_consumption, a.n_types, a.n_periods)
-            sharded = build(a.n_wealth, a.n_consumption, a.n_types, a.n_periods,
-                            distributed=True)
+            sharded = build(a.n_wealth, a.n_consumption, a.n_types, a.n_periods, distributed=True)
             plain = compile_model(unsharded, p)
             shard = compile_model(sharded, p)
             time_runs([plain, shard], p, a.repeats)
@@ -204,13 +228,17 @@ def main() -> None:
             print(f"\nshard: skill axis ({a.n_types} types) over {jax.device_count()} devices")
             print(f"{'':>10} {'temp MiB/dev':>13} {'compile s':>10} {'run s':>8}")
             for name, row in (("unsharded", plain), ("sharded", shard)):
-                print(f"{name:>10} {(row['temp_bytes'] or 0) / 2**20:>13.1f} "
-                      f"{row['compile_s']:>10.2f} {row['run_s']:>8.3f}")
+                print(
+                    f"{name:>10} {(row['temp_bytes'] or 0) / 2**20:>13.1f} "
+                    f"{row['compile_s']:>10.2f} {row['run_s']:>8.3f}"
+                )
             print(f"speedup {speedup:.2f}x; values span {spans} devices; max|dv| {diff:.1e}")
             results["shard"] = {
                 "unsharded": {k: v for k, v in plain.items() if k != "solution"},
                 "sharded": {k: v for k, v in shard.items() if k != "solution"},
-                "speedup": speedup, "devices_spanned": spans, "max_abs_diff": diff,
+                "speedup": speedup,
+                "devices_spanned": spans,
+                "max_abs_diff": diff,
             }
     if a.json:
         a.json.write_text(json.dumps(results, indent=2))

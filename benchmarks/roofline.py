@@ -48,6 +48,7 @@ def main() -> None:
     def arithmetic(states, actions):
         def at_state(s):
             return jnp.max(jnp.log(actions) + 0.9 * (s - actions) * 1e-3)
+
         return jax.vmap(at_state)(states)
 
     def gather(states, actions, table):
@@ -56,6 +57,7 @@ def main() -> None:
             lo = jnp.clip(x.astype(jnp.int32), 0, 998)
             w = x - lo
             return jnp.max((1 - w) * table[lo] + w * table[lo + 1])
+
         return jax.vmap(at_state)(states)
 
     block = jnp.ones((n_states // 8, n_actions))
@@ -68,8 +70,10 @@ def main() -> None:
         "gather (2 table reads per point)": (_time(gather, states, actions, table), points),
         "memory (stream a state x action array)": (_time(memory, block), block.size),
     }
-    print(f"{points:,} state-action points ({n_states:,} states x {n_actions:,} actions); "
-          f"devices {jax.devices()}")
+    print(
+        f"{points:,} state-action points ({n_states:,} states x {n_actions:,} actions); "
+        f"devices {jax.devices()}"
+    )
     for name, (seconds, count) in rows.items():
         print(f"  {name:42s} {count / seconds:10.3e} points/s")
 

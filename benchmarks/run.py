@@ -24,8 +24,8 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import _models  # noqa: E402
-from benchmarks.reference_retirement import make_solve  # noqa: E402
+from benchmarks import _models
+from benchmarks.reference_retirement import make_solve
 
 SIZES = {
     "full": {
@@ -76,11 +76,18 @@ def _initial_conditions(name: str, n: int):
     if name == "retirement":
         return {"regime": jnp.zeros(n, dtype=jnp.int32), "wealth": wealth}
     if name == "precautionary":
-        return {"regime": jnp.zeros(n, dtype=jnp.int32), "wealth": wealth,
-                "income": jnp.full(n, 3, dtype=jnp.int32)}
-    return {"regime": jnp.zeros(n, dtype=jnp.int32), "wealth": wealth,
-            "income": jnp.full(n, 3, dtype=jnp.int32), "health": jnp.ones(n, dtype=jnp.int32),
-            "skill": jnp.arange(n, dtype=jnp.int32) % 4}
+        return {
+            "regime": jnp.zeros(n, dtype=jnp.int32),
+            "wealth": wealth,
+            "income": jnp.full(n, 3, dtype=jnp.int32),
+        }
+    return {
+        "regime": jnp.zeros(n, dtype=jnp.int32),
+        "wealth": wealth,
+        "income": jnp.full(n, 3, dtype=jnp.int32),
+        "health": jnp.ones(n, dtype=jnp.int32),
+        "skill": jnp.arange(n, dtype=jnp.int32) % 4,
+    }
 
 
 def bench_model(name: str, build, params, sizes: dict, n_subjects: int, repeats: int) -> dict:
@@ -152,39 +159,59 @@ def main() -> None:
     }
     rows = []
     for name, (build, params) in models.items():
-        row = bench_model(name, build, params, config[name], config["n_subjects"],
-                          config["repeats"])
+        row = bench_model(
+            name, build, params, config[name], config["n_subjects"], config["repeats"]
+        )
         if name == "retirement":
             row.update(bench_reference(config[name], params, config["repeats"], row))
         row.update(compile_scaling(build, params, config[name]))
         rows.append(row)
         _print_row(row)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"jax": jax.__version__, "devices": str(jax.devices()),
-                                     "x64": bool(jax.config.jax_enable_x64), "rows": rows},
-                                    indent=2, default=str))
+    args.json.write_text(
+        json.dumps(
+            {
+                "jax": jax.__version__,
+                "devices": str(jax.devices()),
+                "x64": bool(jax.config.jax_enable_x64),
+                "rows": rows,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     print(f"\nwrote {args.json}")
 
 
 def _print_row(row: dict) -> None:
-    print(f"\n== {row['model']}: {row['state_action_points_per_period']:,} state-action points "
-          f"per period, {row['n_periods']} periods")
+    print(
+        f"\n== {row['model']}: {row['state_action_points_per_period']:,} state-action points "
+        f"per period, {row['n_periods']} periods"
+    )
     print(f"  compile          {row['compile_s']:8.2f} s")
     print(f"  solve            {row['solve_s']:8.3f} s (median, steady state)")
-    print(f"  simulate         {row['simulate_s']:8.3f} s for {row['n_subjects']:,} subjects "
-          f"(first call {row['simulate_first_call_s']:.2f} s incl. compile)")
+    print(
+        f"  simulate         {row['simulate_s']:8.3f} s for {row['n_subjects']:,} subjects "
+        f"(first call {row['simulate_first_call_s']:.2f} s incl. compile)"
+    )
     if row["temp_bytes"] is not None:
         print(f"  XLA temp memory  {row['temp_bytes'] / 2**20:8.1f} MiB")
-    print(f"  throughput       {row['evaluations_per_s']:.3e} evaluations/s "
-          f"({row['evaluations_per_s_per_core']:.3e} per core)")
+    print(
+        f"  throughput       {row['evaluations_per_s']:.3e} evaluations/s "
+        f"({row['evaluations_per_s_per_core']:.3e} per core)"
+    )
     if "reference_solve_s" in row:
-        print(f"  hand-fused ref   solve {row['reference_solve_s']:.3f} s, compile "
-              f"{row['reference_compile_s']:.2f} s -> library/reference: solve "
-              f"{row['solve_ratio_library_to_reference']:.2f}x, compile "
-              f"{row['compile_ratio_library_to_reference']:.2f}x")
+        print(
+            f"  hand-fused ref   solve {row['reference_solve_s']:.3f} s, compile "
+            f"{row['reference_compile_s']:.2f} s -> library/reference: solve "
+            f"{row['solve_ratio_library_to_reference']:.2f}x, compile "
+            f"{row['compile_ratio_library_to_reference']:.2f}x"
+        )
     scaled = row["compile_s_by_periods"]
-    print(f"  compile by periods 6/48/96: {scaled[6]:.2f} / {scaled[48]:.2f} / {scaled[96]:.2f} s "
-          f"(96/6 = {row['compile_ratio_96_to_6']:.2f})")
+    print(
+        f"  compile by periods 6/48/96: {scaled[6]:.2f} / {scaled[48]:.2f} / {scaled[96]:.2f} s "
+        f"(96/6 = {row['compile_ratio_96_to_6']:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -49,16 +49,24 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for chunk in (0, args.chunk):
-        out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), str(args.subjects),
-                              str(chunk)], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(ROOT), str(args.subjects), str(chunk)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
     print(f"{args.subjects:,} subjects, retirement model (5 periods, 2 x 100 actions)")
     for row in rows:
         label = "one pass" if row["chunk"] == 0 else f"subject_batch_size={row['chunk']:,}"
-        print(f"  {label:28s} XLA temp {row['temp_bytes'] / 2**20:9.1f} MiB, peak RSS "
-              f"{row['peak_rss_bytes'] / 2**20:9.1f} MiB, {row['seconds']:.1f} s")
-    print(f"  ratio chunked/one pass: temp {rows[1]['temp_bytes'] / rows[0]['temp_bytes']:.3f}, "
-          f"peak RSS {rows[1]['peak_rss_bytes'] / rows[0]['peak_rss_bytes']:.3f}")
+        print(
+            f"  {label:28s} XLA temp {row['temp_bytes'] / 2**20:9.1f} MiB, peak RSS "
+            f"{row['peak_rss_bytes'] / 2**20:9.1f} MiB, {row['seconds']:.1f} s"
+        )
+    print(
+        f"  ratio chunked/one pass: temp {rows[1]['temp_bytes'] / rows[0]['temp_bytes']:.3f}, "
+        f"peak RSS {rows[1]['peak_rss_bytes'] / rows[0]['peak_rss_bytes']:.3f}"
+    )
 
 
 if __name__ == "__main__":

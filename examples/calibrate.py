@@ -47,8 +47,9 @@ def build_model():
         states={"wealth": wealth},
         actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
         functions={
-            "utility": lambda consumption, labor, disutility_of_work: jnp.log(consumption)
-            - disutility_of_work * (labor == Labor.work),
+            "utility": lambda consumption, labor, disutility_of_work: (
+                jnp.log(consumption) - disutility_of_work * (labor == Labor.work)
+            ),
             "labor_income": lambda labor, wage: jnp.where(labor == Labor.work, wage, 0.0),
         },
         state_transitions={
@@ -56,8 +57,7 @@ def build_model():
                 (1 + interest_rate) * (wealth - consumption) + labor_income
             )
         },
-        transition=lambda labor: jnp.where(labor == Labor.work, RegimeId.working,
-                                           RegimeId.retired),
+        transition=lambda labor: jnp.where(labor == Labor.work, RegimeId.working, RegimeId.retired),
         constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
         taste_shocks=lcm.ExtremeValueShocks(),
     )
@@ -66,14 +66,16 @@ def build_model():
         actions={"consumption": consumption},
         functions={"utility": lambda consumption: jnp.log(consumption)},
         state_transitions={
-            "wealth": lambda wealth, consumption, interest_rate: (1 + interest_rate)
-            * (wealth - consumption)
+            "wealth": lambda wealth, consumption, interest_rate: (
+                (1 + interest_rate) * (wealth - consumption)
+            )
         },
         transition=lambda: RegimeId.retired,
         constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
     )
-    return lcm.Model(regimes={"working": working, "retired": retired}, n_periods=5,
-                     regime_ids=RegimeId)
+    return lcm.Model(
+        regimes={"working": working, "retired": retired}, n_periods=5, regime_ids=RegimeId
+    )
 
 
 def main():
@@ -103,8 +105,10 @@ def main():
 
     wealth = np.linspace(1.0, 150.0, WEALTH_POINTS)
     index = [int(np.argmin(np.abs(wealth - w))) for w in REPORT_WEALTH]
-    print(f"Solved {len(grid)} parameter vectors in one vmapped call: "
-          f"{first:.1f}s with compilation, {again * 1e3:.0f} ms after.\n")
+    print(
+        f"Solved {len(grid)} parameter vectors in one vmapped call: "
+        f"{first:.1f}s with compilation, {again * 1e3:.0f} ms after.\n"
+    )
     columns = " ".join(f"{f'P(work|w={wealth[i]:.0f})':>15}" for i in index)
     value_column = f"V0(w={wealth[index[1]]:.0f})"
     print(f"{'disutility':>10} {'wage':>6} {value_column:>9} {columns}")

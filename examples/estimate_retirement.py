@@ -35,10 +35,8 @@ N_SUBJECTS = 2_000
 N_PERIODS = 5
 INTEREST_RATE = 0.02  # known, not estimated
 
-TRUE = {"disutility_of_work": 1.0, "discount_factor": 0.95, "taste_shock_scale": 0.5,
-        "wage": 10.0}
-START = {"disutility_of_work": 1.4, "discount_factor": 0.65, "taste_shock_scale": 0.7,
-         "wage": 6.5}
+TRUE = {"disutility_of_work": 1.0, "discount_factor": 0.95, "taste_shock_scale": 0.5, "wage": 10.0}
+START = {"disutility_of_work": 1.4, "discount_factor": 0.65, "taste_shock_scale": 0.7, "wage": 6.5}
 NAMES = tuple(TRUE)
 
 
@@ -100,8 +98,9 @@ def build_model():
         transition=lambda: RegimeId.retired,
         constraints={"borrowing": borrowing},
     )
-    return lcm.Model(regimes={"working": working, "retired": retired}, n_periods=N_PERIODS,
-                     regime_ids=RegimeId)
+    return lcm.Model(
+        regimes={"working": working, "retired": retired}, n_periods=N_PERIODS, regime_ids=RegimeId
+    )
 
 
 def full_params(natural: dict) -> dict:
@@ -111,12 +110,14 @@ def full_params(natural: dict) -> dict:
 
 # Unconstrained transforms: log for positive parameters, logit for the discount factor.
 def to_unconstrained(natural: dict) -> jax.Array:
-    return jnp.stack([
-        jnp.log(natural["disutility_of_work"]),
-        jnp.log(natural["discount_factor"] / (1 - natural["discount_factor"])),
-        jnp.log(natural["taste_shock_scale"]),
-        jnp.log(natural["wage"]),
-    ])
+    return jnp.stack(
+        [
+            jnp.log(natural["disutility_of_work"]),
+            jnp.log(natural["discount_factor"] / (1 - natural["discount_factor"])),
+            jnp.log(natural["taste_shock_scale"]),
+            jnp.log(natural["wage"]),
+        ]
+    )
 
 
 def to_natural(x: jax.Array) -> dict:
@@ -131,8 +132,10 @@ def to_natural(x: jax.Array) -> dict:
 def simulate_data(model):
     params = full_params({k: jnp.asarray(v) for k, v in TRUE.items()})
     rng = np.random.default_rng(2024)
-    initial = {"regime": np.zeros(N_SUBJECTS, dtype=int),
-               "wealth": rng.uniform(1.0, 80.0, N_SUBJECTS)}
+    initial = {
+        "regime": np.zeros(N_SUBJECTS, dtype=int),
+        "wealth": rng.uniform(1.0, 80.0, N_SUBJECTS),
+    }
     result = model.simulate(params, initial, key=jax.random.key(42))
     return result.to_dataframe()
 
@@ -143,8 +146,10 @@ def main(max_iterations: int = 60) -> dict:
     df = simulate_data(model)
     working = df[df["regime"] == "working"]
     shares = working.groupby("period")["labor"].apply(lambda s: (s == "work").mean())
-    print(f"Simulated {N_SUBJECTS} subjects: {len(df)} rows, {len(working)} labor choices; "
-          f"share working by period: {shares.round(3).tolist()}")
+    print(
+        f"Simulated {N_SUBJECTS} subjects: {len(df)} rows, {len(working)} labor choices; "
+        f"share working by period: {shares.round(3).tolist()}"
+    )
     data = prepare_data(model, df)
     n_obs = len(working)
 
@@ -171,8 +176,10 @@ def main(max_iterations: int = 60) -> dict:
             compile_seconds = time.perf_counter() - compile_started
         natural = to_natural(x)
         gnorm = float(jnp.linalg.norm(grad))
-        print(f"{iterations:>4} {float(value):>12.6f} {gnorm:>10.2e}  "
-              + " ".join(f"{float(natural[n]):>18.5f}" for n in NAMES))
+        print(
+            f"{iterations:>4} {float(value):>12.6f} {gnorm:>10.2e}  "
+            + " ".join(f"{float(natural[n]):>18.5f}" for n in NAMES)
+        )
         if gnorm < 1e-5:
             break
 
@@ -189,20 +196,29 @@ def main(max_iterations: int = 60) -> dict:
     standard_errors = jnp.sqrt(jnp.diag(covariance))
     hessian_seconds = time.perf_counter() - hessian_started
 
-    print(f"\n{'parameter':<20} {'true':>10} {'start':>10} {'estimate':>10} {'s.e.':>10} "
-          f"{'|z|':>6}")
+    print(
+        f"\n{'parameter':<20} {'true':>10} {'start':>10} {'estimate':>10} {'s.e.':>10} {'|z|':>6}"
+    )
     z = {}
     for i, name in enumerate(NAMES):
         z[name] = abs(float(theta[i]) - TRUE[name]) / float(standard_errors[i])
-        print(f"{name:<20} {TRUE[name]:>10.4f} {START[name]:>10.4f} {float(theta[i]):>10.4f} "
-              f"{float(standard_errors[i]):>10.4f} {z[name]:>6.2f}")
+        print(
+            f"{name:<20} {TRUE[name]:>10.4f} {START[name]:>10.4f} {float(theta[i]):>10.4f} "
+            f"{float(standard_errors[i]):>10.4f} {z[name]:>6.2f}"
+        )
     total = time.perf_counter() - started
-    print(f"\nL-BFGS iterations: {iterations}; first step (compile + run) {compile_seconds:.1f}s; "
-          f"Hessian {hessian_seconds:.1f}s; total wall time {total:.1f}s.")
+    print(
+        f"\nL-BFGS iterations: {iterations}; first step (compile + run) {compile_seconds:.1f}s; "
+        f"Hessian {hessian_seconds:.1f}s; total wall time {total:.1f}s."
+    )
     print("All estimates within 2 s.e. of the truth:", all(v < 2 for v in z.values()))
-    return {"estimate": {n: float(theta[i]) for i, n in enumerate(NAMES)},
-            "se": {n: float(standard_errors[i]) for i, n in enumerate(NAMES)},
-            "z": z, "iterations": iterations, "seconds": total}
+    return {
+        "estimate": {n: float(theta[i]) for i, n in enumerate(NAMES)},
+        "se": {n: float(standard_errors[i]) for i, n in enumerate(NAMES)},
+        "z": z,
+        "iterations": iterations,
+        "seconds": total,
+    }
 
 
 if __name__ == "__main__":

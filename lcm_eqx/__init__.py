@@ -9,17 +9,17 @@ from ._config import configure_jax as _configure_jax
 _configure_jax()
 
 from ._errors import GridInitializationError as GridInitializationError  # noqa: E402
-from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
 from ._errors import InvalidDataError as InvalidDataError  # noqa: E402
+from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
 from ._errors import InvalidParamsError as InvalidParamsError  # noqa: E402
 from ._errors import InvalidPeriodError as InvalidPeriodError  # noqa: E402
 from ._errors import (  # noqa: E402
     InvalidTransitionProbabilitiesError as InvalidTransitionProbabilitiesError,
 )
 from ._errors import LcmError as LcmError  # noqa: E402
+from ._errors import ModelInitializationError as ModelInitializationError  # noqa: E402
 from ._errors import NaNError as NaNError  # noqa: E402
 from ._errors import SavedFileError as SavedFileError  # noqa: E402
-from ._errors import ModelInitializationError as ModelInitializationError  # noqa: E402
 from ._estimation import ChoiceData as ChoiceData  # noqa: E402
 from ._estimation import best_continuous_actions as best_continuous_actions  # noqa: E402
 from ._estimation import choice_moments as choice_moments  # noqa: E402

@@ -47,28 +47,36 @@ class ModelSummary:
     chunking: ChunkingAdvice | None
 
     def __str__(self) -> str:
-        lines = [f"Model with {len(self.regimes)} regime(s) over {self.n_periods} periods; "
-                 f"{self.state_action_points_per_period:,} state-action points per period."]
+        lines = [
+            f"Model with {len(self.regimes)} regime(s) over {self.n_periods} periods; "
+            f"{self.state_action_points_per_period:,} state-action points per period."
+        ]
         for regime in self.regimes:
             kind = "terminal" if regime.terminal else "non-terminal"
             periods = _ranges(regime.active_periods)
             lines.append(f"\nregime {regime.name!r} ({kind}, active in periods {periods}):")
-            lines.append("  states:  " + (", ".join(f"{n} {g}" for n, g in regime.states.items())
-                                          or "none"))
-            lines.append("  actions: " + (", ".join(f"{n} {g}" for n, g in regime.actions.items())
-                                          or "none"))
+            lines.append(
+                "  states:  " + (", ".join(f"{n} {g}" for n, g in regime.states.items()) or "none")
+            )
+            lines.append(
+                "  actions: " + (", ".join(f"{n} {g}" for n, g in regime.actions.items()) or "none")
+            )
             lines.append(f"  state-action points per period: {regime.state_action_points:,}")
             lines.append(f"  parameters: {regime.parameters}")
         if self.temp_bytes is not None:
-            lines.append(f"\nXLA compiled memory of the solve: temp {_mib(self.temp_bytes)}, "
-                         f"arguments {_mib(self.argument_bytes)}, outputs "
-                         f"{_mib(self.output_bytes)}.")
+            lines.append(
+                f"\nXLA compiled memory of the solve: temp {_mib(self.temp_bytes)}, "
+                f"arguments {_mib(self.argument_bytes)}, outputs "
+                f"{_mib(self.output_bytes)}."
+            )
         if self.chunking is not None:
             c = self.chunking
             verdict = "fits" if c.fits else "does NOT fit even at the most chunks tried"
-            lines.append(f"Memory budget {_mib(c.budget_bytes)}: splay {c.axis!r} "
-                         f"({c.n_points} points) into {c.chunks} chunk(s), batch_size="
-                         f"{c.batch_size} -> temp {_mib(c.temp_bytes)} ({verdict}).")
+            lines.append(
+                f"Memory budget {_mib(c.budget_bytes)}: splay {c.axis!r} "
+                f"({c.n_points} points) into {c.chunks} chunk(s), batch_size="
+                f"{c.batch_size} -> temp {_mib(c.temp_bytes)} ({verdict})."
+            )
         return "\n".join(lines)
 
 
@@ -105,15 +113,20 @@ def with_batch_size(model, axis: str, batch_size: int):
                 group[axis] = _with_knob(group[axis], batch_size)
                 found = True
         regimes[name] = Regime(
-            functions=regime.functions, states=states, actions=actions,
-            state_transitions=regime.state_transitions, transition=regime.transition,
-            constraints=regime.constraints, active=regime.active,
+            functions=regime.functions,
+            states=states,
+            actions=actions,
+            state_transitions=regime.state_transitions,
+            transition=regime.transition,
+            constraints=regime.constraints,
+            active=regime.active,
             taste_shocks=regime.taste_shocks,
         )
     if not found:
         raise LcmError(f"with_batch_size: no regime has a state or action named {axis!r}.")
-    return Model(regimes, model.n_periods, regime_ids=model.regime_ids, ages=model.ages,
-                 solver=model.solver)
+    return Model(
+        regimes, model.n_periods, regime_ids=model.regime_ids, ages=model.ages, solver=model.solver
+    )
 
 
 def _with_knob(grid: AbstractGrid, batch_size: int) -> AbstractGrid:
@@ -128,8 +141,11 @@ def _memory(model, params) -> tuple[int, int, int] | None:
     analysis = compiled.memory_analysis()
     if analysis is None:
         return None
-    return (analysis.temp_size_in_bytes, analysis.argument_size_in_bytes,
-            analysis.output_size_in_bytes)
+    return (
+        analysis.temp_size_in_bytes,
+        analysis.argument_size_in_bytes,
+        analysis.output_size_in_bytes,
+    )
 
 
 def largest_splayable_axis(model) -> tuple[str, int] | None:
@@ -145,22 +161,25 @@ def largest_splayable_axis(model) -> tuple[str, int] | None:
     return best
 
 
-def describe(model, params=None, *, memory_budget: int | None = None,
-             axis: str | None = None) -> ModelSummary:
+def describe(
+    model, params=None, *, memory_budget: int | None = None, axis: str | None = None
+) -> ModelSummary:
     plan = model.plan
     regimes = []
     for name, regime in plan.regimes.items():
         sizes = [regime.grids[n].n_points for n in (*regime.states, *regime.actions)]
         template = model.params_template().get(name, {})
-        regimes.append(RegimeSummary(
-            name=name,
-            states={n: _grid_label(regime.grids[n]) for n in regime.states},
-            actions={n: _grid_label(regime.grids[n]) for n in regime.actions},
-            state_action_points=math.prod(sizes),
-            active_periods=tuple(sorted(regime.active)),
-            terminal=regime.is_terminal,
-            parameters=template,
-        ))
+        regimes.append(
+            RegimeSummary(
+                name=name,
+                states={n: _grid_label(regime.grids[n]) for n in regime.states},
+                actions={n: _grid_label(regime.grids[n]) for n in regime.actions},
+                state_action_points=math.prod(sizes),
+                active_periods=tuple(sorted(regime.active)),
+                terminal=regime.is_terminal,
+                parameters=template,
+            )
+        )
     memory = None if params is None else _memory(model, params)
     advice = None
     if memory_budget is not None:
@@ -178,8 +197,9 @@ def describe(model, params=None, *, memory_budget: int | None = None,
     )
 
 
-def suggest_chunking(model, params, memory_budget: int, *, axis: str | None = None
-                     ) -> ChunkingAdvice:
+def suggest_chunking(
+    model, params, memory_budget: int, *, axis: str | None = None
+) -> ChunkingAdvice:
     """The fewest chunks on `axis` (default: the largest splayable state axis) that fit.
 
     Tries 1, 2, 4, ... chunks (up to one point per chunk), compiling each variant and
@@ -201,6 +221,7 @@ def suggest_chunking(model, params, memory_budget: int, *, axis: str | None = No
         memory = _memory(variant, params)
         temp = memory[0] if memory else 0
         if temp <= memory_budget or batch_size == 1:
-            return ChunkingAdvice(axis, n_points, chunks, batch_size, temp, memory_budget,
-                                  temp <= memory_budget)
+            return ChunkingAdvice(
+                axis, n_points, chunks, batch_size, temp, memory_budget, temp <= memory_budget
+            )
         chunks = min(chunks * 2, n_points)

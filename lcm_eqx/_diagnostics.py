@@ -61,12 +61,22 @@ def diagnose_nan(model, params, solution) -> str | None:
     next_values = None
     if not regime.is_terminal:
         next_values = {
-            r: (solution.values[r][period + 1] if period + 1 < plan.n_periods
-                else jnp.zeros(solution.values[r].shape[1:], solution.values[r].dtype))
+            r: (
+                solution.values[r][period + 1]
+                if period + 1 < plan.n_periods
+                else jnp.zeros(solution.values[r].shape[1:], solution.values[r].dtype)
+            )
             for r in plan.regimes
         }
-    problem = RegimeProblem(plan, regime, resolved, jnp.asarray(period),
-                            jnp.asarray(age_of(model.ages, period)), next_values, False)
+    problem = RegimeProblem(
+        plan,
+        regime,
+        resolved,
+        jnp.asarray(period),
+        jnp.asarray(age_of(model.ages, period)),
+        next_values,
+        False,
+    )
     index = np.argwhere(np.isnan(values))[0] if values.ndim else ()
     state = {axis.name: axis.points[i] for axis, i in zip(problem.state_axes, index, strict=True)}
     shown_state = {s: problem.value_of(s, x) for s, x in state.items()}
@@ -77,8 +87,11 @@ def diagnose_nan(model, params, solution) -> str | None:
     terms = [(h, regime.helpers[h]) for h in _helper_order(regime.helpers)]
     terms.append(("utility", regime.utility))
     terms += list(regime.constraints.items())
-    terms += [(f"next_{s}", t.function) for s, t in regime.state_transitions.items()
-              if t.function is not None]
+    terms += [
+        (f"next_{s}", t.function)
+        for s, t in regime.state_transitions.items()
+        if t.function is not None
+    ]
     if regime.next_regime is not None:
         terms.append(("next_regime", regime.next_regime))
 
@@ -89,11 +102,12 @@ def diagnose_nan(model, params, solution) -> str | None:
         return outputs
 
     axes = problem.action_axes
-    actions = [dict(zip([a.name for a in axes], combo, strict=True))
-               for combo in itertools.product(*[list(a.points) for a in axes])] or [{}]
+    actions = [
+        dict(zip([a.name for a in axes], combo, strict=True))
+        for combo in itertools.product(*[list(a.points) for a in axes])
+    ] or [{}]
     stacked = {a.name: jnp.stack([act[a.name] for act in actions]) for a in axes}
-    outputs = jax.vmap(evaluate)(stacked) if axes else jax.tree.map(
-        lambda x: x[None], evaluate({}))
+    outputs = jax.vmap(evaluate)(stacked) if axes else jax.tree.map(lambda x: x[None], evaluate({}))
     outputs = {k: np.asarray(v) for k, v in outputs.items()}
     feasible = np.ones(len(actions), dtype=bool)
     for key in regime.constraints:
@@ -106,8 +120,11 @@ def diagnose_nan(model, params, solution) -> str | None:
         if nan.any():
             i = int(np.argmax(nan))
             action = {a.name: stacked[a.name][i] for a in axes}
-            kind = ("the continuation (interpolated next-period values)" if key == "continuation"
-                    else f"function {key!r}")
+            kind = (
+                "the continuation (interpolated next-period values)"
+                if key == "continuation"
+                else f"function {key!r}"
+            )
             point = f" at action ({_describe_point(action)})" if action else ""
             return f"{where}: NaN first appears in {kind}{point}."
     return f"{where}: the value is NaN, but no single term is NaN at a feasible action."

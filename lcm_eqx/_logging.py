@@ -61,8 +61,9 @@ class _Timer:
         if logger.isEnabledFor(logging.DEBUG) and hasattr(jitted, "lower"):
             start = time.perf_counter()
             jitted.lower(*args, **kwargs).compile()
-            logger.debug("%s: compiled (or fetched from cache) in %.3f s", phase,
-                         time.perf_counter() - start)
+            logger.debug(
+                "%s: compiled (or fetched from cache) in %.3f s", phase, time.perf_counter() - start
+            )
         self.cache = _cache_size(jitted)
         self.jitted = jitted
         self.start = time.perf_counter()
@@ -73,8 +74,14 @@ class _Timer:
         jax.block_until_ready(output)
         elapsed = time.perf_counter() - self.start
         compiled = _cache_size(self.jitted) > self.cache
-        logger.log(self.level, "%s%s: %.3f s%s", self.phase, detail, elapsed,
-                   " (compiled a new program)" if compiled else "")
+        logger.log(
+            self.level,
+            "%s%s: %.3f s%s",
+            self.phase,
+            detail,
+            elapsed,
+            " (compiled a new program)" if compiled else "",
+        )
 
 
 def _cache_size(jitted) -> int:

@@ -88,8 +88,9 @@ def _fingerprint(structure: str) -> str:
 def _describe_model(plan, ages) -> dict:
     return {
         "n_periods": plan.n_periods,
-        "ages": None if ages is None else {"start": _number(ages.start),
-                                           "step": _number(ages.step)},
+        "ages": None
+        if ages is None
+        else {"start": _number(ages.start), "step": _number(ages.step)},
         "regimes": {name: _describe_regime(regime) for name, regime in plan.regimes.items()},
     }
 
@@ -155,11 +156,13 @@ def _differences(saved: dict, current: dict) -> list[str]:
     """What differs between two model descriptions, in words."""
     found = []
     if saved["n_periods"] != current["n_periods"]:
-        found.append(f"n_periods is {saved['n_periods']} in the file, {current['n_periods']} "
-                     "in the model")
+        found.append(
+            f"n_periods is {saved['n_periods']} in the file, {current['n_periods']} in the model"
+        )
     if saved["ages"] != current["ages"]:
-        found.append(f"ages are {_short(saved['ages'])} in the file, {_short(current['ages'])} "
-                     "in the model")
+        found.append(
+            f"ages are {_short(saved['ages'])} in the file, {_short(current['ages'])} in the model"
+        )
     for name in saved["regimes"]:
         if name not in current["regimes"]:
             found.append(f"regime {name!r} is in the file but not in the model")
@@ -172,15 +175,18 @@ def _differences(saved: dict, current: dict) -> list[str]:
         for key in model_regime:
             if key == "grids" or file_regime.get(key) == model_regime[key]:
                 continue
-            found.append(f"regime {name!r}: {key} {_short(file_regime.get(key))} in the file, "
-                         f"{_short(model_regime[key])} in the model")
+            found.append(
+                f"regime {name!r}: {key} {_short(file_regime.get(key))} in the file, "
+                f"{_short(model_regime[key])} in the model"
+            )
         for variable, model_grid in model_regime["grids"].items():
             file_grid = file_regime.get("grids", {}).get(variable)
             if file_grid is None or file_grid == model_grid:
                 continue
             kind = "state" if variable in model_regime["states"] else "action"
-            found.append(f"regime {name!r}: {kind} {variable!r} "
-                         + _grid_difference(file_grid, model_grid))
+            found.append(
+                f"regime {name!r}: {kind} {variable!r} " + _grid_difference(file_grid, model_grid)
+            )
     return found
 
 
@@ -188,10 +194,14 @@ def _grid_difference(file_grid: dict, model_grid: dict) -> str:
     if file_grid["type"] != model_grid["type"]:
         return f"is a {file_grid['type']} in the file, a {model_grid['type']} in the model"
     if file_grid["n_points"] != model_grid["n_points"]:
-        return (f"has {file_grid['n_points']} points in the file, {model_grid['n_points']} in "
-                "the model")
-    parts = [f"{key} {_short(file_grid.get(key))} in the file, {_short(value)} in the model"
-             for key, value in model_grid.items() if file_grid.get(key) != value]
+        return (
+            f"has {file_grid['n_points']} points in the file, {model_grid['n_points']} in the model"
+        )
+    parts = [
+        f"{key} {_short(file_grid.get(key))} in the file, {_short(value)} in the model"
+        for key, value in model_grid.items()
+        if file_grid.get(key) != value
+    ]
     return "has " + "; ".join(parts)
 
 
@@ -238,8 +248,13 @@ def save(obj, path) -> None:
 def _arrays(obj) -> dict:
     if type(obj).__name__ == "Solution":
         return {"values": dict(obj.values), "violations": dict(obj.violations)}
-    return {"regime": obj.regime, "present": obj.present, "value": obj.value,
-            "states": dict(obj.states), "actions": dict(obj.actions)}
+    return {
+        "regime": obj.regime,
+        "present": obj.present,
+        "value": obj.value,
+        "states": dict(obj.states),
+        "actions": dict(obj.actions),
+    }
 
 
 def _specs(tree):
@@ -259,8 +274,12 @@ def _in_order(tree, template):
 def _static(obj) -> dict:
     if type(obj).__name__ == "Solution":
         return {"checks": obj.checks, "active": obj.active, "state_names": obj.state_names}
-    return {"regime_names": obj.regime_names, "has_variable": obj.has_variable,
-            "labels": obj.labels, "ages": obj.ages}
+    return {
+        "regime_names": obj.regime_names,
+        "has_variable": obj.has_variable,
+        "labels": obj.labels,
+        "ages": obj.ages,
+    }
 
 
 def _library_version() -> str:
@@ -424,13 +443,18 @@ def _check_structure(header: dict, path: Path, model) -> None:
 
 def _skeleton(header: dict, path: Path, kind: str):
     """Shapes and dtypes from the header, as the `like` tree for deserialisation."""
+
     def is_spec(x):
         return isinstance(x, dict) and set(x) == {"shape", "dtype"}
 
     def leaf(spec):
         shape, dtype = tuple(int(n) for n in spec["shape"]), jnp.dtype(spec["dtype"])
-        if (dtype.itemsize == 8 and dtype.kind in "fic" and kind == "Solution"
-                and not jax.config.jax_enable_x64):
+        if (
+            dtype.itemsize == 8
+            and dtype.kind in "fic"
+            and kind == "Solution"
+            and not jax.config.jax_enable_x64
+        ):
             raise SavedFileError(
                 f"{path} holds {dtype.name} arrays, but 64-bit JAX is off, so they would "
                 "load as 32-bit; call jax.config.update('jax_enable_x64', True) before "
@@ -450,8 +474,9 @@ def _skeleton(header: dict, path: Path, kind: str):
     try:
         return skeleton(header["arrays"])
     except (KeyError, TypeError, ValueError) as error:
-        raise SavedFileError(f"{path} is corrupt: its array list is malformed ({error}).") \
-            from error
+        raise SavedFileError(
+            f"{path} is corrupt: its array list is malformed ({error})."
+        ) from error
 
 
 def _check_leaves(file, header: dict, path: Path, start: int) -> None:
@@ -523,34 +548,48 @@ def _check_against_model(obj, kind: str, model, path: Path) -> None:
                 found.append(f"regime {name!r} is in the model but not in the file")
                 continue
             if obj.state_names.get(name) != regime.states:
-                found.append(f"regime {name!r}: states {list(obj.state_names.get(name, ()))} "
-                             f"in the file, {list(regime.states)} in the model")
+                found.append(
+                    f"regime {name!r}: states {list(obj.state_names.get(name, ()))} "
+                    f"in the file, {list(regime.states)} in the model"
+                )
                 continue
             shape = obj.values[name].shape
             if shape[:1] != (plan.n_periods,):
-                found.append(f"regime {name!r}: {shape[0] if shape else 0} periods in the file, "
-                             f"{plan.n_periods} in the model")
+                found.append(
+                    f"regime {name!r}: {shape[0] if shape else 0} periods in the file, "
+                    f"{plan.n_periods} in the model"
+                )
             for state, n_file in zip(regime.states, shape[1:], strict=False):
                 n_model = regime.grids[state].n_points
                 if n_file != n_model:
-                    found.append(f"regime {name!r}: state {state!r} has {n_file} points in the "
-                                 f"file, {n_model} in the model")
+                    found.append(
+                        f"regime {name!r}: state {state!r} has {n_file} points in the "
+                        f"file, {n_model} in the model"
+                    )
             if len(shape) != 1 + len(regime.states):
-                found.append(f"regime {name!r}: value arrays of shape {shape} in the file do "
-                             f"not fit the model's {len(regime.states)} states")
+                found.append(
+                    f"regime {name!r}: value arrays of shape {shape} in the file do "
+                    f"not fit the model's {len(regime.states)} states"
+                )
             if obj.active.get(name) != tuple(sorted(regime.active)):
-                found.append(f"regime {name!r}: active periods {list(obj.active.get(name, ()))} "
-                             f"in the file, {sorted(regime.active)} in the model")
+                found.append(
+                    f"regime {name!r}: active periods {list(obj.active.get(name, ()))} "
+                    f"in the file, {sorted(regime.active)} in the model"
+                )
     else:
         if obj.regime_names != plan.names:
-            found.append(f"regimes {list(obj.regime_names)} in the file, {list(plan.names)} in "
-                         "the model")
+            found.append(
+                f"regimes {list(obj.regime_names)} in the file, {list(plan.names)} in the model"
+            )
         if obj.regime.ndim != 2 or obj.regime.shape[0] != plan.n_periods:
-            found.append(f"{obj.regime.shape[0] if obj.regime.ndim else 0} periods in the file, "
-                         f"{plan.n_periods} in the model")
+            found.append(
+                f"{obj.regime.shape[0] if obj.regime.ndim else 0} periods in the file, "
+                f"{plan.n_periods} in the model"
+            )
     if found:
         raise SavedFileError(
-            f"{path} was saved from a model with a different structure: " + "; ".join(found)
+            f"{path} was saved from a model with a different structure: "
+            + "; ".join(found)
             + ". Load it into the model it was saved from, or solve this model anew."
         )
 

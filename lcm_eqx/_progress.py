@@ -36,8 +36,9 @@ def progress_mode(progress) -> str | None:
         try:
             import tqdm  # noqa: F401
         except ImportError:
-            warnings.warn("progress='tqdm' needs the tqdm package; using the text meter.",
-                          stacklevel=4)
+            warnings.warn(
+                "progress='tqdm' needs the tqdm package; using the text meter.", stacklevel=4
+            )
             return "text"
         return "tqdm"
     raise LcmError(f"progress must be one of {PROGRESS_OPTIONS}, got {progress!r}.")
@@ -97,10 +98,11 @@ def simulate_tick(mode: str | None, n_periods: int, period, chunk) -> None:
     def callback(period, chunk):
         period = int(np.asarray(period).reshape(-1)[0])
         index, n_chunks = (int(x) for x in np.asarray(chunk).reshape(-1, 2)[0])
-        detail = f"period {period}" if n_chunks == 1 else (
-            f"chunk {index + 1}/{n_chunks}, period {period}"
+        detail = (
+            f"period {period}"
+            if n_chunks == 1
+            else (f"chunk {index + 1}/{n_chunks}, period {period}")
         )
-        METER.tick(mode, "simulate", index * n_periods + period + 1, n_chunks * n_periods,
-                   detail)
+        METER.tick(mode, "simulate", index * n_periods + period + 1, n_chunks * n_periods, detail)
 
     jax.debug.callback(callback, period, chunk)

@@ -31,8 +31,7 @@ COLLECTIVES = r"\b(all-reduce|all-gather|all-to-all|collective-permute|reduce-sc
 
 def sharded_axes(solution):
     return {
-        regime: [str(s) for s in values.sharding.spec] if hasattr(values.sharding, "spec")
-        else None
+        regime: [str(s) for s in values.sharding.spec] if hasattr(values.sharding, "spec") else None
         for regime, values in solution.values.items()
     }
 
@@ -52,8 +51,9 @@ def simulate(model, params, solution, batch):
         "income": jnp.arange(n) % 4,
         "skill": (jnp.arange(n) * 3) % 4,
     }
-    frame = model.simulate(params, initial, solution, key=jax.random.key(3),
-                           subject_batch_size=batch).to_dataframe()
+    frame = model.simulate(
+        params, initial, solution, key=jax.random.key(3), subject_batch_size=batch
+    ).to_dataframe()
     return frame
 
 

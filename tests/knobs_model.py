@@ -110,13 +110,16 @@ def build(
         [f"s{i}" for i in range(n_skill)], batch_size=skill_batch, distributed=skill_distributed
     )
     income = lcm.DiscreteGrid(
-        [f"y{i}" for i in range(n_income)], batch_size=income_batch,
+        [f"y{i}" for i in range(n_income)],
+        batch_size=income_batch,
         distributed=income_distributed,
     )
     working = lcm.Regime(
         states={"wealth": wealth, "income": income, "skill": skill},
-        actions={"labor": lcm.DiscreteGrid(["work", "retire"], batch_size=labor_batch),
-                 "consumption": consumption},
+        actions={
+            "labor": lcm.DiscreteGrid(["work", "retire"], batch_size=labor_batch),
+            "consumption": consumption,
+        },
         functions={"utility": utility_working, "labor_income": labor_income},
         state_transitions={
             "wealth": next_wealth_working,

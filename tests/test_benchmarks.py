@@ -24,8 +24,14 @@ def test_quick_benchmark_run(tmp_path):
     rows = {row["model"]: row for row in json.loads(output.read_text())["rows"]}
     assert set(rows) == {"retirement", "precautionary", "large"}
     for row in rows.values():
-        for key in ("compile_s", "solve_s", "simulate_s", "temp_bytes", "evaluations_per_s",
-                    "compile_ratio_96_to_6"):
+        for key in (
+            "compile_s",
+            "solve_s",
+            "simulate_s",
+            "temp_bytes",
+            "evaluations_per_s",
+            "compile_ratio_96_to_6",
+        ):
             assert row[key] is not None and row[key] > 0, (row["model"], key)
     assert rows["retirement"]["solve_ratio_library_to_reference"] > 0
     assert "library/reference" in completed.stdout

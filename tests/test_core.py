@@ -45,8 +45,9 @@ def test_periods_share_one_compiled_step():
     counts = []
     for n_periods in (3, 40):
         utility, traces = _counting_utility()
-        model = retirement.build(n_periods=n_periods, n_wealth=10, n_consumption=20,
-                                 utility_fn=utility)
+        model = retirement.build(
+            n_periods=n_periods, n_wealth=10, n_consumption=20, utility_fn=utility
+        )
         model.solve(retirement.PARAMS)
         counts.append(len(traces))
     assert counts[0] == counts[1]
@@ -67,8 +68,12 @@ def test_active_periods_make_segments_and_inactive_values_raise():
     model = lcm.Model({"late": late}, n_periods=4)
     assert [(s.start, s.stop) for s in model.plan.segments] == [(0, 2), (2, 4)]
     solution = model.solve({"discount_factor": 0.9})
-    np.testing.assert_allclose(solution.value("late", 3), np.log(np.minimum(
-        np.linspace(1.0, 10.0, 5), 10.0)), rtol=0, atol=np.log(10) / 19)
+    np.testing.assert_allclose(
+        solution.value("late", 3),
+        np.log(np.minimum(np.linspace(1.0, 10.0, 5), 10.0)),
+        rtol=0,
+        atol=np.log(10) / 19,
+    )
     with pytest.raises(lcm.InvalidPeriodError, match="'late' is not active in period 1"):
         solution.value("late", 1)
 
@@ -95,4 +100,6 @@ def test_terminal_regime_without_states_is_zero_dimensional():
     assert solution.value("dead", 1).shape == ()
     assert float(solution.value("dead", 1)) == 0.0
     template = model.params_template()
-    assert template["alive"]["next_regime"] == {"survival": template["alive"]["next_regime"]["survival"]}
+    assert template["alive"]["next_regime"] == {
+        "survival": template["alive"]["next_regime"]["survival"]
+    }

@@ -25,8 +25,10 @@ def _model(savings_floor):
         transition=lambda: 0,
         constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
     )
-    return lcm.Model({"saver": regime}, n_periods=3), {"discount_factor": 0.9,
-                                                       "floor": savings_floor}
+    return lcm.Model({"saver": regime}, n_periods=3), {
+        "discount_factor": 0.9,
+        "floor": savings_floor,
+    }
 
 
 def test_nan_in_a_helper_is_named_with_regime_period_and_state():

@@ -291,168 +291,241 @@ CASES = [
     # ------------------------------------------------------------------- grids
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=1),
-        G, ["LinSpacedGrid", "n_points", ">= 2"], id="grid-lin-one-point",
+        G,
+        ["LinSpacedGrid", "n_points", ">= 2"],
+        id="grid-lin-one-point",
     ),
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=2.5),
-        G, ["LinSpacedGrid", "n_points", "int"], id="grid-lin-float-n-points",
+        G,
+        ["LinSpacedGrid", "n_points", "int"],
+        id="grid-lin-float-n-points",
     ),
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=1.0, stop=1.0, n_points=3),
-        G, ["LinSpacedGrid", "start", "stop"], id="grid-lin-start-equals-stop",
+        G,
+        ["LinSpacedGrid", "start", "stop"],
+        id="grid-lin-start-equals-stop",
     ),
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=2.0, stop=1.0, n_points=3),
-        G, ["LinSpacedGrid", "start", "stop"], id="grid-lin-start-above-stop",
+        G,
+        ["LinSpacedGrid", "start", "stop"],
+        id="grid-lin-start-above-stop",
     ),
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start="zero", stop=1.0, n_points=3),
-        G, ["LinSpacedGrid", "start", "number", "'zero'"], id="grid-lin-start-not-a-number",
+        G,
+        ["LinSpacedGrid", "start", "number", "'zero'"],
+        id="grid-lin-start-not-a-number",
     ),
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=np.inf, n_points=3),
-        G, ["LinSpacedGrid", "stop", "finite"], id="grid-lin-stop-infinite",
+        G,
+        ["LinSpacedGrid", "stop", "finite"],
+        id="grid-lin-stop-infinite",
     ),
     pytest.param(
         lambda: lambda: lcm.LogSpacedGrid(start=0.0, stop=1.0, n_points=3),
-        G, ["LogSpacedGrid", "start", "> 0"], id="grid-log-start-zero",
+        G,
+        ["LogSpacedGrid", "start", "> 0"],
+        id="grid-log-start-zero",
     ),
     pytest.param(
         lambda: lambda: lcm.LogSpacedGrid(start=-1.0, stop=1.0, n_points=3),
-        G, ["LogSpacedGrid", "start", "> 0"], id="grid-log-start-negative",
+        G,
+        ["LogSpacedGrid", "start", "> 0"],
+        id="grid-log-start-negative",
     ),
     pytest.param(
         lambda: lambda: lcm.LogSpacedGrid(start=2.0, stop=1.0, n_points=3),
-        G, ["LogSpacedGrid", "start", "stop"], id="grid-log-start-above-stop",
+        G,
+        ["LogSpacedGrid", "start", "stop"],
+        id="grid-log-start-above-stop",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid([]),
-        G, ["DiscreteGrid", "empty"], id="grid-discrete-empty-list",
+        G,
+        ["DiscreteGrid", "empty"],
+        id="grid-discrete-empty-list",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(IntEnum("Empty", {})),
-        G, ["DiscreteGrid", "Empty", "no members"], id="grid-discrete-empty-enum",
+        G,
+        ["DiscreteGrid", "Empty", "no members"],
+        id="grid-discrete-empty-enum",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(NotZeroBased),
-        G, ["DiscreteGrid", "NotZeroBased", "0, 1"], id="grid-discrete-enum-not-zero-based",
+        G,
+        ["DiscreteGrid", "NotZeroBased", "0, 1"],
+        id="grid-discrete-enum-not-zero-based",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(WithGap),
-        G, ["DiscreteGrid", "WithGap", "[0, 2]"], id="grid-discrete-enum-with-gap",
+        G,
+        ["DiscreteGrid", "WithGap", "[0, 2]"],
+        id="grid-discrete-enum-with-gap",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(StringValued),
-        G, ["DiscreteGrid", "StringValued", "0, 1", "'x'"], id="grid-discrete-enum-string-values",
+        G,
+        ["DiscreteGrid", "StringValued", "0, 1", "'x'"],
+        id="grid-discrete-enum-string-values",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(["a", "b", "a"]),
-        G, ["DiscreteGrid", "unique", "'a'"], id="grid-discrete-duplicate-labels",
+        G,
+        ["DiscreteGrid", "unique", "'a'"],
+        id="grid-discrete-duplicate-labels",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid("ab"),
-        G, ["DiscreteGrid", "'ab'"], id="grid-discrete-string-categories",
+        G,
+        ["DiscreteGrid", "'ab'"],
+        id="grid-discrete-string-categories",
     ),
     pytest.param(
         lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, 2.0, 1.0]),
-        G, ["IrregSpacedGrid", "strictly increasing", "[0.0, 2.0, 1.0]"],
+        G,
+        ["IrregSpacedGrid", "strictly increasing", "[0.0, 2.0, 1.0]"],
         id="grid-irreg-not-increasing",
     ),
     pytest.param(
         lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, 1.0, 1.0]),
-        G, ["IrregSpacedGrid", "strictly increasing"], id="grid-irreg-repeated-point",
+        G,
+        ["IrregSpacedGrid", "strictly increasing"],
+        id="grid-irreg-repeated-point",
     ),
     pytest.param(
         lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, np.nan, 1.0]),
-        G, ["IrregSpacedGrid", "finite", "nan"], id="grid-irreg-nan-point",
+        G,
+        ["IrregSpacedGrid", "finite", "nan"],
+        id="grid-irreg-nan-point",
     ),
     pytest.param(
         lambda: lambda: lcm.IrregSpacedGrid(points=[1.0]),
-        G, ["IrregSpacedGrid", "at least 2"], id="grid-irreg-one-point",
+        G,
+        ["IrregSpacedGrid", "at least 2"],
+        id="grid-irreg-one-point",
     ),
     pytest.param(
         lambda: lambda: lcm.PiecewiseLinSpacedGrid(breakpoints=[0.0, 1.0, 2.0], n_points=[3]),
-        G, ["PiecewiseLinSpacedGrid", "n_points", "one entry per segment"],
+        G,
+        ["PiecewiseLinSpacedGrid", "n_points", "one entry per segment"],
         id="grid-piecewise-n-points-wrong-length",
     ),
     pytest.param(
         lambda: lambda: lcm.PiecewiseLinSpacedGrid(breakpoints=[0.0, 2.0, 1.0], n_points=[3, 3]),
-        G, ["PiecewiseLinSpacedGrid", "breakpoints", "strictly increasing"],
+        G,
+        ["PiecewiseLinSpacedGrid", "breakpoints", "strictly increasing"],
         id="grid-piecewise-breakpoints-not-increasing",
     ),
     pytest.param(
         lambda: lambda: lcm.PiecewiseLinSpacedGrid(breakpoints=[0.0, 1.0, 2.0], n_points=[3, 1]),
-        G, ["PiecewiseLinSpacedGrid", "n_points[1]", ">= 2"],
+        G,
+        ["PiecewiseLinSpacedGrid", "n_points[1]", ">= 2"],
         id="grid-piecewise-segment-one-point",
     ),
     pytest.param(
         lambda: lambda: lcm.PiecewiseLogSpacedGrid(breakpoints=[0.0, 1.0, 2.0], n_points=[3, 3]),
-        G, ["PiecewiseLogSpacedGrid", "breakpoints", "> 0"], id="grid-piecewise-log-start-zero",
+        G,
+        ["PiecewiseLogSpacedGrid", "breakpoints", "> 0"],
+        id="grid-piecewise-log-start-zero",
     ),
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=3, batch_size=-1),
-        G, ["LinSpacedGrid", "batch_size", ">= 0", "-1"], id="grid-lin-negative-batch-size",
+        G,
+        ["LinSpacedGrid", "batch_size", ">= 0", "-1"],
+        id="grid-lin-negative-batch-size",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(Health, batch_size=-2),
-        G, ["DiscreteGrid", "batch_size", ">= 0", "-2"], id="grid-discrete-negative-batch-size",
+        G,
+        ["DiscreteGrid", "batch_size", ">= 0", "-2"],
+        id="grid-discrete-negative-batch-size",
     ),
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=3, distributed=True),
-        G, ["LinSpacedGrid", "distributed=True", "discrete"], id="grid-lin-distributed",
+        G,
+        ["LinSpacedGrid", "distributed=True", "discrete"],
+        id="grid-lin-distributed",
     ),
     pytest.param(
         lambda: lambda: lcm.IrregSpacedGrid(points=[0.0, 1.0], distributed=True),
-        G, ["IrregSpacedGrid", "distributed=True", "discrete"], id="grid-irreg-distributed",
+        G,
+        ["IrregSpacedGrid", "distributed=True", "discrete"],
+        id="grid-irreg-distributed",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(Health, distributed="yes"),
-        G, ["DiscreteGrid", "distributed", "True or False", "'yes'"],
+        G,
+        ["DiscreteGrid", "distributed", "True or False", "'yes'"],
         id="grid-discrete-distributed-not-bool",
     ),
     pytest.param(
         lambda: lambda: lcm.DiscreteGrid(Health, batch_size=1, distributed=True),
-        G, ["DiscreteGrid", "batch_size=1", "distributed=True"],
+        G,
+        ["DiscreteGrid", "batch_size=1", "distributed=True"],
         id="grid-discrete-batch-size-and-distributed",
     ),
     pytest.param(
         lambda: lambda: lcm.AgeGrid(start=40, step=0),
-        G, ["AgeGrid", "step", "> 0"], id="grid-age-zero-step",
+        G,
+        ["AgeGrid", "step", "> 0"],
+        id="grid-age-zero-step",
     ),
     # ----------------------------------------------------------------- regimes
     pytest.param(
         lambda: lambda: working_regime(functions={"labor_income": labor_income}),
-        M, ["'utility'", "'labor_income'"], id="regime-missing-utility",
+        M,
+        ["'utility'", "'labor_income'"],
+        id="regime-missing-utility",
     ),
     pytest.param(
         lambda: lambda: working_regime(states={"wealth": (1.0, 10.0)}),
-        M, ["states['wealth']", "grid"], id="regime-state-not-a-grid",
+        M,
+        ["states['wealth']", "grid"],
+        id="regime-state-not-a-grid",
     ),
     pytest.param(
         lambda: lambda: working_regime(constraints={"borrowing": 1.0}),
-        M, ["constraints['borrowing']", "function"], id="regime-constraint-not-callable",
+        M,
+        ["constraints['borrowing']", "function"],
+        id="regime-constraint-not-callable",
     ),
     pytest.param(
-        lambda: lambda: working_regime(
-            functions={"utility": utility, "labor income": labor_income}
+        lambda: (
+            lambda: working_regime(functions={"utility": utility, "labor income": labor_income})
         ),
-        M, ["functions", "'labor income'", "identifier"], id="regime-function-name-not-identifier",
+        M,
+        ["functions", "'labor income'", "identifier"],
+        id="regime-function-name-not-identifier",
     ),
     pytest.param(
         lambda: lambda: working_regime(transition=RegimeId.retired),
-        M, ["transition", "function"], id="regime-transition-not-callable",
+        M,
+        ["transition", "function"],
+        id="regime-transition-not-callable",
     ),
     pytest.param(
         lambda: lambda: working_regime(active=["first"]),
-        M, ["active", "'first'"], id="regime-active-not-periods",
+        M,
+        ["active", "'first'"],
+        id="regime-active-not-periods",
     ),
     pytest.param(
         lambda: lambda: working_regime(taste_shocks="gumbel"),
-        M, ["taste_shocks", "ExtremeValueShocks"], id="regime-taste-shocks-wrong-type",
+        M,
+        ["taste_shocks", "ExtremeValueShocks"],
+        id="regime-taste-shocks-wrong-type",
     ),
     # ------------------------------------------------------------------ models
     pytest.param(
-        _cycle_regime, M, ["'working'", "cycle", "'a' -> 'b' -> 'a'"], id="model-function-cycle",
+        _cycle_regime,
+        M,
+        ["'working'", "cycle", "'a' -> 'b' -> 'a'"],
+        id="model-function-cycle",
     ),
     pytest.param(
         lambda: build_model(
@@ -463,48 +536,66 @@ CASES = [
                 }
             )
         ),
-        M, ["'working'", "state_transitions['savings']", "no regime has"],
+        M,
+        ["'working'", "state_transitions['savings']", "no regime has"],
         id="model-transition-for-unknown-state",
     ),
     pytest.param(
-        lambda: build_model(
-            working=working_regime(state_transitions={"wealth": next_wealth})
-        ),
-        M, ["'working'", "missing state_transitions", "'health'"],
+        lambda: build_model(working=working_regime(state_transitions={"wealth": next_wealth})),
+        M,
+        ["'working'", "missing state_transitions", "'health'"],
         id="model-missing-state-transition",
     ),
     pytest.param(
         lambda: build_model(regime_ids=IntEnum("RegimeId", {"working": 0, "retirement": 1})),
-        M, ["regime_ids", "'retirement'", "'retired'"], id="model-regime-ids-wrong-names",
+        M,
+        ["regime_ids", "'retirement'", "'retired'"],
+        id="model-regime-ids-wrong-names",
     ),
     pytest.param(
         lambda: build_model(regime_ids=IntEnum("RegimeId", {"working": 1, "retired": 2})),
-        M, ["regime_ids", "0..1", "'working': 1"], id="model-regime-ids-wrong-values",
+        M,
+        ["regime_ids", "0..1", "'working': 1"],
+        id="model-regime-ids-wrong-values",
     ),
     pytest.param(
         lambda: build_model(regime_ids=Labor),
-        M, ["regime_ids", "'work'", "'working'"], id="model-regime-ids-of-another-enum",
+        M,
+        ["regime_ids", "'work'", "'working'"],
+        id="model-regime-ids-of-another-enum",
     ),
     pytest.param(
         lambda: build_model(regime_ids={"working": 0, "retired": 1}),
-        M, ["regime_ids", "IntEnum"], id="model-regime-ids-not-an-enum",
+        M,
+        ["regime_ids", "IntEnum"],
+        id="model-regime-ids-not-an-enum",
     ),
     pytest.param(
-        lambda: lambda: lcm.Model(
-            regimes={"working": working_regime(), "retired ": retired_regime()},
-            n_periods=N_PERIODS,
+        lambda: (
+            lambda: lcm.Model(
+                regimes={"working": working_regime(), "retired ": retired_regime()},
+                n_periods=N_PERIODS,
+            )
         ),
-        M, ["regime names", "'retired '"], id="model-regime-name-not-identifier",
+        M,
+        ["regime names", "'retired '"],
+        id="model-regime-name-not-identifier",
     ),
     pytest.param(
-        lambda: lambda: lcm.Model(
-            regimes={"working": working_regime(), "retired": retired_kwargs()},
-            n_periods=N_PERIODS,
+        lambda: (
+            lambda: lcm.Model(
+                regimes={"working": working_regime(), "retired": retired_kwargs()},
+                n_periods=N_PERIODS,
+            )
         ),
-        M, ["regimes['retired']", "Regime", "dict"], id="model-regime-not-a-regime",
+        M,
+        ["regimes['retired']", "Regime", "dict"],
+        id="model-regime-not-a-regime",
     ),
     pytest.param(
-        _age_model, M, ["'working'", "'utility'", "'age'", "ages=AgeGrid"],
+        _age_model,
+        M,
+        ["'working'", "'utility'", "'age'", "ages=AgeGrid"],
         id="model-age-without-ages",
     ),
     pytest.param(
@@ -513,46 +604,63 @@ CASES = [
                 actions={"labor": lcm.DiscreteGrid(Labor), "wealth": consumption_grid()}
             )
         ),
-        M, ["'working'", "'wealth'", "both a state and an action"],
+        M,
+        ["'working'", "'wealth'", "both a state and an action"],
         id="model-state-and-action-same-name",
     ),
     pytest.param(
         lambda: build_model(
             working=working_regime(
-                functions={"utility": utility, "labor_income": labor_income,
-                           "wealth": lambda consumption: consumption}
+                functions={
+                    "utility": utility,
+                    "labor_income": labor_income,
+                    "wealth": lambda consumption: consumption,
+                }
             )
         ),
-        M, ["'working'", "function 'wealth'", "state or action"],
+        M,
+        ["'working'", "function 'wealth'", "state or action"],
         id="model-function-named-like-state",
     ),
     pytest.param(
         lambda: build_model(
             working=working_regime(
-                functions={"utility": utility, "labor_income": labor_income,
-                           "next_wealth": lambda consumption: consumption}
+                functions={
+                    "utility": utility,
+                    "labor_income": labor_income,
+                    "next_wealth": lambda consumption: consumption,
+                }
             )
         ),
-        M, ["'working'", "'next_wealth'", "reserved"], id="model-function-named-like-transition",
+        M,
+        ["'working'", "'next_wealth'", "reserved"],
+        id="model-function-named-like-transition",
     ),
     pytest.param(
         lambda: build_model(
             working=working_regime(
-                functions={"utility": utility, "labor_income": labor_income,
-                           "period": lambda consumption: consumption}
+                functions={
+                    "utility": utility,
+                    "labor_income": labor_income,
+                    "period": lambda consumption: consumption,
+                }
             )
         ),
-        M, ["'working'", "'period'", "reserved"], id="model-function-named-period",
+        M,
+        ["'working'", "'period'", "reserved"],
+        id="model-function-named-period",
     ),
     pytest.param(
-        lambda: build_model(
-            working=working_regime(constraints={"labor_income": borrowing})
-        ),
-        M, ["'working'", "constraint 'labor_income'"], id="model-constraint-named-like-function",
+        lambda: build_model(working=working_regime(constraints={"labor_income": borrowing})),
+        M,
+        ["'working'", "constraint 'labor_income'"],
+        id="model-constraint-named-like-function",
     ),
     pytest.param(
         lambda: build_model(retired=retired_regime(transition=None)),
-        M, ["'retired'", "terminal", "'wealth'"], id="model-terminal-with-state-transitions",
+        M,
+        ["'retired'", "terminal", "'wealth'"],
+        id="model-terminal-with-state-transitions",
     ),
     pytest.param(
         lambda: build_model(
@@ -563,7 +671,8 @@ CASES = [
                 }
             )
         ),
-        M, ["'working'", "state_transitions['wealth']", "MarkovTransition", "continuous"],
+        M,
+        ["'working'", "state_transitions['wealth']", "MarkovTransition", "continuous"],
         id="model-markov-on-continuous-state",
     ),
     pytest.param(
@@ -575,20 +684,26 @@ CASES = [
                 }
             )
         ),
-        M, ["'working'", "action 'labor'", "distributed=True"], id="model-distributed-action",
+        M,
+        ["'working'", "action 'labor'", "distributed=True"],
+        id="model-distributed-action",
     ),
     pytest.param(
         lambda: build_model(retired=retired_regime(taste_shocks=lcm.ExtremeValueShocks())),
-        M, ["'retired'", "taste_shocks", "discrete action"],
+        M,
+        ["'retired'", "taste_shocks", "discrete action"],
         id="model-taste-shocks-without-discrete-actions",
     ),
     pytest.param(
         _inconsistent_state(["bad", "fair", "good"]),
-        M, ["'working'", "'retired'", "'health'"], id="model-discrete-state-different-sizes",
+        M,
+        ["'working'", "'retired'", "'health'"],
+        id="model-discrete-state-different-sizes",
     ),
     pytest.param(
         _inconsistent_state(["poor", "good"]),
-        M, ["'working'", "'retired'", "'health'", "'poor'"],
+        M,
+        ["'working'", "'retired'", "'health'", "'poor'"],
         id="model-discrete-state-different-labels",
     ),
     pytest.param(
@@ -598,21 +713,33 @@ CASES = [
                 state_transitions={"wealth": next_wealth_retired, "health": lambda health: health},
             )
         ),
-        M, ["'working'", "'retired'", "'health'"], id="model-state-discrete-and-continuous",
+        M,
+        ["'working'", "'retired'", "'health'"],
+        id="model-state-discrete-and-continuous",
     ),
     pytest.param(
         lambda: build_model(retired=retired_regime(active=[0, 1, 5])),
-        M, ["'retired'", "active periods", "[5]", "0..1"], id="model-active-outside-horizon",
+        M,
+        ["'retired'", "active periods", "[5]", "0..1"],
+        id="model-active-outside-horizon",
     ),
     pytest.param(
         lambda: build_model(retired=retired_regime(active=lambda period: period > 10)),
-        M, ["'retired'", "active in no period"], id="model-never-active",
+        M,
+        ["'retired'", "active in no period"],
+        id="model-never-active",
     ),
     pytest.param(
-        lambda: build_model(n_periods=0), M, ["n_periods", ">= 1", "0"], id="model-zero-periods",
+        lambda: build_model(n_periods=0),
+        M,
+        ["n_periods", ">= 1", "0"],
+        id="model-zero-periods",
     ),
     pytest.param(
-        lambda: build_model(n_periods=2.0), M, ["n_periods", "int"], id="model-float-periods",
+        lambda: build_model(n_periods=2.0),
+        M,
+        ["n_periods", "int"],
+        id="model-float-periods",
     ),
     pytest.param(
         lambda: build_model(
@@ -620,20 +747,27 @@ CASES = [
                 functions={"utility": utility, "labor_income": lambda labor, retired: labor}
             )
         ),
-        M, ["'working'", "'labor_income'", "'retired'", "named like a regime"],
+        M,
+        ["'working'", "'labor_income'", "'retired'", "named like a regime"],
         id="model-parameter-named-like-regime",
     ),
     pytest.param(
         lambda: build_model(retired=retired_regime(functions={"utility": jnp.log})),
-        M, ["'retired'", "'utility'", "positionally"], id="model-positional-only-argument",
+        M,
+        ["'retired'", "'utility'", "positionally"],
+        id="model-positional-only-argument",
     ),
     pytest.param(
-        lambda: build_model(ages=(40, 10)), M, ["ages", "AgeGrid"], id="model-ages-not-age-grid",
+        lambda: build_model(ages=(40, 10)),
+        M,
+        ["ages", "AgeGrid"],
+        id="model-ages-not-age-grid",
     ),
     # ------------------------------------------------------------------ params
     pytest.param(
         lambda: solve(params_with(wage=None)),
-        P, ["'working'", "'labor_income'", "missing parameter 'wage'"],
+        P,
+        ["'working'", "'labor_income'", "missing parameter 'wage'"],
         id="solve-missing-parameter",
     ),
     pytest.param(
@@ -647,174 +781,239 @@ CASES = [
                 )
             ),
         ),
-        P, ["'retired'", "'utility'", "missing parameter 'consumtion'", "action 'consumption'"],
+        P,
+        ["'retired'", "'utility'", "missing parameter 'consumtion'", "action 'consumption'"],
         id="solve-misspelt-action-becomes-missing-parameter",
     ),
     pytest.param(
         lambda: solve(params_with(discount_factor=None)),
-        P, ["'working'", "missing parameter 'discount_factor'"],
+        P,
+        ["'working'", "missing parameter 'discount_factor'"],
         id="solve-missing-regime-level-parameter",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "working": {"labor_income": {"wage": 3.0}}}),
-        P, ["'working'", "'labor_income'", "'wage'", "ambiguous"],
+        P,
+        ["'working'", "'labor_income'", "'wage'", "ambiguous"],
         id="solve-ambiguous-parameter-function-and-top",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "working": {"discount_factor": 0.9}}),
-        P, ["'working'", "'discount_factor'", "ambiguous"],
+        P,
+        ["'working'", "'discount_factor'", "ambiguous"],
         id="solve-ambiguous-parameter-regime-and-top",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "wages": 5.0}),
-        P, ["params['wages']", "'wage'"], id="solve-unknown-top-level-parameter",
+        P,
+        ["params['wages']", "'wage'"],
+        id="solve-unknown-top-level-parameter",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "retired": {"wage": 5.0}}),
-        P, ["'retired'", "unknown parameter 'wage'"], id="solve-unknown-parameter-in-regime",
+        P,
+        ["'retired'", "unknown parameter 'wage'"],
+        id="solve-unknown-parameter-in-regime",
     ),
     pytest.param(
         lambda: solve(
             {**params_with(wage=None), "working": {"labor_income": {"wage": 5.0, "tax": 0.1}}}
         ),
-        P, ["'working'", "'labor_income'", "unknown parameter 'tax'", "'wage'"],
+        P,
+        ["'working'", "'labor_income'", "unknown parameter 'tax'", "'wage'"],
         id="solve-unknown-parameter-in-function",
     ),
     pytest.param(
         lambda: solve({**params_with(wage=None), "working": {"utility": {"wage": 5.0}}}),
-        P, ["'working'", "'utility'", "unknown parameter 'wage'", "'disutility_of_work'"],
+        P,
+        ["'working'", "'utility'", "unknown parameter 'wage'", "'disutility_of_work'"],
         id="solve-parameter-under-wrong-function",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "working": {"borrowing": {"limit": 0.0}}}),
-        P, ["'working'", "'borrowing'", "not a function with parameters"],
+        P,
+        ["'working'", "'borrowing'", "not a function with parameters"],
         id="solve-dict-for-function-without-parameters",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "working": 1.0}),
-        P, ["params['working']", "dict", "'working''s parameters"],
+        P,
+        ["params['working']", "dict", "'working''s parameters"],
         id="solve-regime-params-not-a-dict",
     ),
     pytest.param(
-        lambda: solve([("wage", 5.0)]), P, ["params", "dict", "list"], id="solve-params-not-a-dict",
+        lambda: solve([("wage", 5.0)]),
+        P,
+        ["params", "dict", "list"],
+        id="solve-params-not-a-dict",
     ),
     pytest.param(
         lambda: solve(params_with(wage="five")),
-        P, ["'working'", "'labor_income'", "'wage'", "number or an array", "'five'"],
+        P,
+        ["'working'", "'labor_income'", "'wage'", "number or an array", "'five'"],
         id="solve-parameter-not-a-number",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "wage": None}),
-        P, ["'working'", "'labor_income'", "'wage'", "number or an array", "None"],
+        P,
+        ["'working'", "'labor_income'", "'wage'", "number or an array", "None"],
         id="solve-parameter-is-none",
     ),
     pytest.param(
         lambda: solve({**PARAMS, "wage": {"level": 5.0}}),
-        P, ["params['wage']", "dict", "not a regime"], id="solve-parameter-is-a-dict",
+        P,
+        ["params['wage']", "dict", "not a regime"],
+        id="solve-parameter-is-a-dict",
     ),
     pytest.param(
         lambda: solve({**params_with(wage=None), "labor_income": {"wage": 5.0}}),
-        P, ["params['labor_income']", "params[regime]['labor_income']", "'working'"],
+        P,
+        ["params['labor_income']", "params[regime]['labor_income']", "'working'"],
         id="solve-function-params-at-top-level",
     ),
     pytest.param(
         lambda: solve(params_with(disutility_of_work=jnp.ones(3))),
-        P, ["'working'", "'utility'", "shape (3,)"],
+        P,
+        ["'working'", "'utility'", "shape (3,)"],
         id="solve-utility-returns-vector",
     ),
     pytest.param(
         lambda: solve(params_with(health_transition=jnp.full((2, 3), 1 / 3))),
-        P, ["'working'", "'next_health'", "shape (3,)", "(2,)"],
+        P,
+        ["'working'", "'next_health'", "shape (3,)", "(2,)"],
         id="solve-markov-returns-wrong-length",
     ),
     # ------------------------------------------------- transition probabilities
     pytest.param(
         lambda: solve(params_with(health_transition=jnp.array([[0.6, 0.39], [0.2, 0.8]]))),
-        T, ["'working'", "'next_health'"], id="solve-state-probabilities-sum-to-0.99",
+        T,
+        ["'working'", "'next_health'"],
+        id="solve-state-probabilities-sum-to-0.99",
     ),
     pytest.param(
         lambda: solve(params_with(health_transition=jnp.array([[1.1, -0.1], [0.2, 0.8]]))),
-        T, ["'working'", "'next_health'"], id="solve-state-probability-negative",
+        T,
+        ["'working'", "'next_health'"],
+        id="solve-state-probability-negative",
     ),
     pytest.param(
         lambda: solve(params_with(regime_transition=jnp.array([[0.9, 0.09], [0.0, 1.0]]))),
-        T, ["'working'", "'next_regime'"], id="solve-regime-probabilities-sum-to-0.99",
+        T,
+        ["'working'", "'next_regime'"],
+        id="solve-regime-probabilities-sum-to-0.99",
     ),
     pytest.param(
         lambda: solve(params_with(regime_transition=jnp.array([[0.9, 0.1], [-0.5, 1.5]]))),
-        T, ["'working'", "'next_regime'"], id="solve-regime-probability-negative",
+        T,
+        ["'working'", "'next_regime'"],
+        id="solve-regime-probability-negative",
     ),
     pytest.param(
         _unreachable_target_model,
-        T, ["'working'", "'next_regime'", "cannot reach"], id="solve-mass-on-unreachable-regime",
+        T,
+        ["'working'", "'next_regime'", "cannot reach"],
+        id="solve-mass-on-unreachable-regime",
     ),
     pytest.param(
-        lambda: solve(PARAMS, validate="loud"), lcm.LcmError, ["validate", "'loud'"],
+        lambda: solve(PARAMS, validate="loud"),
+        lcm.LcmError,
+        ["validate", "'loud'"],
         id="solve-unknown-validate-option",
     ),
     # ---------------------------------------------------------------- solution
     pytest.param(
         lambda: functools.partial(solution().value, "dead", 0),
-        lcm.InvalidPeriodError, ["'dead'", "'working'", "'retired'"],
+        lcm.InvalidPeriodError,
+        ["'dead'", "'working'", "'retired'"],
         id="solution-value-unknown-regime",
     ),
     pytest.param(
         lambda: functools.partial(solution().value, "working", N_PERIODS),
-        lcm.InvalidPeriodError, ["'working'", "period 2", "0..1"],
+        lcm.InvalidPeriodError,
+        ["'working'", "period 2", "0..1"],
         id="solution-value-period-outside-horizon",
     ),
     # ------------------------------------------------------ initial conditions
     pytest.param(
         lambda: simulate(initial_conditions(regime=None)),
-        I, ["'regime'"], id="simulate-missing-regime",
+        I,
+        ["'regime'"],
+        id="simulate-missing-regime",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(regime=np.array(["working", "unemployed"]))),
-        I, ["'unemployed'", "'working'", "'retired'"], id="simulate-unknown-regime-name",
+        I,
+        ["'unemployed'", "'working'", "'retired'"],
+        id="simulate-unknown-regime-name",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(regime=np.array([0, 2]))),
-        I, ["'regime'", "0..1"], id="simulate-regime-id-out-of-range",
+        I,
+        ["'regime'", "0..1"],
+        id="simulate-regime-id-out-of-range",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(health=np.array(["good", "excellent"]))),
-        I, ["'health'", "'excellent'", "'bad'", "'good'"], id="simulate-unknown-discrete-label",
+        I,
+        ["'health'", "'excellent'", "'bad'", "'good'"],
+        id="simulate-unknown-discrete-label",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(health=np.array([1, 2]))),
-        I, ["'health'", "0..1"], id="simulate-discrete-code-out-of-range",
+        I,
+        ["'health'", "0..1"],
+        id="simulate-discrete-code-out-of-range",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(wealth=None)),
-        I, ["'wealth'", "'working'"], id="simulate-missing-state",
+        I,
+        ["'wealth'", "'working'"],
+        id="simulate-missing-state",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(wealth=np.array([5.0, 8.0, 9.0]))),
-        I, ["'wealth'", "(3,)", "(2,)"], id="simulate-state-wrong-length",
+        I,
+        ["'wealth'", "(3,)", "(2,)"],
+        id="simulate-state-wrong-length",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(wealth=np.array([[5.0, 8.0]]))),
-        I, ["'wealth'", "(1, 2)", "(2,)"], id="simulate-state-wrong-shape",
+        I,
+        ["'wealth'", "(1, 2)", "(2,)"],
+        id="simulate-state-wrong-shape",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(wealth=np.array([np.nan, 8.0]))),
-        I, ["'wealth'", "finite"], id="simulate-nan-continuous-state",
+        I,
+        ["'wealth'", "finite"],
+        id="simulate-nan-continuous-state",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(income=np.array([1.0, 2.0]))),
-        I, ["'income'", "'wealth'", "'health'"], id="simulate-unknown-column",
+        I,
+        ["'income'", "'wealth'", "'health'"],
+        id="simulate-unknown-column",
     ),
     pytest.param(
         lambda: simulate(initial_conditions(), subject_batch_size=-1),
-        I, ["subject_batch_size", "-1"], id="simulate-negative-subject-batch-size",
+        I,
+        ["subject_batch_size", "-1"],
+        id="simulate-negative-subject-batch-size",
     ),
     pytest.param(
-        lambda: simulate(initial_conditions(regime=np.array([], dtype=int),
-                                            wealth=np.array([]), health=np.array([]))),
-        I, ["'regime'", "non-empty"], id="simulate-no-subjects",
+        lambda: simulate(
+            initial_conditions(
+                regime=np.array([], dtype=int), wealth=np.array([]), health=np.array([])
+            )
+        ),
+        I,
+        ["'regime'", "non-empty"],
+        id="simulate-no-subjects",
     ),
     pytest.param(
-        lambda: simulate([(0, 5.0, "good")]), I, ["initial_conditions", "dict", "list"],
+        lambda: simulate([(0, 5.0, "good")]),
+        I,
+        ["initial_conditions", "dict", "list"],
         id="simulate-conditions-not-a-dict",
     ),
 ]
@@ -887,6 +1086,8 @@ def test_mass_on_a_regime_inactive_next_period_is_caught():
     with pytest.raises(lcm.InvalidTransitionProbabilitiesError) as error:
         model.solve({"discount_factor": 0.9})
     assert "'early'" in str(error.value) and "inactive in period 1" in str(error.value)
-    fixed = lcm.Model({"early": regime(range(0, 2), lambda period: jnp.where(period >= 1, 1, 0)),
-                       "late": late}, n_periods=4)
+    fixed = lcm.Model(
+        {"early": regime(range(0, 2), lambda period: jnp.where(period >= 1, 1, 0)), "late": late},
+        n_periods=4,
+    )
     fixed.solve({"discount_factor": 0.9})

@@ -58,8 +58,9 @@ def test_log_likelihood_gradient_matches_finite_differences(model, panel):
     def objectives(params):
         solution = model.solve(params)
         discrete_only = log_likelihood(model, params, data, solution=solution)
-        with_consumption = log_likelihood(model, params, data, solution=solution,
-                                          measurement_sd=2.0)
+        with_consumption = log_likelihood(
+            model, params, data, solution=solution, measurement_sd=2.0
+        )
         return jnp.stack([discrete_only, with_consumption])
 
     forward = jax.jit(objectives)
@@ -89,8 +90,12 @@ def test_likelihood_at_grid_states_equals_grid_choice_probabilities(model):
     grid = np.linspace(*WEALTH)
     labor = np.arange(grid.size) % 2
     period = np.arange(grid.size) % 3
-    data = {"regime": np.zeros(grid.size, dtype=int), "period": period, "wealth": grid,
-            "labor": labor}
+    data = {
+        "regime": np.zeros(grid.size, dtype=int),
+        "period": period,
+        "wealth": grid,
+        "labor": labor,
+    }
     rows = np.asarray(log_likelihood(model, PARAMS, data, solution=solution, per_row=True))
     for i in range(grid.size):
         p = choice_probabilities(model, PARAMS, solution, "working", int(period[i]))
@@ -101,8 +106,9 @@ def test_labels_and_codes_are_equivalent(model, panel):
     codes = panel.copy()
     codes["labor"] = codes["labor"].cat.codes.replace(-1, 0)
     codes["regime"] = codes["regime"].cat.codes
-    np.testing.assert_allclose(log_likelihood(model, PARAMS, codes),
-                               log_likelihood(model, PARAMS, panel), rtol=1e-12)
+    np.testing.assert_allclose(
+        log_likelihood(model, PARAMS, codes), log_likelihood(model, PARAMS, panel), rtol=1e-12
+    )
 
 
 def test_data_errors(model, panel):

@@ -190,8 +190,10 @@ def _objectives(model, panel):
         solution = model.solve(params)
         values = sum(jnp.sum(weights[r] * solution.values[r]) for r in ("working", "retired"))
         probabilities = sum(
-            jnp.sum(weights["working"][t] * choice_probabilities(model, params, solution,
-                                                                 "working", t)[..., 0])
+            jnp.sum(
+                weights["working"][t]
+                * choice_probabilities(model, params, solution, "working", t)[..., 0]
+            )
             for t in (0, 2)
         )
         m = choice_moments(model, params, panel, solution=solution)["working"]
@@ -239,8 +241,9 @@ def test_vmap_solve_equals_separate_solves(model):
     rng = np.random.default_rng(1)
     batch = []
     for _ in range(16):
-        params = _shifted(PARAMS, ("working", "utility", "disutility_of_work"), None,
-                          rng.uniform(-0.3, 0.3))
+        params = _shifted(
+            PARAMS, ("working", "utility", "disutility_of_work"), None, rng.uniform(-0.3, 0.3)
+        )
         params = _shifted(params, ("working", "labor_income", "wage"), None, rng.uniform(-1, 1))
         params = _shifted(params, ("discount_factor",), None, rng.uniform(-0.05, 0.03))
         params = _shifted(params, ("working", "next_income", "rho"), None, rng.uniform(-0.2, 0.1))
@@ -250,5 +253,6 @@ def test_vmap_solve_equals_separate_solves(model):
     for i, params in enumerate(batch):
         single = model.solve(params)
         for regime in ("working", "retired", "dead"):
-            np.testing.assert_allclose(solved.values[regime][i], single.values[regime],
-                                       rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(
+                solved.values[regime][i], single.values[regime], rtol=1e-12, atol=1e-12
+            )

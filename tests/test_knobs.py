@@ -65,15 +65,21 @@ class _Background:
         self.devices_npz = tmp / "devices.npz"
         self.devices = subprocess.Popen(
             [sys.executable, str(TESTS / "knobs_devices.py"), str(self.devices_npz)],
-            env=env, cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         port = str(_free_port())
         self.processes = [
             subprocess.Popen(
-                [sys.executable, str(TESTS / "knobs_multiprocess.py"), port, str(i),
-                 str(self.npz)],
-                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                [sys.executable, str(TESTS / "knobs_multiprocess.py"), port, str(i), str(self.npz)],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
             for i in range(2)
         ]
@@ -95,7 +101,7 @@ class _Background:
         if self._report is None:
             output = self._wait(self.devices)
             line = next(x for x in output.splitlines() if x.startswith("REPORT "))
-            self._report = json.loads(line[len("REPORT "):])
+            self._report = json.loads(line[len("REPORT ") :])
             with np.load(self.devices_npz) as data:
                 self._report["values"] = {k: data[k] for k in data.files}
             self._report["simulated"] = pd.read_pickle(str(self.devices_npz) + ".simulated.pkl")
@@ -147,8 +153,9 @@ def simulate(model, solution, batch):
         "income": jnp.arange(n) % 4,
         "skill": (jnp.arange(n) * 3) % 4,
     }
-    return model.simulate(knobs_model.params(), initial, solution, key=jax.random.key(3),
-                          subject_batch_size=batch).to_dataframe()
+    return model.simulate(
+        knobs_model.params(), initial, solution, key=jax.random.key(3), subject_batch_size=batch
+    ).to_dataframe()
 
 
 def assert_frames_match(actual, expected, tolerance=1e-10):
@@ -158,8 +165,7 @@ def assert_frames_match(actual, expected, tolerance=1e-10):
     for column in expected.columns:
         x, y = actual[column], expected[column]
         if y.dtype.kind == "f":
-            np.testing.assert_allclose(x.values, y.values, rtol=0, atol=tolerance,
-                                       err_msg=column)
+            np.testing.assert_allclose(x.values, y.values, rtol=0, atol=tolerance, err_msg=column)
         else:
             pd.testing.assert_series_equal(x, y)
 
@@ -174,8 +180,10 @@ def assert_frames_match(actual, expected, tolerance=1e-10):
         ({"wealth_batch": 5}, "off"),
         ({"consumption_batch": 7, "labor_batch": 1}, "raise"),  # action axes
         # several state axes and an action axis splayed together
-        ({"wealth_batch": 6, "skill_batch": 2, "income_batch": 2, "consumption_batch": 10},
-         "raise"),
+        (
+            {"wealth_batch": 6, "skill_batch": 2, "income_batch": 2, "consumption_batch": 10},
+            "raise",
+        ),
     ],
     ids=["state", "actions", "composed"],
 )
@@ -257,8 +265,9 @@ def test_transitioning_sharded_axis_only_all_reduces(background):
 def test_sharded_process_state_only_all_reduces(background):
     report = background.report()
     values = report["values"]
-    assert_same_values({"only": values["process/sharded"]},
-                       _Values({"only": values["process/plain"]}))
+    assert_same_values(
+        {"only": values["process/sharded"]}, _Values({"only": values["process/plain"]})
+    )
     assert report["process"]["devices"] == 4 and report["process"]["spec"][2] == "z"
     assert report["process"]["collectives"] == ["all-reduce"]
 
@@ -268,8 +277,9 @@ def test_sharded_axis_with_action_dependent_transition_is_still_correct(backgrou
     # array across devices (allowed for this kind of axis), and the values are right.
     report = background.report()
     values = report["values"]
-    assert_same_values({"only": values["deterministic/sharded"]},
-                       _Values({"only": values["deterministic/plain"]}))
+    assert_same_values(
+        {"only": values["deterministic/sharded"]}, _Values({"only": values["deterministic/plain"]})
+    )
     assert report["deterministic"]["devices"] == 4
 
 

@@ -27,8 +27,15 @@ REPO = Path(__file__).resolve().parents[1]
 PREAMBLE = struct.Struct("<8sQ32s")
 
 
-def _retirement(n_wealth=10, *, stop=400.0, n_periods=3, n_consumption=20, taste_shocks=False,
-                wealth_batch_size=0):
+def _retirement(
+    n_wealth=10,
+    *,
+    stop=400.0,
+    n_periods=3,
+    n_consumption=20,
+    taste_shocks=False,
+    wealth_batch_size=0,
+):
     wealth = lcm.LinSpacedGrid(1.0, stop, n_wealth, batch_size=wealth_batch_size)
     consumption = lcm.LinSpacedGrid(1.0, 400.0, n_consumption)
     working = lcm.Regime(
@@ -48,8 +55,11 @@ def _retirement(n_wealth=10, *, stop=400.0, n_periods=3, n_consumption=20, taste
         transition=lambda: retirement.RegimeId.retired,
         constraints={"borrowing": retirement.borrowing},
     )
-    return lcm.Model(regimes={"working": working, "retired": retired}, n_periods=n_periods,
-                     regime_ids=retirement.RegimeId)
+    return lcm.Model(
+        regimes={"working": working, "retired": retired},
+        n_periods=n_periods,
+        regime_ids=retirement.RegimeId,
+    )
 
 
 def _rich(health=("bad", "good"), rho=0.9):
@@ -61,28 +71,36 @@ def _rich(health=("bad", "good"), rho=0.9):
             "income": lcm.RouwenhorstGrid(n_points=3, rho=rho, sigma=0.2),
             "health": lcm.DiscreteGrid(list(health)),
         },
-        actions={"consumption": lcm.IrregSpacedGrid([0.5, 1.0, 2.0, 4.0, 8.0]),
-                 "work": lcm.DiscreteGrid(["no", "yes"])},
+        actions={
+            "consumption": lcm.IrregSpacedGrid([0.5, 1.0, 2.0, 4.0, 8.0]),
+            "work": lcm.DiscreteGrid(["no", "yes"]),
+        },
         functions={
-            "utility": lambda consumption, work, health: jnp.log(consumption) - 0.1 * work
-            + 0.1 * health,
+            "utility": lambda consumption, work, health: (
+                jnp.log(consumption) - 0.1 * work + 0.1 * health
+            ),
             "earnings": lambda income, work: jnp.exp(income) * work,
         },
-        state_transitions={"wealth": lambda wealth, consumption, earnings:
-                           wealth - consumption + earnings,
-                           "health": lambda health: health},
+        state_transitions={
+            "wealth": lambda wealth, consumption, earnings: wealth - consumption + earnings,
+            "health": lambda health: health,
+        },
         transition=lambda age: jnp.where(age < 62, 0, 1),
         constraints={"budget": lambda consumption, wealth: consumption <= wealth},
     )
     dead = lcm.Regime(functions={"utility": lambda: 0.0})
-    return lcm.Model(regimes={"alive": alive, "dead": dead}, n_periods=4,
-                     ages=lcm.AgeGrid(start=60, step=1))
+    return lcm.Model(
+        regimes={"alive": alive, "dead": dead}, n_periods=4, ages=lcm.AgeGrid(start=60, step=1)
+    )
 
 
 RICH_PARAMS = {"discount_factor": 0.95}
-RICH_INITIAL = {"regime": np.zeros(4, dtype=int), "wealth": np.full(4, 5.0),
-                "income": np.array([0, 1, 2, 1]),
-                "health": np.array(["bad", "good", "good", "bad"])}
+RICH_INITIAL = {
+    "regime": np.zeros(4, dtype=int),
+    "wealth": np.full(4, 5.0),
+    "income": np.array([0, 1, 2, 1]),
+    "health": np.array(["bad", "good", "good", "bad"]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +131,9 @@ def _assert_same_solution(loaded, solution):
         for regime in original:
             assert isinstance(restored[regime], jax.Array)
             assert restored[regime].dtype == original[regime].dtype
-            np.testing.assert_array_equal(np.asarray(restored[regime]),
-                                          np.asarray(original[regime]), strict=True)
+            np.testing.assert_array_equal(
+                np.asarray(restored[regime]), np.asarray(original[regime]), strict=True
+            )
 
 
 def _rewrite_header(path, **changes):
@@ -124,8 +143,11 @@ def _rewrite_header(path, **changes):
     header = json.loads(data[PREAMBLE.size : PREAMBLE.size + size])
     header.update(changes)
     new = json.dumps(header).encode()
-    Path(path).write_bytes(PREAMBLE.pack(magic, len(new), hashlib.sha256(new).digest()) + new
-                           + data[PREAMBLE.size + size :])
+    Path(path).write_bytes(
+        PREAMBLE.pack(magic, len(new), hashlib.sha256(new).digest())
+        + new
+        + data[PREAMBLE.size + size :]
+    )
 
 
 # ------------------------------------------------------------------------ round trips
@@ -158,7 +180,11 @@ def test_simulation_result_round_trip_is_bit_exact(model, solution, tmp_path):
         assert isinstance(restored, np.ndarray)
         np.testing.assert_array_equal(restored, original, strict=True)
     assert (loaded.regime_names, loaded.has_variable, loaded.labels, loaded.ages) == (
-        result.regime_names, result.has_variable, result.labels, result.ages)
+        result.regime_names,
+        result.has_variable,
+        result.labels,
+        result.ages,
+    )
     pd.testing.assert_frame_equal(loaded.to_dataframe(), result.to_dataframe())
 
 
@@ -199,15 +225,23 @@ def test_save_inside_jit_is_refused(model, tmp_path):
 @pytest.mark.parametrize(
     ("other", "message"),
     [
-        (lambda: _retirement(n_wealth=12),
-         "regime 'working': state 'wealth' has 10 points in the file, 12 in the model"),
-        (lambda: _retirement(stop=300.0),
-         "regime 'working': state 'wealth' has stop 400.0 in the file, 300.0 in the model"),
+        (
+            lambda: _retirement(n_wealth=12),
+            "regime 'working': state 'wealth' has 10 points in the file, 12 in the model",
+        ),
+        (
+            lambda: _retirement(stop=300.0),
+            "regime 'working': state 'wealth' has stop 400.0 in the file, 300.0 in the model",
+        ),
         (lambda: _retirement(n_periods=4), "n_periods is 3 in the file, 4 in the model"),
-        (lambda: _retirement(n_consumption=25),
-         "regime 'retired': action 'consumption' has 20 points in the file, 25 in the model"),
-        (lambda: _retirement(taste_shocks=True),
-         "regime 'working': taste shocks False in the file, True in the model"),
+        (
+            lambda: _retirement(n_consumption=25),
+            "regime 'retired': action 'consumption' has 20 points in the file, 25 in the model",
+        ),
+        (
+            lambda: _retirement(taste_shocks=True),
+            "regime 'working': taste shocks False in the file, True in the model",
+        ),
         (_rich, "regime 'working' is in the file but not in the model"),
     ],
 )
@@ -221,8 +255,11 @@ def test_a_changed_discrete_grid_or_process_is_named(tmp_path):
     model = _rich()
     solution = model.solve(RICH_PARAMS)
     solution.save(tmp_path / "solution.lcm")
-    with pytest.raises(lcm.SavedFileError, match=r"state 'health' has labels \['bad', 'good'\] in"
-                       r" the file, \['poor', 'good'\] in the model"):
+    with pytest.raises(
+        lcm.SavedFileError,
+        match=r"state 'health' has labels \['bad', 'good'\] in"
+        r" the file, \['poor', 'good'\] in the model",
+    ):
         lcm.load_solution(tmp_path / "solution.lcm", _rich(health=("poor", "good")))
     with pytest.raises(lcm.SavedFileError, match=r"state 'income' has rho 0\.9 in the file, 0\.8"):
         lcm.load_solution(tmp_path / "solution.lcm", _rich(rho=0.8))
@@ -234,16 +271,20 @@ def test_a_solution_that_records_no_model_is_still_checked(solution, tmp_path):
     path = tmp_path / "bare.lcm"
     dataclasses.replace(solution, model_structure=None).save(path)
     _assert_same_solution(lcm.load_solution(path, _retirement()), solution)
-    with pytest.raises(lcm.SavedFileError,
-                       match="state 'wealth' has 10 points in the file, 12 in the model"):
+    with pytest.raises(
+        lcm.SavedFileError, match="state 'wealth' has 10 points in the file, 12 in the model"
+    ):
         lcm.load_solution(path, _retirement(n_wealth=12))
 
 
 def test_a_file_of_the_other_kind_is_named(model, solution, saved, tmp_path):
     with pytest.raises(lcm.SavedFileError, match="holds a solution, not a simulation result"):
         lcm.load_simulation_result(saved, model)
-    result = model.simulate(retirement.PARAMS, {"regime": np.zeros(2, dtype=int),
-                                                "wealth": np.array([5.0, 50.0])}, solution)
+    result = model.simulate(
+        retirement.PARAMS,
+        {"regime": np.zeros(2, dtype=int), "wealth": np.array([5.0, 50.0])},
+        solution,
+    )
     result.save(tmp_path / "panel.lcm")
     with pytest.raises(lcm.SavedFileError, match=r"lcm\.load_simulation_result"):
         lcm.load_solution(tmp_path / "panel.lcm", model)
@@ -279,6 +320,7 @@ def _flip(at):
     def mutate(data):
         i = at(data)
         return data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :]
+
     return mutate
 
 
@@ -301,8 +343,19 @@ def _header_end(data):
         (_flip(lambda data: len(data) - 3), "corrupt: the arrays' checksum"),
         (lambda data: data[:8] + struct.pack("<Q", 1 << 40) + data[16:], "truncated"),
     ],
-    ids=["empty", "junk", "in-magic", "in-preamble", "in-header", "in-arrays", "last-byte",
-         "extra-byte", "flipped-header", "flipped-arrays", "huge-header-length"],
+    ids=[
+        "empty",
+        "junk",
+        "in-magic",
+        "in-preamble",
+        "in-header",
+        "in-arrays",
+        "last-byte",
+        "extra-byte",
+        "flipped-header",
+        "flipped-arrays",
+        "huge-header-length",
+    ],
 )
 def test_corrupt_or_truncated_files_raise_saved_file_error(model, saved, mutate, message):
     saved.write_bytes(mutate(saved.read_bytes()))
@@ -367,7 +420,11 @@ def test_float32_solution_in_a_32_bit_process(saved, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_ENABLE_X64": "0"}
     done = subprocess.run(
         [sys.executable, "-c", FLOAT32_SCRIPT, str(tmp_path / "f32.lcm"), str(saved)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "float32 ok" in done.stdout
@@ -405,8 +462,14 @@ KILLED_WRITER_SCRIPT = textwrap.dedent("""
 def test_a_writer_killed_mid_write_leaves_the_previous_file(model, solution, saved):
     before = saved.read_bytes()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER_SCRIPT, str(saved)], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER_SCRIPT, str(saved)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = writer.stdout.readline()
         assert line.strip() == "writing", line + writer.stderr.read()

@@ -34,8 +34,7 @@ def log_level():
 
 
 def _solve_lines(err: str) -> list[tuple[int, int, int]]:
-    return [tuple(int(g) for g in m.groups())
-            for m in map(SOLVE_LINE.match, err.splitlines()) if m]
+    return [tuple(int(g) for g in m.groups()) for m in map(SOLVE_LINE.match, err.splitlines()) if m]
 
 
 def _assert_one_line_per_period(err: str, n_periods: int = N_PERIODS):
@@ -60,9 +59,11 @@ def test_meter_under_jit_prints_each_period_once_and_keeps_results(model, capfd)
 
 def test_default_program_has_no_callbacks(model):
     def jaxpr(progress):
-        return str(jax.make_jaxpr(
-            functools.partial(model._solve, validate=False, progress=progress)
-        )(retirement.PARAMS))
+        return str(
+            jax.make_jaxpr(functools.partial(model._solve, validate=False, progress=progress))(
+                retirement.PARAMS
+            )
+        )
 
     assert "callback" not in jaxpr(None)
     assert "callback" in jaxpr("text")
@@ -70,8 +71,9 @@ def test_default_program_has_no_callbacks(model):
 
 def _objective(model, progress):
     def f(wage):
-        solution = model.solve({**retirement.PARAMS, "wage": wage}, validate="off",
-                               progress=progress)
+        solution = model.solve(
+            {**retirement.PARAMS, "wage": wage}, validate="off", progress=progress
+        )
         return jnp.sum(solution.values["working"][0])
 
     return f
@@ -101,12 +103,14 @@ def test_simulate_meter_over_chunks_and_periods(capfd):
     solution = model.solve(retirement.PARAMS)
     plain = model.simulate(retirement.PARAMS, initial, solution, subject_batch_size=2)
     capfd.readouterr()
-    shown = model.simulate(retirement.PARAMS, initial, solution, subject_batch_size=2,
-                           progress=True)
+    shown = model.simulate(
+        retirement.PARAMS, initial, solution, subject_batch_size=2, progress=True
+    )
     lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("simulate")]
     assert lines == [
         f"simulate: chunk {c}/3, period {t} ({3 * (c - 1) + t + 1}/9)"
-        for c in (1, 2, 3) for t in range(3)
+        for c in (1, 2, 3)
+        for t in range(3)
     ]
     np.testing.assert_array_equal(plain.value, shown.value)
     model.simulate(retirement.PARAMS, initial, progress=True)  # solves first, with the meter
@@ -133,12 +137,12 @@ def test_log_levels_emit_phase_timings(caplog, log_level):
     set_log_level("progress")
     model = retirement.build(n_periods=3, n_wealth=8, n_consumption=12)
     model.solve(retirement.PARAMS)
-    model.simulate(retirement.PARAMS, {"regime": np.zeros(2, int),
-                                       "wealth": np.array([5.0, 9.0])})
+    model.simulate(retirement.PARAMS, {"regime": np.zeros(2, int), "wealth": np.array([5.0, 9.0])})
     messages = [r.getMessage() for r in caplog.records if r.name == "lcm_eqx"]
     assert any(m.startswith("build:") for m in messages)
-    assert any(m.startswith("solve (3 periods):") and "compiled a new program" in m
-               for m in messages)
+    assert any(
+        m.startswith("solve (3 periods):") and "compiled a new program" in m for m in messages
+    )
     assert any(m.startswith("simulate (2 subjects") for m in messages)
     assert not any(r.levelno < logging.INFO for r in caplog.records)
 

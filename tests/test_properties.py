@@ -222,8 +222,9 @@ def test_closed_form_interval_brackets_points_next_to_grid_points(grid, i):
         below = np.flatnonzero(x == np.nextafter(points[i], -np.inf))
         x, lo, weight = x[below], lo[below], weight[below]
     slack = 64 * np.finfo(points.dtype).eps * np.max(np.abs(points))
-    bad = ~((points[lo] - slack <= x) & (x <= points[lo + 1] + slack) & (weight >= 0)
-            & (weight <= 1))
+    bad = ~(
+        (points[lo] - slack <= x) & (x <= points[lo + 1] + slack) & (weight >= 0) & (weight <= 1)
+    )
     assert not np.any(bad), list(zip(x[bad], lo[bad], weight[bad], strict=True))[:3]
 
 

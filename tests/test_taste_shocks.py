@@ -102,7 +102,7 @@ def oracle_solve(params, n_periods=N_PERIODS, wealth=WEALTH, consumption=CONSUMP
             [np.where(feasible, q, -np.inf).max(axis=1) for q in (q_work, q_retire)], axis=-1
         )
         top = v_d.max(axis=1, keepdims=True)
-        v_working[t] = (top[:, 0] + scale * np.log(np.exp((v_d - top) / scale).sum(axis=1)))
+        v_working[t] = top[:, 0] + scale * np.log(np.exp((v_d - top) / scale).sum(axis=1))
         v_retired[t] = np.where(feasible, q_retired, -np.inf).max(axis=1)
         v_d_all[t] = v_d
         next_working, next_retired = v_working[t], v_retired[t]
@@ -145,10 +145,12 @@ def test_values_match_numpy_oracle(model, scale):
     solution = model.solve(params)
     v_working, v_retired, _ = oracle_solve(params)
     for t in range(N_PERIODS):
-        np.testing.assert_allclose(solution.value("working", t), v_working[t], rtol=1e-10,
-                                   atol=1e-10)
-        np.testing.assert_allclose(solution.value("retired", t), v_retired[t], rtol=1e-10,
-                                   atol=1e-10)
+        np.testing.assert_allclose(
+            solution.value("working", t), v_working[t], rtol=1e-10, atol=1e-10
+        )
+        np.testing.assert_allclose(
+            solution.value("retired", t), v_retired[t], rtol=1e-10, atol=1e-10
+        )
 
 
 def test_logsumexp_is_not_a_max(model):
@@ -164,8 +166,9 @@ def test_choice_probabilities_match_oracle(model, solution):
     _, _, v_d = oracle_solve(PARAMS)
     expected = oracle_probabilities(v_d, PARAMS["taste_shock_scale"])
     for t in range(N_PERIODS):
-        np.testing.assert_allclose(discrete_values(model, PARAMS, solution, "working", t),
-                                   v_d[t], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(
+            discrete_values(model, PARAMS, solution, "working", t), v_d[t], rtol=1e-10, atol=1e-10
+        )
         p = choice_probabilities(model, PARAMS, solution, "working", t)
         assert p.shape == (WEALTH[2], len(Labor))
         np.testing.assert_allclose(np.sum(p, axis=-1), 1.0, atol=1e-12)
@@ -176,8 +179,9 @@ def test_value_is_logsumexp_of_discrete_values(model, solution):
     for t in range(N_PERIODS):
         v_d = discrete_values(model, PARAMS, solution, "working", t)
         lam = PARAMS["taste_shock_scale"]
-        np.testing.assert_allclose(lam * jax.nn.logsumexp(v_d / lam, axis=-1),
-                                   solution.value("working", t), rtol=1e-12)
+        np.testing.assert_allclose(
+            lam * jax.nn.logsumexp(v_d / lam, axis=-1), solution.value("working", t), rtol=1e-12
+        )
 
 
 def test_choice_probabilities_without_taste_shocks_are_one_hot():

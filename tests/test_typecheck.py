@@ -7,8 +7,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOWS = ["tests/test_core.py", "tests/test_stochastic_oracle.py", "tests/test_taste_shocks.py",
-         "tests/test_estimation.py"]
+FLOWS = [
+    "tests/test_core.py",
+    "tests/test_stochastic_oracle.py",
+    "tests/test_taste_shocks.py",
+    "tests/test_estimation.py",
+]
 
 
 def test_main_flows_pass_runtime_type_checks():

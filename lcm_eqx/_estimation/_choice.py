@@ -141,8 +141,10 @@ def _check(model, solution: Solution, regime: str, period) -> None:
         raise InvalidPeriodError(
             f"Unknown regime {regime!r}; the model's regimes are {list(plan.regimes)}."
         )
-    if isinstance(period, bool) or not isinstance(period, int | np.integer) or not (
-        0 <= period < plan.n_periods
+    if (
+        isinstance(period, bool)
+        or not isinstance(period, int | np.integer)
+        or not (0 <= period < plan.n_periods)
     ):
         raise InvalidPeriodError(
             f"Regime {regime!r}: period must be an int in 0..{plan.n_periods - 1}, got {period!r}."

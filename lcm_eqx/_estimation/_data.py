@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import equinox as eqx
 import numpy as np
 
-from .._errors import InvalidDataError, LcmError
+from .._errors import InvalidDataError
 from .._grids import AbstractProcessGrid, DiscreteGrid
 
 

@@ -81,8 +81,7 @@ def log_likelihood(
     """
     data = prepare_data(model, data)
     terms = _likelihood_terms(model, data, measurement_sd)
-    contributions = _log_likelihood(model, terms, validate, params, data, solution,
-                                    measurement_sd)
+    contributions = _log_likelihood(model, terms, validate, params, data, solution, measurement_sd)
     return contributions if per_row else jnp.sum(contributions)
 
 
@@ -99,7 +98,8 @@ def _likelihood_terms(model, data: ChoiceData, measurement_sd):
                 "taste_shocks=ExtremeValueShocks() to the regime."
             )
         continuous = tuple(
-            a for a in regime_plan.continuous_actions
+            a
+            for a in regime_plan.continuous_actions
             if measurement_sd is not None and np.any(np.isfinite(block.continuous_actions[a]))
         )
         if discrete or continuous:
@@ -232,9 +232,7 @@ def _measurement_sds(measurement_sd, continuous, regime) -> dict[str, Array]:
     if isinstance(measurement_sd, Mapping):
         missing = [a for a in continuous if a not in measurement_sd]
         if missing:
-            raise LcmError(
-                f"log_likelihood: regime {regime!r}: measurement_sd lacks {missing}."
-            )
+            raise LcmError(f"log_likelihood: regime {regime!r}: measurement_sd lacks {missing}.")
         return {a: jnp.asarray(measurement_sd[a]) for a in continuous}
     return {a: jnp.asarray(measurement_sd) for a in continuous}
 
@@ -272,8 +270,9 @@ def _map_rows(model, resolved, solution, name: str, block: RegimeBlock, fn):
             return fn(problem, state, d, c)
 
         if ROW_BATCH and states_width(states) > ROW_BATCH:
-            return jax.lax.map(lambda args: one(*args), (states, d_obs, c_obs),
-                               batch_size=ROW_BATCH)
+            return jax.lax.map(
+                lambda args: one(*args), (states, d_obs, c_obs), batch_size=ROW_BATCH
+            )
         return jax.vmap(one)(states, d_obs, c_obs)
 
     states = {

@@ -23,9 +23,7 @@ class AgeGrid(eqx.Module):
         for name in ("start", "step"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise GridInitializationError(
-                    f"AgeGrid: {name} must be a number, got {value!r}."
-                )
+                raise GridInitializationError(f"AgeGrid: {name} must be a number, got {value!r}.")
             if not math.isfinite(value):
                 raise GridInitializationError(f"AgeGrid: {name} must be finite, got {value}.")
         if not self.step > 0:

@@ -38,9 +38,7 @@ def _is_concrete(grid: str, **values) -> bool:
 
 def _check_n_points(grid: str, n_points, argument: str = "n_points") -> None:
     if not isinstance(n_points, int | np.integer) or isinstance(n_points, bool) or n_points < 2:
-        raise GridInitializationError(
-            f"{grid}: {argument} must be an int >= 2, got {n_points!r}."
-        )
+        raise GridInitializationError(f"{grid}: {argument} must be an int >= 2, got {n_points!r}.")
 
 
 def _closed_form_interval(x: Array, points: Array, coordinate: Array) -> tuple[Array, Array]:
@@ -76,7 +74,9 @@ class LinSpacedGrid(AbstractContinuousGrid):
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
 
-    def __init__(self, start, stop, n_points: int, *, batch_size: int = 0, distributed: bool = False):
+    def __init__(
+        self, start, stop, n_points: int, *, batch_size: int = 0, distributed: bool = False
+    ):
         self.start = start
         self.stop = stop
         self.n_points_ = n_points
@@ -130,7 +130,9 @@ class LogSpacedGrid(AbstractContinuousGrid):
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
 
-    def __init__(self, start, stop, n_points: int, *, batch_size: int = 0, distributed: bool = False):
+    def __init__(
+        self, start, stop, n_points: int, *, batch_size: int = 0, distributed: bool = False
+    ):
         self.start = start
         self.stop = stop
         self.n_points_ = n_points
@@ -202,8 +204,7 @@ class IrregSpacedGrid(AbstractContinuousGrid):
             )
         if not np.all(np.diff(self.points) > 0):
             raise GridInitializationError(
-                "IrregSpacedGrid: points must be strictly increasing, got "
-                f"{self.points.tolist()}."
+                f"IrregSpacedGrid: points must be strictly increasing, got {self.points.tolist()}."
             )
         self._check_knobs()
 
@@ -227,9 +228,7 @@ def _check_piecewise(grid: str, breakpoints, n_points, *, log: bool) -> np.ndarr
             f"{grid}: breakpoints needs at least 2 values (one segment), got {breakpoints!r}."
         )
     if not np.all(np.isfinite(values)):
-        raise GridInitializationError(
-            f"{grid}: breakpoints must be finite, got {values.tolist()}."
-        )
+        raise GridInitializationError(f"{grid}: breakpoints must be finite, got {values.tolist()}.")
     if not np.all(np.diff(values) > 0):
         raise GridInitializationError(
             f"{grid}: breakpoints must be strictly increasing, got {values.tolist()}."

@@ -51,7 +51,9 @@ class AbstractProcessGrid(AbstractGrid):
             raise GridInitializationError(f"{name}: sigma must be > 0, got {self.sigma}.")
         self._check_knobs()
 
-    def discretize(self, values: dict[str, Array]) -> tuple[Float[Array, " n"], Float[Array, "n n"]]:
+    def discretize(
+        self, values: dict[str, Array]
+    ) -> tuple[Float[Array, " n"], Float[Array, "n n"]]:
         """Points and transition matrix, with free parameters taken from `values`."""
         given = {name: getattr(self, name) for name in PROCESS_PARAMETERS}
         given.update(values)
@@ -79,8 +81,16 @@ class RouwenhorstGrid(AbstractProcessGrid):
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
 
-    def __init__(self, n_points: int, rho=None, sigma=None, mean=0.0, *, batch_size: int = 0,
-                 distributed: bool = False):
+    def __init__(
+        self,
+        n_points: int,
+        rho=None,
+        sigma=None,
+        mean=0.0,
+        *,
+        batch_size: int = 0,
+        distributed: bool = False,
+    ):
         self.n_points_ = n_points
         self.rho = rho
         self.sigma = sigma
@@ -110,8 +120,17 @@ class TauchenGrid(AbstractProcessGrid):
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
 
-    def __init__(self, n_points: int, rho=None, sigma=None, mean=0.0, *, n_std: float = 3.0,
-                 batch_size: int = 0, distributed: bool = False):
+    def __init__(
+        self,
+        n_points: int,
+        rho=None,
+        sigma=None,
+        mean=0.0,
+        *,
+        n_std: float = 3.0,
+        batch_size: int = 0,
+        distributed: bool = False,
+    ):
         self.n_points_ = n_points
         self.rho = rho
         self.sigma = sigma

@@ -15,7 +15,7 @@ class MarkovTransition(eqx.Module):
     regime's `transition`. Its arguments are resolved by name like any user function.
 
     Example:
-        >>> next_health = MarkovTransition(lambda health, health_transition: health_transition[health])
+        >>> next_health = MarkovTransition(lambda health, transition: transition[health])
     """
 
     fn: Callable = eqx.field(static=True)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import InvalidInitialConditionsError, InvalidTransitionProbabilitiesError, LcmError
-from .._grids import AgeGrid, AbstractProcessGrid, DiscreteGrid
+from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from .._logging import log_time, logger, timed
 from .._pandas import coerce_params
 from .._persistence import model_structure, with_model_structure
@@ -94,8 +94,13 @@ class Model(eqx.Module):
             functools.partial(_simulate_chunk_with_params, plan, solver, ages),
             static_argnames="progress",
         )
-        logger.info("build: %d regimes, %d periods, %d segments in %.3f s", len(plan.regimes),
-                    n_periods, len(plan.segments), time.perf_counter() - start)
+        logger.info(
+            "build: %d regimes, %d periods, %d segments in %.3f s",
+            len(plan.regimes),
+            n_periods,
+            len(plan.segments),
+            time.perf_counter() - start,
+        )
 
     # A model is a large, immutable specification: identity is the right notion of
     # equality (it is what `jax.jit(model.solve)` hashes), not field-by-field comparison.
@@ -105,8 +110,7 @@ class Model(eqx.Module):
     def __eq__(self, other) -> bool:
         return self is other
 
-    def describe(self, params=None, *, memory_budget: int | None = None,
-                 axis: str | None = None):
+    def describe(self, params=None, *, memory_budget: int | None = None, axis: str | None = None):
         """A readable summary of the model that sizes the knobs (`print()` it).
 
         Lists every regime's states, actions, grid sizes, parameters and state-action
@@ -202,8 +206,11 @@ class Model(eqx.Module):
         params = _plain_dicts(coerce_params(params))
         mode = progress_mode(progress)
         check_params(self.plan, params)
-        if (not isinstance(subject_batch_size, int) or isinstance(subject_batch_size, bool)
-                or subject_batch_size < 0):
+        if (
+            not isinstance(subject_batch_size, int)
+            or isinstance(subject_batch_size, bool)
+            or subject_batch_size < 0
+        ):
             raise InvalidInitialConditionsError(
                 f"simulate: subject_batch_size must be an int >= 0, got {subject_batch_size!r}."
             )
@@ -235,13 +242,21 @@ class Model(eqx.Module):
                 index = np.arange(start, start + chunk)
                 index = np.where(index < stop, index, start)  # pad the last chunk, drop after
                 args = (
-                    params, next_values, jnp.asarray(regime[index]),
+                    params,
+                    next_values,
+                    jnp.asarray(regime[index]),
                     {name: jnp.asarray(v[index]) for name, v in states.items()},
-                    jnp.asarray(index, dtype=jnp.int32), key,
+                    jnp.asarray(index, dtype=jnp.int32),
+                    key,
                     jnp.asarray([i, n_chunks], dtype=jnp.int32),
                 )
-                with timed(self._simulate, f"simulate chunk {i + 1}/{n_chunks}", *args,
-                           level=logging.DEBUG, progress=mode) as timer:
+                with timed(
+                    self._simulate,
+                    f"simulate chunk {i + 1}/{n_chunks}",
+                    *args,
+                    level=logging.DEBUG,
+                    progress=mode,
+                ) as timer:
                     record = self._simulate(*args, progress=mode)
                     timer.done(record)
                 parts.append(jax.tree.map(lambda x, k=stop - start: np.asarray(x)[:, :k], record))
@@ -250,7 +265,7 @@ class Model(eqx.Module):
 
     def _result(self, record) -> SimulationResult:
         plan = self.plan
-        state_kinds, action_kinds = variable_kinds(plan)
+        state_kinds, _ = variable_kinds(plan)
         labels = {}
         states = {}
         for name in state_kinds:
@@ -282,11 +297,33 @@ class Model(eqx.Module):
         )
 
 
-def _simulate_chunk_with_params(plan, solver, ages, params, next_values, regime, states,
-                                subject_ids, key, chunk=None, progress=None):
+def _simulate_chunk_with_params(
+    plan,
+    solver,
+    ages,
+    params,
+    next_values,
+    regime,
+    states,
+    subject_ids,
+    key,
+    chunk=None,
+    progress=None,
+):
     resolved = resolve_params(plan, params)
-    return simulate_chunk(plan, solver, ages, resolved, next_values, regime, states,
-                          subject_ids, key, chunk=chunk, progress=progress)
+    return simulate_chunk(
+        plan,
+        solver,
+        ages,
+        resolved,
+        next_values,
+        regime,
+        states,
+        subject_ids,
+        key,
+        chunk=chunk,
+        progress=progress,
+    )
 
 
 def _plain_dicts(params):
@@ -312,7 +349,8 @@ def _check_nan(model, params, solution: Solution, validate: str) -> Solution:
             return solution
         values = {
             regime: eqx.error_if(
-                v, jnp.any(jnp.isnan(v)),
+                v,
+                jnp.any(jnp.isnan(v)),
                 f"Regime {regime!r}: the value arrays contain NaN; call "
                 "model.diagnose_nan(params) outside jit to locate the term that produced it.",
             )
@@ -338,7 +376,8 @@ def _enforce(solution: Solution, validate: str) -> Solution:
         for regime, violations in solution.violations.items():
             if violations.size:
                 values[regime] = eqx.error_if(
-                    values[regime], jnp.any(~(violations <= 0)),
+                    values[regime],
+                    jnp.any(~(violations <= 0)),
                     f"Regime {regime!r}: a transition probability check failed (one of "
                     f"{list(solution.checks[regime])}): probabilities outside [0, 1], not "
                     "summing to 1, mass on a regime this regime cannot reach, or a discrete "
@@ -429,8 +468,9 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
     dtype = jnp.zeros(()).dtype
     states = {}
     for state, discrete in state_kinds.items():
-        needed_by = [n for n, r in plan.regimes.items()
-                     if state in r.states and np.any(regime == r.id)]
+        needed_by = [
+            n for n, r in plan.regimes.items() if state in r.states and np.any(regime == r.id)
+        ]
         if state not in initial_conditions:
             if needed_by:
                 raise InvalidInitialConditionsError(

@@ -70,9 +70,7 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
             p: _lookup(params, name, None, p, convert) for p in regime.regime_parameters
         }
         for key, names in regime.parameters.items():
-            per_function[key] = {
-                p: _lookup(params, name, key, p, convert, kinds) for p in names
-            }
+            per_function[key] = {p: _lookup(params, name, key, p, convert, kinds) for p in names}
         resolved[name] = per_function
     return resolved
 

@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 
 from .._errors import ModelInitializationError
-from .._grids import AbstractContinuousGrid, AbstractGrid, AbstractProcessGrid, DiscreteGrid
+from .._grids import AbstractGrid, AbstractProcessGrid, DiscreteGrid
 from ._dag import (
     SPECIAL_ARGUMENTS,
     ResolvedFunction,
@@ -130,7 +130,9 @@ def build_plan(
         raise ModelInitializationError("Model: regimes must be a non-empty dict of Regime by name.")
     for name, regime in regimes.items():
         if not isinstance(name, str) or not name.isidentifier():
-            raise ModelInitializationError(f"Model: regime names must be identifiers, got {name!r}.")
+            raise ModelInitializationError(
+                f"Model: regime names must be identifiers, got {name!r}."
+            )
         if not isinstance(regime, Regime):
             raise ModelInitializationError(
                 f"Model: regimes[{name!r}] must be a Regime, got {type(regime).__name__}."
@@ -187,12 +189,15 @@ def _check_shared_states(regimes: Mapping[str, Regime]) -> None:
                     f"{type(other).__name__}({other.n_points}) and "
                     f"{type(grid).__name__}({grid.n_points})."
                 )
-            if isinstance(grid, DiscreteGrid) and isinstance(other, DiscreteGrid):
-                if grid.labels != other.labels:
-                    raise ModelInitializationError(
-                        f"Regimes {other_name!r} and {name!r}: the state {state!r} has "
-                        f"different categories {list(other.labels)} and {list(grid.labels)}."
-                    )
+            if (
+                isinstance(grid, DiscreteGrid)
+                and isinstance(other, DiscreteGrid)
+                and grid.labels != other.labels
+            ):
+                raise ModelInitializationError(
+                    f"Regimes {other_name!r} and {name!r}: the state {state!r} has "
+                    f"different categories {list(other.labels)} and {list(grid.labels)}."
+                )
 
 
 def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> RegimePlan:
@@ -200,9 +205,7 @@ def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> R
     states = tuple(regime.states)
     actions = tuple(regime.actions)
     for clash in set(states) & set(actions):
-        raise ModelInitializationError(
-            f"Regime {name!r}: {clash!r} is both a state and an action."
-        )
+        raise ModelInitializationError(f"Regime {name!r}: {clash!r} is both a state and an action.")
     for action in actions:
         if regime.actions[action].distributed:
             raise ModelInitializationError(
@@ -319,8 +322,13 @@ def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> R
         fn = regime.transition.fn if next_regime_is_markov else regime.transition
         next_regime = _resolve(fn, "next_regime")
 
-    for resolved in (utility, *helpers.values(), *constraints.values(), next_regime,
-                     *(t.function for t in state_transitions.values())):
+    for resolved in (
+        utility,
+        *helpers.values(),
+        *constraints.values(),
+        next_regime,
+        *(t.function for t in state_transitions.values()),
+    ):
         if resolved is not None and resolved.params:
             parameters[resolved.key] = tuple(
                 dict.fromkeys((*parameters.get(resolved.key, ()), *resolved.params))
@@ -411,9 +419,3 @@ def _segments(plans: Mapping[str, RegimePlan], n_periods: int) -> tuple[Segment,
         else:
             segments.append(Segment(period, period + 1, active))
     return tuple(segments)
-
-
-def continuous_grid(plan: RegimePlan, name: str) -> AbstractContinuousGrid:
-    grid = plan.grids[name]
-    assert isinstance(grid, AbstractContinuousGrid)
-    return grid

@@ -123,8 +123,16 @@ class SimulationResult(eqx.Module):
             extra = (extra,)
         if extra:
             columns.update(
-                _extra_columns(self, tuple(extra), model, params, period_index, subject_index,
-                               regime_ids, taken=set(columns))
+                _extra_columns(
+                    self,
+                    tuple(extra),
+                    model,
+                    params,
+                    period_index,
+                    subject_index,
+                    regime_ids,
+                    taken=set(columns),
+                )
             )
         return pd.DataFrame(columns)
 
@@ -204,8 +212,14 @@ def _extra_columns(
                     f"{column.shape[1:]} per row; only scalar functions can be columns."
                 )
             if name not in outputs:
-                dtype = bool if column.dtype == bool else (
-                    np.int64 if column.dtype.kind in "iu" and _is_labelled(plan, name) else float
+                dtype = (
+                    bool
+                    if column.dtype == bool
+                    else (
+                        np.int64
+                        if column.dtype.kind in "iu" and _is_labelled(plan, name)
+                        else float
+                    )
                 )
                 outputs[name] = np.zeros(n_rows, dtype=dtype)
             outputs[name][rows] = column

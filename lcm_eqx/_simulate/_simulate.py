@@ -76,9 +76,7 @@ def simulate_chunk(
                 "present": present,
                 "value": jnp.full(n, jnp.nan, dtype),
                 "states": {name: states[name] for name in state_names},
-                "state_values": {
-                    name: jnp.full(n, jnp.nan, dtype) for name in state_names
-                },
+                "state_values": {name: jnp.full(n, jnp.nan, dtype) for name in state_names},
                 "actions": {
                     name: jnp.zeros(n, jnp.int32) if discrete else jnp.full(n, jnp.nan, dtype)
                     for name, discrete in action_kinds.items()
@@ -102,7 +100,8 @@ def simulate_chunk(
                 record["value"] = jnp.where(in_regime, value.astype(dtype), record["value"])
                 for action, x in chosen.items():
                     record["actions"][action] = jnp.where(
-                        in_regime, x.astype(record["actions"][action].dtype),
+                        in_regime,
+                        x.astype(record["actions"][action].dtype),
                         record["actions"][action],
                     )
                 for s, x in shown.items():

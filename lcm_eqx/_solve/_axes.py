@@ -48,9 +48,7 @@ def _chunked_map(fn: Callable, xs, batch_size: int, size: int):
     """
     n_chunks, remainder = divmod(size, batch_size)
     cut = n_chunks * batch_size
-    chunks = jax.tree.map(
-        lambda x: x[:cut].reshape((n_chunks, batch_size, *x.shape[1:])), xs
-    )
+    chunks = jax.tree.map(lambda x: x[:cut].reshape((n_chunks, batch_size, *x.shape[1:])), xs)
     _, ys = jax.lax.scan(lambda carry, x: (carry, jax.vmap(fn)(x)), (), chunks)
     ys = jax.tree.map(lambda y: y.reshape((cut, *y.shape[2:])), ys)
     if remainder:
@@ -88,19 +86,17 @@ def lift(
         if not axes:
             return fn(point)
         first, rest = axes[0], axes[1:]
-        return map_axis(lambda x: lift(fn, rest, {**point, first.name: x}), first.points,
-                        first.batch_size)
+        return map_axis(
+            lambda x: lift(fn, rest, {**point, first.name: x}), first.points, first.batch_size
+        )
     if not axes:
         return fn(point, {key: c.array for key, c in carried.items()})
     first, rest = axes[0], axes[1:]
     joint = {key: c for key, c in carried.items() if first.name in c.labels}
     fixed = {key: c for key, c in carried.items() if first.name not in c.labels}
-    moved = {
-        key: jnp.moveaxis(c.array, c.labels.index(first.name), 0) for key, c in joint.items()
-    }
+    moved = {key: jnp.moveaxis(c.array, c.labels.index(first.name), 0) for key, c in joint.items()}
     rest_labels = {
-        key: tuple(label for label in c.labels if label != first.name)
-        for key, c in joint.items()
+        key: tuple(label for label in c.labels if label != first.name) for key, c in joint.items()
     }
 
     def inner(xs):

@@ -30,7 +30,12 @@ def age_of(plan_ages, period):
 
 
 def solve_model(
-    plan: ModelPlan, solver: AbstractSolver, ages, params, *, validate: bool,
+    plan: ModelPlan,
+    solver: AbstractSolver,
+    ages,
+    params,
+    *,
+    validate: bool,
     progress: str | None = None,
 ) -> Solution:
     """Solve the model by backward induction; a pure function of `params`.
@@ -68,7 +73,13 @@ def solve_model(
             current, current_violations = {}, {}
             for name in segment.regimes:
                 problem = RegimeProblem(
-                    plan, plan.regimes[name], resolved[name], period, age, next_values, validate,
+                    plan,
+                    plan.regimes[name],
+                    resolved[name],
+                    period,
+                    age,
+                    next_values,
+                    validate,
                     sharding=sharding,
                 )
                 checks[name] = tuple(problem.checks) if validate else ()
@@ -82,14 +93,16 @@ def solve_model(
                         carried=carried,
                     )
                 else:
-                    value, check = lift(lambda state, p=problem: solver.value(p, state),
-                                        problem.state_axes)
+                    value, check = lift(
+                        lambda state, p=problem: solver.value(p, state), problem.state_axes
+                    )
                 current[name] = place(name, value.astype(dtype))
                 # Reduce the checks over the unsharded state axes only: the sharded ones
                 # are reduced after the scan, so the period step stays device-local.
                 current_violations[name] = jnp.max(check, axis=unsharded_axes(name))
             next_carry = {
-                name: current.get(name) if name in current
+                name: current.get(name)
+                if name in current
                 else place(name, jnp.full(shapes[name], -jnp.inf, dtype))
                 for name in plan.regimes
             }
@@ -113,7 +126,8 @@ def solve_model(
                 per_period = segment_violations[name]
                 violations[name].append(
                     jnp.max(per_period, axis=tuple(range(1, per_period.ndim - 1)))
-                    if per_period.ndim > 2 else per_period
+                    if per_period.ndim > 2
+                    else per_period
                 )
             else:
                 values[name].append(
@@ -125,7 +139,7 @@ def solve_model(
     for name in plan.regimes:
         n_checks = len(checks.get(name, ()))
         parts = [
-            v if v is not None else jnp.zeros((length_of(p), n_checks), dtype)
+            v if v is not None else jnp.zeros((p.shape[0], n_checks), dtype)
             for v, p in zip(violations[name], values[name], strict=True)
         ]
         stacked_violations[name] = jnp.concatenate(parts[::-1], axis=0)
@@ -139,7 +153,3 @@ def solve_model(
         active={name: tuple(sorted(r.active)) for name, r in plan.regimes.items()},
         state_names={name: r.states for name, r in plan.regimes.items()},
     )
-
-
-def length_of(array) -> int:
-    return array.shape[0]

@@ -77,8 +77,11 @@ def contract(
     finite = jnp.where(is_neg_inf, 0.0, values)
     expected = jnp.einsum(finite, operands[0], probabilities, operands[1], operands[2])
     reaches_neg_inf = jnp.einsum(
-        is_neg_inf.astype(probabilities.dtype), operands[0],
-        (probabilities > 0).astype(probabilities.dtype), operands[1], operands[2],
+        is_neg_inf.astype(probabilities.dtype),
+        operands[0],
+        (probabilities > 0).astype(probabilities.dtype),
+        operands[1],
+        operands[2],
     )
     if shards > 1:
         if place is not None:

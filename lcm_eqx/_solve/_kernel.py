@@ -154,8 +154,14 @@ class RegimeProblem:
                 if self.sharding is not None and self.sharding.is_sharded(state):
                     shards = self.sharding.n_shards(state)
                     place = lambda a, ls, s=state: self.sharding.place_labels(a, ls, s)
-                values, labels = contract(values, labels, probabilities, [*deps, f"next:{state}"],
-                                          shards=shards, place=place)
+                values, labels = contract(
+                    values,
+                    labels,
+                    probabilities,
+                    [*deps, f"next:{state}"],
+                    shards=shards,
+                    place=place,
+                )
             elif transition.is_markov:
                 stochastic.append(state)
             elif target_plan.grids[state].is_discrete:
@@ -191,8 +197,12 @@ class RegimeProblem:
         for target in targets:
             prepared, layout = self.continuations[target]
             grids = self.model.regimes[target].grids
-            key = (layout, prepared.shape, prepared.dtype,
-                   tuple(id(grids[s]) for s in layout.continuous))
+            key = (
+                layout,
+                prepared.shape,
+                prepared.dtype,
+                tuple(id(grids[s]) for s in layout.continuous),
+            )
             groups.setdefault(key, []).append(target)
         stacked = []
         for members in groups.values():
@@ -264,8 +274,9 @@ class RegimeProblem:
             # Small and needed whole by every device: compute it replicated, so XLA does
             # not split its construction (e.g. a discretisation loop) across devices.
             probabilities = self.sharding.replicate(probabilities)
-        self._check_shape(f"next_{state}", probabilities.shape[len(transition.precontract):],
-                          (n_target,))
+        self._check_shape(
+            f"next_{state}", probabilities.shape[len(transition.precontract) :], (n_target,)
+        )
         if self.validate:
             flat = probabilities.reshape(-1, n_target)
             violations = jax.vmap(lambda p: probability_violation(p, self.tolerance))(flat)
@@ -304,9 +315,11 @@ class RegimeProblem:
                 evaluate, state, violations
             )
         value = jnp.where(feasible, value, NEG_INF)
-        diagnostics = jnp.stack(
-            [jnp.asarray(violations.get(c, 0.0), dtype=value.dtype) for c in self.checks]
-        ) if self.validate and self.checks else jnp.zeros((0,), value.dtype)
+        diagnostics = (
+            jnp.stack([jnp.asarray(violations.get(c, 0.0), dtype=value.dtype) for c in self.checks])
+            if self.validate and self.checks
+            else jnp.zeros((0,), value.dtype)
+        )
         return value, diagnostics
 
     def regime_probabilities(self, evaluate: Evaluator) -> Array:
@@ -344,14 +357,16 @@ class RegimeProblem:
         regime_probabilities, next_regime_id = self._regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
         if self.validate:
-            self._record_violations(regime_probabilities, next_values, next_probabilities,
-                                    violations)
+            self._record_violations(
+                regime_probabilities, next_values, next_probabilities, violations
+            )
         total = 0.0
         # Mass on a regime this one cannot reach (its states are not all produced) has no
         # continuation to read: the value is -inf, never silently dropped mass.
         unreachable = [r.id for n, r in self.model.regimes.items() if n not in self.continuations]
         blocked = (
-            jnp.any(regime_probabilities[jnp.asarray(unreachable)] > 0) if unreachable
+            jnp.any(regime_probabilities[jnp.asarray(unreachable)] > 0)
+            if unreachable
             else jnp.asarray(False)
         )
         for members, stacked in self.groups:
@@ -365,8 +380,9 @@ class RegimeProblem:
                 position = jnp.full(len(self.model.regimes), -1, jnp.int32)
                 position = position.at[jnp.asarray(ids)].set(jnp.arange(len(ids), dtype=jnp.int32))
                 chosen = position[jnp.clip(next_regime_id, 0, len(position) - 1)]
-                chosen = jnp.where(next_regime_id == jnp.clip(next_regime_id, 0,
-                                                               len(position) - 1), chosen, -1)
+                chosen = jnp.where(
+                    next_regime_id == jnp.clip(next_regime_id, 0, len(position) - 1), chosen, -1
+                )
                 prepared, regime_index = stacked, jnp.maximum(chosen, 0)
                 p = jnp.where(chosen >= 0, 1.0, 0.0)
             target_grids = self.model.regimes[target].grids
@@ -384,19 +400,22 @@ class RegimeProblem:
                 regime_index=regime_index,
             )
             blocked = blocked | ((p > 0) & jnp.isneginf(expected))
-            total = total + jnp.where(p > 0, p * jnp.where(jnp.isneginf(expected), 0.0, expected),
-                                      0.0)
+            total = total + jnp.where(
+                p > 0, p * jnp.where(jnp.isneginf(expected), 0.0, expected), 0.0
+            )
         return jnp.where(blocked, NEG_INF, total)
 
     def _inactive_next_period(self) -> Array:
         """Which regimes are inactive in period + 1 (none after the last period)."""
         n_periods = self.model.n_periods
-        active = [[t in r.active for t in range(n_periods)] + [True]
-                  for r in self.model.regimes.values()]
+        active = [
+            [t in r.active for t in range(n_periods)] + [True] for r in self.model.regimes.values()
+        ]
         return ~jnp.asarray(active)[:, jnp.minimum(self.period + 1, n_periods)]
 
-    def _record_violations(self, regime_probabilities, next_values, next_probabilities,
-                           violations) -> None:
+    def _record_violations(
+        self, regime_probabilities, next_values, next_probabilities, violations
+    ) -> None:
         violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
         unreachable = [
             r.id for name, r in self.model.regimes.items() if name not in self.continuations
@@ -405,8 +424,7 @@ class RegimeProblem:
             jnp.where(self._inactive_next_period(), jnp.abs(regime_probabilities), 0.0)
         )
         violations["next_regime:unreachable"] = (
-            jnp.sum(jnp.abs(regime_probabilities[jnp.asarray(unreachable)]))
-            if unreachable else 0.0
+            jnp.sum(jnp.abs(regime_probabilities[jnp.asarray(unreachable)])) if unreachable else 0.0
         )
         for name, p in next_probabilities.items():
             violations[f"next_{name}"] = probability_violation(p, self.tolerance)

@@ -130,9 +130,7 @@ def sharding_plan(plan: ModelPlan, devices=None) -> ShardingPlan | None:
         )
     names = tuple(states)
     mesh = Mesh(np.asarray(devices, dtype=object).reshape(tuple(sizes[s] for s in names)), names)
-    return ShardingPlan(
-        mesh=mesh, mesh_axes={s: (s if sizes[s] > 1 else None) for s in names}
-    )
+    return ShardingPlan(mesh=mesh, mesh_axes={s: (s if sizes[s] > 1 else None) for s in names})
 
 
 def is_identity_transition(regime: RegimePlan, state: str) -> bool:

@@ -57,9 +57,7 @@ class Solution(eqx.Module):
                 f"Unknown regime {regime!r}; the model's regimes are {list(self.values)}."
             )
         if isinstance(period, bool) or not isinstance(period, int | np.integer):
-            raise InvalidPeriodError(
-                f"Regime {regime!r}: period must be an int, got {period!r}."
-            )
+            raise InvalidPeriodError(f"Regime {regime!r}: period must be an int, got {period!r}.")
         period = int(period)
         if not 0 <= period < self.n_periods:
             raise InvalidPeriodError(

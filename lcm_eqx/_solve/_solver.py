@@ -66,7 +66,8 @@ class GridSearch(AbstractSolver):
                 return problem.q(state, action)
             axis = axes[depth]
             values, violations = map_axis(
-                lambda x: reduce({**action, axis.name: x}, depth + 1), axis.points,
+                lambda x: reduce({**action, axis.name: x}, depth + 1),
+                axis.points,
                 axis.batch_size,
             )
             violations = jnp.max(violations, axis=0) if violations.shape[-1] else violations[0]
@@ -91,7 +92,8 @@ class GridSearch(AbstractSolver):
                 return problem.q(state, action)[0]
             axis = axes[depth]
             return map_axis(
-                lambda x: grid({**action, axis.name: x}, depth + 1), axis.points,
+                lambda x: grid({**action, axis.name: x}, depth + 1),
+                axis.points,
                 axis.batch_size,
             )
 
@@ -105,7 +107,8 @@ class GridSearch(AbstractSolver):
                 return problem.q(state, {**action, **best})[0]
             axis = axes[depth]
             return map_axis(
-                lambda x: at_discrete({**action, axis.name: x}, depth + 1), axis.points,
+                lambda x: at_discrete({**action, axis.name: x}, depth + 1),
+                axis.points,
                 axis.batch_size,
             )
 

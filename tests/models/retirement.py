@@ -48,8 +48,16 @@ def borrowing(consumption, wealth):
 PARAMS = {"discount_factor": 0.98, "interest_rate": 0.0, "disutility_of_work": 1.0, "wage": 20.0}
 
 
-def build(n_periods=5, n_wealth=100, n_consumption=500, *, utility_fn=utility, taste_shocks=False,
-          wealth_batch_size=0, consumption_batch_size=0):
+def build(
+    n_periods=5,
+    n_wealth=100,
+    n_consumption=500,
+    *,
+    utility_fn=utility,
+    taste_shocks=False,
+    wealth_batch_size=0,
+    consumption_batch_size=0,
+):
     wealth = lcm.LinSpacedGrid(1.0, 400.0, n_wealth, batch_size=wealth_batch_size)
     consumption = lcm.LinSpacedGrid(1.0, 400.0, n_consumption, batch_size=consumption_batch_size)
     working = lcm.Regime(
