@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -249,20 +250,42 @@ def _check_piecewise(grid: str, breakpoints, n_points, *, log: bool) -> np.ndarr
     return values
 
 
-def _n_piecewise(n_points_per_segment: tuple[int, ...]) -> int:
-    """Points of a piecewise grid: each shared breakpoint is counted once."""
-    return sum(n_points_per_segment) - (len(n_points_per_segment) - 1)
+class AbstractPiecewiseGrid(AbstractContinuousGrid):
+    """Segments between `breakpoints`; segment i has `n_points[i]` points including both
+    ends, and a shared breakpoint appears once (`sum(n_points) - (len(n_points) - 1)`
+    points in all). Subclasses say whether the segments are spaced geometrically."""
+
+    breakpoints: Array
+    n_points_per_segment: tuple[int, ...] = eqx.field(static=True)
+    batch_size: int = eqx.field(static=True)
+    distributed: bool = eqx.field(static=True)
+    geometric: ClassVar[bool]
+
+    def __init__(self, breakpoints, n_points, *, batch_size: int = 0, distributed: bool = False):
+        self.breakpoints = _check_piecewise(
+            type(self).__name__, breakpoints, n_points, log=self.geometric
+        )
+        self.n_points_per_segment = tuple(int(n) for n in n_points)
+        self.batch_size = batch_size
+        self.distributed = distributed
+
+    def __check_init__(self):
+        self._check_knobs()
+
+    @property
+    def n_points(self) -> int:
+        return sum(self.n_points_per_segment) - (len(self.n_points_per_segment) - 1)
+
+    def to_jax(self) -> Float[Array, " n"]:
+        spacing = _geomspace if self.geometric else jnp.linspace
+        segments = [
+            spacing(self.breakpoints[i], self.breakpoints[i + 1], n)[(1 if i else 0) :]
+            for i, n in enumerate(self.n_points_per_segment)
+        ]
+        return jnp.concatenate(segments)
 
 
-def _piecewise_points(breakpoints, n_points_per_segment, spacing) -> Array:
-    segments = [
-        spacing(breakpoints[i], breakpoints[i + 1], n)[(1 if i else 0) :]
-        for i, n in enumerate(n_points_per_segment)
-    ]
-    return jnp.concatenate(segments)
-
-
-class PiecewiseLinSpacedGrid(AbstractContinuousGrid):
+class PiecewiseLinSpacedGrid(AbstractPiecewiseGrid):
     """Linearly spaced segments: segment i spans `[breakpoints[i], breakpoints[i+1]]`.
 
     Segment i has `n_points[i]` points including both ends; a shared breakpoint appears
@@ -272,31 +295,10 @@ class PiecewiseLinSpacedGrid(AbstractContinuousGrid):
         >>> wealth = PiecewiseLinSpacedGrid(breakpoints=[0.0, 10.0, 100.0], n_points=[21, 30])
     """
 
-    breakpoints: Array
-    n_points_per_segment: tuple[int, ...] = eqx.field(static=True)
-    batch_size: int = eqx.field(static=True)
-    distributed: bool = eqx.field(static=True)
-
-    def __init__(self, breakpoints, n_points, *, batch_size: int = 0, distributed: bool = False):
-        self.breakpoints = _check_piecewise(
-            "PiecewiseLinSpacedGrid", breakpoints, n_points, log=False
-        )
-        self.n_points_per_segment = tuple(int(n) for n in n_points)
-        self.batch_size = batch_size
-        self.distributed = distributed
-
-    def __check_init__(self):
-        self._check_knobs()
-
-    @property
-    def n_points(self) -> int:
-        return _n_piecewise(self.n_points_per_segment)
-
-    def to_jax(self) -> Float[Array, " n"]:
-        return _piecewise_points(self.breakpoints, self.n_points_per_segment, jnp.linspace)
+    geometric: ClassVar[bool] = False
 
 
-class PiecewiseLogSpacedGrid(AbstractContinuousGrid):
+class PiecewiseLogSpacedGrid(AbstractPiecewiseGrid):
     """Geometrically spaced segments between `breakpoints` (all > 0).
 
     Segment i has `n_points[i]` points including both ends; a shared breakpoint appears
@@ -306,25 +308,4 @@ class PiecewiseLogSpacedGrid(AbstractContinuousGrid):
         >>> wealth = PiecewiseLogSpacedGrid(breakpoints=[0.1, 10.0, 1000.0], n_points=[20, 20])
     """
 
-    breakpoints: Array
-    n_points_per_segment: tuple[int, ...] = eqx.field(static=True)
-    batch_size: int = eqx.field(static=True)
-    distributed: bool = eqx.field(static=True)
-
-    def __init__(self, breakpoints, n_points, *, batch_size: int = 0, distributed: bool = False):
-        self.breakpoints = _check_piecewise(
-            "PiecewiseLogSpacedGrid", breakpoints, n_points, log=True
-        )
-        self.n_points_per_segment = tuple(int(n) for n in n_points)
-        self.batch_size = batch_size
-        self.distributed = distributed
-
-    def __check_init__(self):
-        self._check_knobs()
-
-    @property
-    def n_points(self) -> int:
-        return _n_piecewise(self.n_points_per_segment)
-
-    def to_jax(self) -> Float[Array, " n"]:
-        return _piecewise_points(self.breakpoints, self.n_points_per_segment, _geomspace)
+    geometric: ClassVar[bool] = True
