@@ -34,4 +34,5 @@ def test_quick_benchmark_run(tmp_path):
         ):
             assert row[key] is not None and row[key] > 0, (row["model"], key)
     assert rows["retirement"]["solve_ratio_library_to_reference"] > 0
+    assert rows["retirement"]["solve_ratio_library_to_tuned_reference"] > 0
     assert "library/reference" in completed.stdout

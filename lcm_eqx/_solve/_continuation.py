@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
@@ -94,6 +96,19 @@ def contract(
     return jnp.where(reaches_neg_inf > 0, NEG_INF, expected), out
 
 
+def weighted(mass: Array, value: Array) -> Array:
+    """`mass * value`, where a zero mass ignores the value even when it is `-inf`.
+
+    A nonzero mass (of either sign: extrapolation weights can be negative) on a `-inf`
+    value gives `-inf`, so a sum of such terms is `-inf` exactly when some node with
+    nonzero mass is. Every test is on the product, which depends on the value: nothing
+    here is a function of the weights alone that XLA would hoist out of the period loop
+    into an extra array to stream through memory.
+    """
+    product = mass * value
+    return jnp.where(jnp.isneginf(value), jnp.where(jnp.isnan(product), 0.0, NEG_INF), product)
+
+
 def continuation_at(
     prepared: Array,
     layout: Layout,
@@ -111,27 +126,63 @@ def continuation_at(
     are ignored even when `-inf`; a `-inf` with nonzero weight gives `-inf`.
     `regime_index` selects the target along a leading axis of stacked targets (placed
     after the stochastic axes).
+
+    All nodes the point needs are read with one gather of a contiguous block: the
+    indexed discrete axes and the first continuous axis are merged into one axis, so on
+    the common layouts the gather has a single index per point (not one per axis, nor
+    one per interpolation corner), which is what bounds the state-action sweep.
     """
     fixed = tuple(current[n] for n in layout.current) + tuple(discrete[n] for n in layout.discrete)
     if regime_index is not None:
         fixed = (regime_index, *fixed)
-    leading = (slice(None),) * len(layout.stochastic)
+    n_stochastic = len(layout.stochastic)
+    shape = prepared.shape
+    stochastic_shape = shape[:n_stochastic]
+    fixed_shape = shape[n_stochastic : n_stochastic + len(fixed)]
+    continuous_shape = shape[n_stochastic + len(fixed) :]
+    # Merge the fixed axes (and the first continuous one) into one, indexed by its
+    # row-major offset. Codes are clipped to their axis first, as per-axis indexing would.
+    merged_shape = (*fixed_shape, *continuous_shape[:1])
+    codes = [
+        jnp.clip(jnp.asarray(c, jnp.int32), 0, n - 1)
+        for c, n in zip(fixed, fixed_shape, strict=True)
+    ]
+    codes += [intervals[n][0].astype(jnp.int32) for n in layout.continuous[:1]]
+    block = prepared
+    if merged_shape:
+        offset = jnp.zeros((), jnp.int32)
+        for code, n in zip(codes, merged_shape, strict=True):
+            offset = offset * n + code
+        flat = prepared.reshape((*stochastic_shape, math.prod(merged_shape), *continuous_shape[1:]))
+        zero = jnp.zeros((), jnp.int32)
+        starts = (
+            (zero,) * n_stochastic
+            + (offset,)
+            + tuple(intervals[n][0].astype(jnp.int32) for n in layout.continuous[1:])
+        )
+        sizes = (
+            stochastic_shape
+            + ((2,) if layout.continuous else (1,))
+            + (2,) * (len(layout.continuous) - 1)
+        )
+        block = jax.lax.dynamic_slice(flat, starts, sizes)
+        if not layout.continuous:
+            block = block[..., 0]
     joint = None
     for name in layout.stochastic:
         p = probabilities[name]
         joint = p if joint is None else joint[..., None] * p
+    if not layout.continuous:
+        return block if joint is None else jnp.sum(weighted(joint, block))
     total = 0.0
-    blocked = False
     for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
         weight = 1.0
-        index = []
         for name, upper in zip(layout.continuous, corner, strict=True):
-            lo, w = intervals[name]
+            w = intervals[name][1]
             weight = weight * (w if upper else 1.0 - w)
-            index.append(lo + upper)
-        node = prepared[leading + fixed + tuple(index)]
-        mass = weight if joint is None else weight * joint
-        is_neg_inf = jnp.isneginf(node)
-        blocked = blocked | jnp.any((mass != 0) & is_neg_inf)
-        total = total + jnp.sum(jnp.where(mass != 0, mass * jnp.where(is_neg_inf, 0.0, node), 0.0))
-    return jnp.where(blocked, NEG_INF, total)
+        node = block[(Ellipsis, *corner)]
+        if joint is None:
+            total = total + weighted(weight, node)
+        else:
+            total = total + jnp.sum(weighted(weight * joint, node))
+    return total

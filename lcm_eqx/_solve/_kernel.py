@@ -20,7 +20,7 @@ from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._dag import Evaluator
 from .._model._plan import ModelPlan, RegimePlan
 from ._axes import Axis, Carried, lift
-from ._continuation import NEG_INF, Layout, continuation_at, contract
+from ._continuation import NEG_INF, Layout, continuation_at, contract, weighted
 from ._sharding import ShardingPlan, is_identity_transition
 
 
@@ -399,10 +399,7 @@ class RegimeProblem:
                 probabilities=next_probabilities,
                 regime_index=regime_index,
             )
-            blocked = blocked | ((p > 0) & jnp.isneginf(expected))
-            total = total + jnp.where(
-                p > 0, p * jnp.where(jnp.isneginf(expected), 0.0, expected), 0.0
-            )
+            total = total + weighted(p, expected)
         return jnp.where(blocked, NEG_INF, total)
 
     def _inactive_next_period(self) -> Array:
