@@ -12,7 +12,7 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 
-from lcm_eqx._solve._continuation import Layout, continuation_at, weighted  # noqa: E402
+from lcm_eqx._solve._continuation import Layout, continuation_at, settle, weighted  # noqa: E402
 
 
 def oracle(prepared, n_stochastic, fixed, intervals, probabilities):
@@ -106,8 +106,41 @@ def test_continuation_at_matches_oracle(n_stochastic, n_fixed, n_continuous, sta
         assert 0 < n_neg_inf < 12
 
 
-def test_weighted():
+def test_weighted_and_settle():
     m = jnp.asarray([0.0, 0.5, -0.5, 0.0, 2.0])
     v = jnp.asarray([-jnp.inf, -jnp.inf, -jnp.inf, 3.0, 3.0])
-    np.testing.assert_array_equal(weighted(m, v), [0.0, -np.inf, -np.inf, 0.0, 6.0])
-    assert np.isnan(weighted(jnp.asarray(1.0), jnp.asarray(jnp.nan)))  # NaN is never hidden
+    # zero mass ignores -inf; positive mass keeps it; negative (extrapolation) mass flips it
+    np.testing.assert_array_equal(weighted(m, v), [0.0, -np.inf, np.inf, 0.0, 6.0])
+    # settle: a sum that met a -inf with nonzero mass (+inf, or NaN from inf - inf) is -inf
+    totals = jnp.asarray([1.5, -jnp.inf, jnp.inf, jnp.nan])
+    np.testing.assert_array_equal(settle(totals), [1.5, -np.inf, -np.inf, -np.inf])
+
+
+def test_nan_in_next_values_makes_the_period_nan():
+    """NaN is never hidden: a NaN value next period makes the whole period NaN (the
+    kernel's interpolation does no per-point NaN bookkeeping), while the period where
+    the NaN appears keeps it where it is, for the NaN check to report."""
+    import lcm_eqx as lcm
+
+    wealth = lcm.LinSpacedGrid(1.0, 10.0, 10)
+    regime = lcm.Regime(
+        states={"wealth": wealth},
+        actions={"consumption": lcm.LinSpacedGrid(1.0, 10.0, 20)},
+        functions={
+            # NaN at wealth in (4, 5) in the last period only
+            "utility": lambda consumption, wealth, period: jnp.where(
+                (period == 2) & (wealth > 4.0) & (wealth < 5.5), jnp.nan, jnp.log(consumption)
+            )
+        },
+        state_transitions={"wealth": lambda wealth, consumption: wealth - consumption + 1.0},
+        transition=lambda: 0,
+        constraints={"budget": lambda consumption, wealth: consumption <= wealth},
+    )
+    model = lcm.Model({"alive": regime}, 3)
+    values = np.asarray(model.solve({"discount_factor": 0.9}, validate="off").values["alive"])
+    np.testing.assert_array_equal(
+        np.isnan(values[2]), (wealth.to_jax() > 4) & (wealth.to_jax() < 5.5)
+    )
+    assert np.isnan(values[:2]).all()
+    with pytest.raises(lcm.NaNError):
+        model.solve({"discount_factor": 0.9})

@@ -256,3 +256,45 @@ def test_vmap_solve_equals_separate_solves(model):
             np.testing.assert_allclose(
                 solved.values[regime][i], single.values[regime], rtol=1e-12, atol=1e-12
             )
+
+
+def test_gradient_is_finite_next_to_infeasible_states():
+    """Next period's values hold -inf (states with no feasible action), and next-period
+    wealth lands between such a node and a finite one, or exactly on a finite node next
+    to one: the value there is -inf or ignores the -inf node, and its gradient must be
+    the finite one of the feasible choices (0 * inf must not leak NaN into reverse mode)."""
+    wealth = lcm.LinSpacedGrid(0.5, 10.0, 20)
+    regime = lcm.Regime(
+        states={"wealth": wealth},
+        actions={"consumption": lcm.LinSpacedGrid(1.0, 10.0, 37)},
+        functions={"utility": lambda consumption, taste: taste * jnp.log(consumption)},
+        state_transitions={
+            "wealth": lambda wealth, consumption, interest_rate, income: (
+                (1 + interest_rate) * (wealth - consumption) + income
+            )
+        },
+        transition=lambda: 0,
+        constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
+    )
+    model = lcm.Model({"alive": regime}, 3)
+    # (income 0.93: next-period wealth never lands exactly on a grid point, where the
+    # interpolated value has a kink that central differences would average over)
+    params = {"discount_factor": 0.9, "interest_rate": 0.05, "income": 0.93, "taste": 1.3}
+
+    def objective(params):
+        values = model.solve(params, validate="off").values["alive"]
+        return jnp.sum(jnp.where(jnp.isfinite(values), values, 0.0))
+
+    values = model.solve(params).values["alive"]
+    # wealth 0.5: no feasible consumption; at wealth 1.0 (1.5 in period 0) before the
+    # last period, every choice lands next to a -inf node (blocked interpolation)
+    assert np.isneginf(values[:, 0]).all() and np.isneginf(values[:-1, 1]).all()
+    assert np.isneginf(values[0, 2]) and np.isfinite(values[1:, 2:]).all()
+    grad = jax.grad(objective)(params)
+    for name in ("discount_factor", "interest_rate", "income", "taste"):
+        assert np.isfinite(grad[name]), (name, grad[name])
+        up, down = dict(params), dict(params)
+        up[name] += H
+        down[name] -= H
+        fd = (objective(up) - objective(down)) / (2 * H)
+        np.testing.assert_allclose(grad[name], fd, rtol=RTOL)

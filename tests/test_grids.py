@@ -68,3 +68,18 @@ def test_grids_are_pytrees_with_static_sizes():
 def test_age_grid():
     ages = lcm.AgeGrid(start=40, step=10)
     assert ages.age(2) == 60
+
+
+def test_lin_grid_weight_derivative_at_a_grid_point():
+    """At a grid point the weight is snapped to exactly 0 (value) but its derivative is
+    that of x, 1 / step (the slope above the point), not the 0 of a rounding."""
+    grid = lcm.LinSpacedGrid(1.0, 3.0, 5)  # step 0.5
+    points = grid.to_jax()
+
+    def weight(x):
+        return grid.interval(x, points)[1]
+
+    x = 1.0 + 1.5 * (1.0 + 1e-16)  # on the point 2.5 up to rounding
+    assert weight(x) == 0.0
+    np.testing.assert_allclose(jax.grad(weight)(x), 2.0)
+    np.testing.assert_allclose(jax.grad(weight)(2.3), 2.0)

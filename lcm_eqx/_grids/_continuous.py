@@ -110,7 +110,10 @@ class LinSpacedGrid(AbstractContinuousGrid):
         coordinate = (x - points[0]) / step
         nearest = jnp.round(coordinate)
         tolerance = 16 * jnp.finfo(jnp.result_type(coordinate)).eps * jnp.maximum(n, 1)
-        coordinate = jnp.where(jnp.abs(coordinate - nearest) <= tolerance, nearest, coordinate)
+        # Snap the value, not the derivative: at a grid point the weight's derivative
+        # stays that of `x` (the slope of the interval above), not 0.
+        snapped = coordinate + jax.lax.stop_gradient(nearest - coordinate)
+        coordinate = jnp.where(jnp.abs(coordinate - nearest) <= tolerance, snapped, coordinate)
         coordinate = jnp.where(jnp.isnan(coordinate), 0.0, coordinate)
         lo = jnp.clip(jnp.floor(coordinate), 0, n - 2)
         return lo.astype(jnp.int32), coordinate - lo

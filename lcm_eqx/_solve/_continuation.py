@@ -96,17 +96,54 @@ def contract(
     return jnp.where(reaches_neg_inf > 0, NEG_INF, expected), out
 
 
+@jax.custom_jvp
 def weighted(mass: Array, value: Array) -> Array:
     """`mass * value`, where a zero mass ignores the value even when it is `-inf`.
 
-    A nonzero mass (of either sign: extrapolation weights can be negative) on a `-inf`
-    value gives `-inf`, so a sum of such terms is `-inf` exactly when some node with
-    nonzero mass is. Every test is on the product, which depends on the value: nothing
-    here is a function of the weights alone that XLA would hoist out of the period loop
-    into an extra array to stream through memory.
+    For `value` finite or `-inf` (what value arrays hold; NaN is dealt with per period,
+    see `RegimeProblem`) the only invalid product is `0 * -inf`, which is NaN and is
+    replaced by 0. A sum of such terms is then `-inf` exactly when a node with positive
+    mass is `-inf`; a negative (extrapolation) mass on a `-inf` node gives `+inf` or NaN,
+    which `settle` maps to `-inf`. The one test is on the product, which depends on the
+    value: nothing here is a function of the weights alone that XLA would hoist out of
+    the period loop into an extra array to stream through memory.
+
+    Its derivative treats an infinite value as a constant: the tangent there is 0, so
+    reverse mode never forms `0 * inf` (a NaN that would leak into every gradient).
     """
     product = mass * value
-    return jnp.where(jnp.isneginf(value), jnp.where(jnp.isnan(product), 0.0, NEG_INF), product)
+    return jnp.where(jnp.isnan(product), 0.0, product)
+
+
+@weighted.defjvp
+def _weighted_jvp(primals, tangents):
+    mass, value = primals
+    d_mass, d_value = tangents
+    finite = jnp.isfinite(value)
+    safe = jnp.where(finite, value, 0.0)
+    tangent = jnp.where(finite, mass * d_value + safe * d_mass, 0.0)
+    return weighted(mass, value), tangent
+
+
+@jax.custom_jvp
+def discounted(factor: Array, value: Array) -> Array:
+    """`factor * value` (a discount factor times an expected continuation), whose
+    derivative treats an infinite value as a constant, like `weighted`'s."""
+    return factor * value
+
+
+@discounted.defjvp
+def _discounted_jvp(primals, tangents):
+    factor, value = primals
+    d_factor, d_value = tangents
+    finite = jnp.isfinite(value)
+    safe = jnp.where(finite, value, 0.0)
+    return factor * value, jnp.where(finite, factor * d_value + safe * d_factor, 0.0)
+
+
+def settle(total: Array) -> Array:
+    """A sum of `weighted` terms: `+inf` or NaN (a nonzero mass on a `-inf` node) -> `-inf`."""
+    return jnp.where(total < jnp.inf, total, NEG_INF)
 
 
 def continuation_at(
@@ -123,9 +160,10 @@ def continuation_at(
 
     `intervals[name] = (lo, weight)` on the target grid (weight on `lo + 1`; outside
     `[0, 1]` it extrapolates linearly). Zero-weight corners and zero-probability nodes
-    are ignored even when `-inf`; a `-inf` with nonzero weight gives `-inf`.
-    `regime_index` selects the target along a leading axis of stacked targets (placed
-    after the stochastic axes).
+    are ignored even when `-inf`; a `-inf` with nonzero weight gives `-inf`. A NaN node
+    contributes nothing here: `RegimeProblem.q` makes the whole period NaN when a
+    continuation holds one. `regime_index` selects the target along a leading axis of
+    stacked targets (placed after the stochastic axes).
 
     All nodes the point needs are read with one gather of a contiguous block: the
     indexed discrete axes and the first continuous axis are merged into one axis, so on
@@ -173,7 +211,7 @@ def continuation_at(
         p = probabilities[name]
         joint = p if joint is None else joint[..., None] * p
     if not layout.continuous:
-        return block if joint is None else jnp.sum(weighted(joint, block))
+        return block if joint is None else settle(jnp.sum(weighted(joint, block)))
     total = 0.0
     for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
         weight = 1.0
@@ -185,4 +223,4 @@ def continuation_at(
             total = total + weighted(weight, node)
         else:
             total = total + jnp.sum(weighted(weight * joint, node))
-    return total
+    return settle(total)

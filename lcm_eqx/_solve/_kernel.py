@@ -20,7 +20,15 @@ from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._dag import Evaluator
 from .._model._plan import ModelPlan, RegimePlan
 from ._axes import Axis, Carried, lift
-from ._continuation import NEG_INF, Layout, continuation_at, contract, weighted
+from ._continuation import (
+    NEG_INF,
+    Layout,
+    continuation_at,
+    contract,
+    discounted,
+    settle,
+    weighted,
+)
 from ._sharding import ShardingPlan, is_identity_transition
 
 
@@ -29,6 +37,12 @@ def probability_violation(p: Array, tolerance: float) -> Array:
     total_error = jnp.abs(jnp.sum(p) - 1.0) - tolerance
     violation = jnp.maximum(jnp.maximum(total_error, jnp.max(-p)), jnp.max(p - 1.0))
     return jnp.where(jnp.any(jnp.isnan(p)), jnp.inf, jnp.maximum(violation, 0.0))
+
+
+def _any_nan(arrays: list[Array]) -> Array:
+    if not arrays:
+        return jnp.asarray(False)
+    return jnp.any(jnp.stack([jnp.any(jnp.isnan(a)) for a in arrays]))
 
 
 def probability_tolerance() -> float:
@@ -100,6 +114,17 @@ class RegimeProblem:
                     if not target_plan.grids[s].is_discrete
                 }
             self.groups = self._stack_targets()
+            # A NaN in next period's values (a user function returned NaN there) makes
+            # this whole period NaN: one test per period on the small prepared arrays,
+            # instead of NaN bookkeeping at every state-action point. The NaN check of
+            # `solve` then reports the period and point where it first appeared.
+            # With sharding, the continuations mapped jointly with the sharded state axes
+            # are tested per state point on their device-local slices instead (see
+            # `with_continuations`), so that the test needs no communication.
+            carried = set(self.carried())
+            self.continuation_has_nan = _any_nan(
+                [c for t, (c, _) in self.continuations.items() if t not in carried]
+            )
 
     # ----------------------------------------------------------------- set-up
     def _axis(self, name: str) -> Axis:
@@ -260,6 +285,7 @@ class RegimeProblem:
             )
             continuations[target] = (array, reduced)
         problem.continuations = continuations
+        problem.continuation_has_nan = self.continuation_has_nan | _any_nan(list(arrays.values()))
         return problem
 
     def _precontract_probabilities(self, state: str) -> Array:
@@ -311,9 +337,11 @@ class RegimeProblem:
         if regime.is_terminal:
             value = utility
         else:
-            value = utility + self.params[""]["discount_factor"] * self._expected_value(
-                evaluate, state, violations
-            )
+            # NaN in next period's values: a NaN discount factor makes the period NaN
+            # at no cost per point (see `continuation_has_nan`).
+            beta = self.params[""]["discount_factor"]
+            beta = jnp.where(self.continuation_has_nan, jnp.nan, beta)
+            value = utility + discounted(beta, self._expected_value(evaluate, state, violations))
         value = jnp.where(feasible, value, NEG_INF)
         diagnostics = (
             jnp.stack([jnp.asarray(violations.get(c, 0.0), dtype=value.dtype) for c in self.checks])
@@ -360,23 +388,26 @@ class RegimeProblem:
             self._record_violations(
                 regime_probabilities, next_values, next_probabilities, violations
             )
-        total = 0.0
+        deterministic = not self.regime.next_regime_is_markov
         # Mass on a regime this one cannot reach (its states are not all produced) has no
-        # continuation to read: the value is -inf, never silently dropped mass.
+        # continuation to read: the value is -inf, never silently dropped mass. With a
+        # deterministic transition that is the default below: a regime id in no group.
         unreachable = [r.id for n, r in self.model.regimes.items() if n not in self.continuations]
         blocked = (
             jnp.any(regime_probabilities[jnp.asarray(unreachable)] > 0)
-            if unreachable
+            if unreachable and not deterministic
             else jnp.asarray(False)
         )
+        total = NEG_INF if deterministic else 0.0
         for members, stacked in self.groups:
             target = members[0]
             prepared, layout = self.continuations[target]
             regime_index = None
+            ids = [self.model.regimes[t].id for t in members]
             if stacked is None:
-                p = regime_probabilities[self.model.regimes[target].id]
+                p = regime_probabilities[ids[0]]
+                reached = next_regime_id == ids[0] if deterministic else None
             else:
-                ids = [self.model.regimes[t].id for t in members]
                 position = jnp.full(len(self.model.regimes), -1, jnp.int32)
                 position = position.at[jnp.asarray(ids)].set(jnp.arange(len(ids), dtype=jnp.int32))
                 chosen = position[jnp.clip(next_regime_id, 0, len(position) - 1)]
@@ -384,7 +415,7 @@ class RegimeProblem:
                     next_regime_id == jnp.clip(next_regime_id, 0, len(position) - 1), chosen, -1
                 )
                 prepared, regime_index = stacked, jnp.maximum(chosen, 0)
-                p = jnp.where(chosen >= 0, 1.0, 0.0)
+                reached = chosen >= 0
             target_grids = self.model.regimes[target].grids
             intervals = {
                 s: target_grids[s].interval(next_values[s], self.target_points[target][s])
@@ -399,8 +430,15 @@ class RegimeProblem:
                 probabilities=next_probabilities,
                 regime_index=regime_index,
             )
-            total = total + weighted(p, expected)
-        return jnp.where(blocked, NEG_INF, total)
+            if deterministic:
+                # Exactly one regime is reached: select its continuation (one select per
+                # point, on a predicate that depends on the actions only through the id).
+                total = jnp.where(reached, expected, total)
+            else:
+                total = total + weighted(p, expected)
+        if deterministic:
+            return total
+        return jnp.where(blocked, NEG_INF, settle(total))
 
     def _inactive_next_period(self) -> Array:
         """Which regimes are inactive in period + 1 (none after the last period)."""
