@@ -31,6 +31,8 @@ def test_quick_benchmark_run(tmp_path):
             "temp_bytes",
             "evaluations_per_s",
             "compile_ratio_96_to_6",
+            "cache_cold_compile_s",
+            "cache_warm_compile_s",
         ):
             assert row[key] is not None and row[key] > 0, (row["model"], key)
     assert rows["retirement"]["solve_ratio_library_to_reference"] > 0

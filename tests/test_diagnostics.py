@@ -62,3 +62,37 @@ def test_nan_under_jit_raises_in_graph():
     model, params = _model(savings_floor=1.0)
     with pytest.raises(Exception, match="NaN"):
         jax.block_until_ready(jax.jit(model.solve)(params))
+
+
+def _transition_model(nan_where):
+    """next wealth is NaN where `nan_where(wealth, consumption)` holds."""
+    regime = lcm.Regime(
+        states={"wealth": lcm.LinSpacedGrid(1.0, 10.0, 6)},
+        actions={"consumption": lcm.LinSpacedGrid(0.5, 5.0, 5)},
+        functions={"utility": lambda consumption: jnp.log(consumption)},
+        state_transitions={
+            "wealth": lambda wealth, consumption: jnp.where(
+                nan_where(wealth, consumption), jnp.nan, wealth - consumption + 1.0
+            )
+        },
+        transition=lambda: 0,
+        constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
+    )
+    return lcm.Model({"saver": regime}, n_periods=3), {"discount_factor": 0.9}
+
+
+def test_nan_next_state_at_a_feasible_point_is_an_error():
+    model, params = _transition_model(lambda w, c: (w > 5.0) & (c < 1.0))
+    with pytest.raises(lcm.NaNError) as error:
+        model.solve(params)
+    message = str(error.value)
+    assert "Regime 'saver'" in message and "function 'next_wealth'" in message
+    assert "period 0" in message  # the first period where it happens
+    with pytest.raises(Exception, match="NaN or infinite"):
+        jax.block_until_ready(jax.jit(model.solve)(params))
+
+
+def test_nan_next_state_at_infeasible_points_is_ignored():
+    model, params = _transition_model(lambda w, c: c > w)  # only where borrowing fails
+    solution = model.solve(params)
+    assert np.isfinite(np.asarray(solution.values["saver"])).all()

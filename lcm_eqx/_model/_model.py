@@ -14,7 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import InvalidInitialConditionsError, InvalidTransitionProbabilitiesError, LcmError
+from .._errors import (
+    InvalidInitialConditionsError,
+    InvalidTransitionProbabilitiesError,
+    LcmError,
+    NaNError,
+)
 from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from .._logging import log_time, logger, timed
 from .._pandas import coerce_params
@@ -22,7 +27,7 @@ from .._persistence import model_structure, with_model_structure
 from .._progress import progress_mode
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
-from .._solve._backward import solve_model
+from .._solve._backward import reduce_violations, solve_model
 from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch
 from ._params import check_params, params_template, resolve_params
@@ -156,7 +161,7 @@ class Model(eqx.Module):
         check_params(self.plan, params)
         options = {"validate": validate != "off", "progress": mode}
         with timed(self._solve, "solve", params, **options) as timer:
-            raw = self._solve(params, **options)
+            raw = reduce_violations(self._solve(params, **options))
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = with_model_structure(raw, self)
         if validate != "off":
@@ -341,7 +346,6 @@ def _check_validate(validate: str) -> None:
 def _check_nan(model, params, solution: Solution, validate: str) -> Solution:
     """Raise or warn, naming the regime, period and term, when a value array has a NaN."""
     from .._diagnostics import diagnose_nan
-    from .._errors import NaNError
 
     leaves = list(solution.values.values())
     if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
@@ -378,10 +382,11 @@ def _enforce(solution: Solution, validate: str) -> Solution:
                 values[regime] = eqx.error_if(
                     values[regime],
                     jnp.any(~(violations <= 0)),
-                    f"Regime {regime!r}: a transition probability check failed (one of "
+                    f"Regime {regime!r}: a transition check failed (one of "
                     f"{list(solution.checks[regime])}): probabilities outside [0, 1], not "
-                    "summing to 1, mass on a regime this regime cannot reach, or a discrete "
-                    "next state out of range.",
+                    "summing to 1, mass on a regime this regime cannot reach, a discrete "
+                    "next state out of range, or a continuous next state that is NaN or "
+                    "infinite at a feasible point.",
                 )
         return eqx.tree_at(lambda s: s.values, solution, values)
     found = solution.first_violation()
@@ -401,6 +406,17 @@ def _enforce(solution: Solution, validate: str) -> Solution:
             f"{size:.3g} on regimes it cannot reach (their states are not all produced by "
             f"this regime's state_transitions)."
         )
+    elif detail == "finite":
+        message = (
+            f"Regime {regime!r}, function {function!r}, period {period}: returns NaN or an "
+            "infinite value at a feasible state-action point, so next period's value "
+            "cannot be interpolated there. Check the function and its parameters (points "
+            "that a constraint rules out may return anything)."
+        )
+        if validate == "raise":
+            raise NaNError(message)
+        warnings.warn(message, stacklevel=3)
+        return solution
     else:
         message = (
             f"Regime {regime!r}, function {function!r}, period {period}: invalid transition "

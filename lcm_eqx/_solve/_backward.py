@@ -7,6 +7,8 @@ as traced scalars: compile time does not grow with the number of periods.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -123,12 +125,9 @@ def solve_model(
         for name in plan.regimes:
             if name in segment_values:
                 values[name].append(segment_values[name])
-                per_period = segment_violations[name]
-                violations[name].append(
-                    jnp.max(per_period, axis=tuple(range(1, per_period.ndim - 1)))
-                    if per_period.ndim > 2
-                    else per_period
-                )
+                # (periods, *sharded state axes, checks): reducing the sharded axes would
+                # be a cross-device all-reduce; `reduce_violations` does it outside.
+                violations[name].append(segment_violations[name])
             else:
                 values[name].append(
                     place(name, jnp.full((length, *shapes[name]), -jnp.inf, dtype), 1)
@@ -138,12 +137,13 @@ def solve_model(
     stacked_violations = {}
     for name in plan.regimes:
         n_checks = len(checks.get(name, ()))
+        sharded = tuple(n for i, n in enumerate(shapes[name]) if i not in unsharded_axes(name))
         parts = [
-            v if v is not None else jnp.zeros((p.shape[0], n_checks), dtype)
+            v if v is not None else jnp.zeros((p.shape[0], *sharded, n_checks), dtype)
             for v, p in zip(violations[name], values[name], strict=True)
         ]
         stacked_violations[name] = jnp.concatenate(parts[::-1], axis=0)
-    return Solution(
+    return Solution(  # violations still carry the sharded axes: see `reduce_violations`
         values={
             name: place(name, jnp.concatenate(parts[::-1], axis=0), 1)
             for name, parts in values.items()
@@ -153,3 +153,17 @@ def solve_model(
         active={name: tuple(sorted(r.active)) for name, r in plan.regimes.items()},
         state_names={name: r.states for name, r in plan.regimes.items()},
     )
+
+
+def reduce_violations(solution: Solution) -> Solution:
+    """The check violations of `solve_model` reduced to `(n_periods, n_checks)`.
+
+    `solve_model` leaves the sharded state axes unreduced, so that the compiled solve of
+    a never-transitioning sharded axis has no cross-device communication at all; this
+    (tiny) reduction runs after it.
+    """
+    reduced = {
+        name: jnp.max(v, axis=tuple(range(1, v.ndim - 1))) if v.ndim > 2 else v
+        for name, v in solution.violations.items()
+    }
+    return dataclasses.replace(solution, violations=reduced)

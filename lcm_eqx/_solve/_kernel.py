@@ -39,6 +39,11 @@ def probability_violation(p: Array, tolerance: float) -> Array:
     return jnp.where(jnp.any(jnp.isnan(p)), jnp.inf, jnp.maximum(violation, 0.0))
 
 
+def stack_checks(violations: tuple[Array, ...], dtype) -> Array:
+    """The check violations of `RegimeProblem.q`, reduced, as one array `(n_checks,)`."""
+    return jnp.stack(violations) if violations else jnp.zeros((0,), dtype)
+
+
 def _any_nan(arrays: list[Array]) -> Array:
     if not arrays:
         return jnp.asarray(False)
@@ -140,6 +145,10 @@ class RegimeProblem:
         for name, transition in self.regime.state_transitions.items():
             if transition.is_markov or self.model.state_grid(name).is_discrete:
                 self.checks.append(f"next_{name}")
+            elif transition.function is not None:
+                # A continuous next state must be finite at feasible points: the kernel's
+                # interpolation does no per-point NaN bookkeeping (see `weighted`).
+                self.checks.append(f"next_{name}:finite")
         self.checks.append("next_regime")
         self.checks.append("next_regime:unreachable")
         self.checks.append("next_regime:inactive")
@@ -318,8 +327,11 @@ class RegimeProblem:
             )
 
     # ----------------------------------------------------------------- kernel
-    def q(self, state: dict[str, Array], action: dict[str, Array]) -> tuple[Array, Array]:
-        """The value of taking `action` in `state`, and the probability-check violations.
+    def q(
+        self, state: dict[str, Array], action: dict[str, Array]
+    ) -> tuple[Array, tuple[Array, ...]]:
+        """The value of taking `action` in `state`, and the check violations (one scalar
+        per name in `checks`; empty without validation).
 
         `state` and `action` hold grid codes for discrete variables and values for
         continuous ones. Infeasible actions get `-inf`.
@@ -343,10 +355,16 @@ class RegimeProblem:
             beta = jnp.where(self.continuation_has_nan, jnp.nan, beta)
             value = utility + discounted(beta, self._expected_value(evaluate, state, violations))
         value = jnp.where(feasible, value, NEG_INF)
+        for check in self.checks:
+            if check.endswith(":finite") and check in violations:
+                violations[check] = jnp.where(feasible, violations[check], 0.0)
+        # One scalar per check, kept apart (not stacked) so that each is reduced over the
+        # grids by its own fused reduction instead of materialising a points x checks
+        # array; solvers stack them per state (`stack_checks`).
         diagnostics = (
-            jnp.stack([jnp.asarray(violations.get(c, 0.0), dtype=value.dtype) for c in self.checks])
-            if self.validate and self.checks
-            else jnp.zeros((0,), value.dtype)
+            tuple(jnp.asarray(violations.get(c, 0.0), dtype=value.dtype) for c in self.checks)
+            if self.validate
+            else ()
         )
         return value, diagnostics
 
@@ -465,6 +483,8 @@ class RegimeProblem:
             violations[f"next_{name}"] = probability_violation(p, self.tolerance)
         for name, code in next_values.items():
             grid = self.model.state_grid(name)
+            if not grid.is_discrete:
+                violations[f"next_{name}:finite"] = jnp.where(jnp.isfinite(code), 0.0, 1.0)
             if grid.is_discrete:
                 violations[f"next_{name}"] = jnp.where(
                     (code < 0) | (code >= grid.n_points), 1.0, 0.0

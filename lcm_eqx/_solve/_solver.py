@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._axes import map_axis
-from ._kernel import RegimeProblem
+from ._kernel import RegimeProblem, stack_checks
 
 
 class AbstractSolver(eqx.Module):
@@ -70,12 +70,13 @@ class GridSearch(AbstractSolver):
                 axis.points,
                 axis.batch_size,
             )
-            violations = jnp.max(violations, axis=0) if violations.shape[-1] else violations[0]
+            violations = tuple(jnp.max(v, axis=0) for v in violations)
             if scale is not None and depth < n_discrete:
                 return scale * jax.nn.logsumexp(values / scale), violations
             return jnp.max(values), violations
 
-        return reduce({}, 0)
+        value, violations = reduce({}, 0)
+        return value, stack_checks(violations, value.dtype)
 
     def discrete_values(self, problem, state):
         # The best continuous action is located on the grid without derivatives
