@@ -36,7 +36,7 @@ SIZES = {
         "large": {"n_periods": 3, "n_wealth": 1000, "n_consumption": 1000},
         "n_subjects": 100_000,
         "repeats": 3,
-        "compile_rounds": 2,
+        "compile_rounds": 3,
     },
     "quick": {
         "retirement": {"n_periods": 4, "n_wealth": 100, "n_consumption": 200},
