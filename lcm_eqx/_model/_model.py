@@ -149,8 +149,9 @@ class Model(eqx.Module):
             params: the parameters (see `params_template()`).
             validate: `"raise"` (default) raises `InvalidTransitionProbabilitiesError` if
                 a transition probability vector is outside [0, 1] or does not sum to 1
-                on the grid; `"warn"` warns instead; `"off"` skips the checks (results
-                are then unvalidated).
+                on the grid, and `NaNError` if a value is NaN or a continuous next state
+                is NaN or infinite at a feasible point; `"warn"` warns instead; `"off"`
+                skips the checks (results are then unvalidated).
             progress: `False` (default), `True` / `"text"` (a line per period on stderr)
                 or `"tqdm"` (a tqdm bar; text if tqdm is missing). Works under `jax.jit`
                 (pass it as a static argument), `jax.vmap` and `jax.grad`.

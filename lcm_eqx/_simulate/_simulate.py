@@ -96,7 +96,9 @@ def simulate_chunk(
                     return _simulate_subject(plan, solver, problem, state_point, subject_key)
 
                 point = {s: states[s] for s in regime_plan.states}
-                chosen, value, moved_to, moved_states, shown = jax.vmap(subject)(point, keys)
+                chosen, value, moved_to, moved_states, shown = in_blocks(
+                    subject, (point, keys), in_regime
+                )
                 record["value"] = jnp.where(in_regime, value.astype(dtype), record["value"])
                 for action, x in chosen.items():
                     record["actions"][action] = jnp.where(
@@ -123,6 +125,44 @@ def simulate_chunk(
         carry, record = jax.lax.scan(step, carry, (periods, window))
         outputs.append(record)
     return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outputs)
+
+
+# Subjects of one regime are simulated in blocks of at most this many (a static shape).
+SUBJECT_BLOCK = 2048
+
+
+def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
+    """`jax.vmap(fn)(*args)` where `mask` holds, computed only for those subjects.
+
+    The subjects where `mask` holds are moved to the front (a stable sort) and `fn` runs
+    on blocks of `block` of them, in a loop with as many iterations as needed
+    (`ceil(sum(mask) / block)`): a regime's kernel then costs in proportion to the
+    subjects in that regime, not to the whole panel (`block` defaults to
+    `SUBJECT_BLOCK`, read when traced). Entries where `mask` does not hold
+    are left at zero (callers select with `mask`). Results do not depend on the blocking:
+    each subject's computation (including its random draws, keyed by subject id) is
+    the same.
+    """
+    n = mask.shape[0]
+    block = max(min(SUBJECT_BLOCK if block is None else block, n), 1)
+    n_slots = -(-n // block) * block
+    order = jnp.argsort(~mask, stable=True).astype(jnp.int32)
+    order = jnp.concatenate([order, jnp.full(n_slots - n, n, jnp.int32)])
+    count = jnp.sum(mask.astype(jnp.int32))
+    n_blocks = (count + block - 1) // block
+    first = jax.tree.map(lambda x: x[:block], args)
+    shapes = jax.eval_shape(lambda a: jax.vmap(fn)(*a), first)
+    init = jax.tree.map(lambda s: jnp.zeros((n, *s.shape[1:]), s.dtype), shapes)
+
+    def body(i, out):
+        slots = jax.lax.dynamic_slice(order, (i * block,), (block,))
+        valid = i * block + jnp.arange(block) < count
+        read = jnp.where(valid, slots, 0)
+        write = jnp.where(valid, slots, n)  # out of bounds: dropped
+        result = jax.vmap(fn)(*jax.tree.map(lambda x: x[read], args))
+        return jax.tree.map(lambda o, r: o.at[write].set(r, mode="drop"), out, result)
+
+    return jax.lax.fori_loop(0, n_blocks, body, init)
 
 
 def _simulate_subject(plan: ModelPlan, solver, problem: RegimeProblem, state, key):

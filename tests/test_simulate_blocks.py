@@ -1,0 +1,53 @@
+"""Simulation evaluates each regime's kernel only for the subjects in that regime, in
+blocks (`in_blocks`); results must not depend on the blocking."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lcm_eqx._simulate import _simulate
+from lcm_eqx._simulate._simulate import in_blocks
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 50])
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_in_blocks_equals_masked_vmap(block, share):
+    rng = np.random.default_rng(0)
+    n = 23
+    x = jnp.asarray(rng.normal(size=n))
+    y = {"a": jnp.asarray(rng.integers(0, 5, n)), "b": jnp.asarray(rng.normal(size=(n, 2)))}
+    mask = jnp.asarray(rng.random(n) < share)
+
+    def fn(x, y):
+        return {"sum": x + y["b"].sum(), "code": y["a"] * 2}, jnp.stack([x, x**2])
+
+    got = in_blocks(fn, (x, y), mask, block)
+    want = jax.vmap(fn)(x, y)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        m = np.asarray(mask).reshape((n,) + (1,) * (g.ndim - 1))
+        np.testing.assert_array_equal(np.where(m, g, 0), np.where(m, w, 0))
+        np.testing.assert_array_equal(np.where(m, 0, g), 0)  # untouched elsewhere
+
+
+def test_simulation_does_not_depend_on_the_block_size(monkeypatch):
+    from benchmarks import _models
+
+    model = _models._retirement(4, n_wealth=30, n_consumption=60)
+    n = 40
+    initial = {
+        "regime": jnp.asarray(np.arange(n) % 2),
+        "wealth": jnp.linspace(1.0, 60.0, n),
+    }
+    params = _models.RETIREMENT_PARAMS
+    frames = []
+    for block in (_simulate.SUBJECT_BLOCK, 3):
+        monkeypatch.setattr(_simulate, "SUBJECT_BLOCK", block)
+        # a fresh model, so that the simulation is traced again with this block size
+        model = _models._retirement(4, n_wealth=30, n_consumption=60)
+        frames.append(model.simulate(params, initial, key=jax.random.key(1)).to_dataframe())
+    assert (frames[0]["regime"] == "retired").any() and (frames[0]["regime"] == "working").any()
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(frames[0], frames[1])
