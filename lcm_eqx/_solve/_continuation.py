@@ -115,14 +115,16 @@ def weighted(mass: Array, value: Array) -> Array:
     return jnp.where(jnp.isnan(product), 0.0, product)
 
 
-@weighted.defjvp
-def _weighted_jvp(primals, tangents):
-    mass, value = primals
-    d_mass, d_value = tangents
+def _product_tangent(primals, tangents) -> Array:
+    """The tangent of `a * value` that treats an infinite `value` as a constant."""
+    a, value = primals
+    d_a, d_value = tangents
     finite = jnp.isfinite(value)
     safe = jnp.where(finite, value, 0.0)
-    tangent = jnp.where(finite, mass * d_value + safe * d_mass, 0.0)
-    return weighted(mass, value), tangent
+    return jnp.where(finite, a * d_value + safe * d_a, 0.0)
+
+
+weighted.defjvp(lambda primals, tangents: (weighted(*primals), _product_tangent(primals, tangents)))
 
 
 @jax.custom_jvp
@@ -132,13 +134,9 @@ def discounted(factor: Array, value: Array) -> Array:
     return factor * value
 
 
-@discounted.defjvp
-def _discounted_jvp(primals, tangents):
-    factor, value = primals
-    d_factor, d_value = tangents
-    finite = jnp.isfinite(value)
-    safe = jnp.where(finite, value, 0.0)
-    return factor * value, jnp.where(finite, factor * d_value + safe * d_factor, 0.0)
+discounted.defjvp(
+    lambda primals, tangents: (discounted(*primals), _product_tangent(primals, tangents))
+)
 
 
 def settle(total: Array) -> Array:
