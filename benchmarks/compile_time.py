@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,8 @@ import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._timing import steady_time
+
 
 def measure(build, params, n_periods: int, repeats: int = 5) -> dict:
     model = build(n_periods)
@@ -27,13 +28,8 @@ def measure(build, params, n_periods: int, repeats: int = 5) -> dict:
     lowered = model._solve.lower(params, validate=True)
     compiled = lowered.compile()
     compile_seconds = time.perf_counter() - start
-    jax.block_until_ready(compiled(params))
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(params))
-        runs.append(time.perf_counter() - start)
-    return {"n_periods": n_periods, "compile_s": compile_seconds, "run_s": statistics.median(runs)}
+    run_seconds = steady_time(lambda: compiled(params), repeats)
+    return {"n_periods": n_periods, "compile_s": compile_seconds, "run_s": run_seconds}
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import _models  # noqa: E402
+from benchmarks._timing import steady_time  # noqa: E402
 from lcm_eqx._estimation import log_likelihood, prepare_data  # noqa: E402
 from lcm_eqx._solve import _backward  # noqa: E402
 
@@ -47,17 +48,6 @@ PARAMS = {
     "wage": 20.0,
     "taste_shock_scale": 0.5,
 }
-
-
-def _median_time(fn, repeats: int) -> float:
-    """Best of `repeats` after a warm-up (robust to other load on a shared machine)."""
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 class _NoCheckpoint(types.ModuleType):
@@ -105,19 +95,19 @@ def measure(
     start = time.perf_counter()
     solve_compiled = solve.lower(params).compile()
     solve_compile = time.perf_counter() - start
-    solve_time = _median_time(lambda: solve_compiled(params), repeats)
+    solve_time = steady_time(lambda: solve_compiled(params), repeats, min)
 
     solve_grad = _solve_gradient_program(model).lower(params).compile()
-    solve_grad_time = _median_time(lambda: solve_grad(params), repeats)
+    solve_grad_time = steady_time(lambda: solve_grad(params), repeats, min)
     solve_grad_memory = solve_grad.memory_analysis().temp_size_in_bytes
     likelihood = jax.jit(lambda p: log_likelihood(model, p, data, validate="off"))
-    likelihood_time = _median_time(lambda: likelihood(params), repeats)
+    likelihood_time = steady_time(lambda: likelihood(params), repeats, min)
 
     gradient = _gradient_program(model, data)
     start = time.perf_counter()
     compiled = gradient.lower(params).compile()
     grad_compile = time.perf_counter() - start
-    grad_time = _median_time(lambda: compiled(params), repeats)
+    grad_time = steady_time(lambda: compiled(params), repeats, min)
     memory = compiled.memory_analysis().temp_size_in_bytes
     value, grads = compiled(params)
 
@@ -130,7 +120,7 @@ def measure(
         solve_plain = _solve_gradient_program(fresh).lower(params).compile()
         solve_grad_memory_plain = solve_plain.memory_analysis().temp_size_in_bytes
         value_plain, grads_plain = plain(params)
-        grad_time_plain = _median_time(lambda: plain(params), repeats)
+        grad_time_plain = steady_time(lambda: plain(params), repeats, min)
     finally:
         _backward.jax = original
     assert np.allclose(value, value_plain, rtol=1e-12)

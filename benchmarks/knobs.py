@@ -69,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax.numpy as jnp  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
+from benchmarks._timing import interleaved  # noqa: E402
 
 if ARGS.x64:
     jax.config.update("jax_enable_x64", True)
@@ -142,12 +143,9 @@ def compile_model(model: lcm.Model, p: dict) -> dict:
 def time_runs(rows: list[dict], p: dict, repeats: int) -> None:
     """Median solve time of each row, interleaving the rows round by round so that a
     drift in machine load affects every configuration alike."""
-    runs: list[list[float]] = [[] for _ in rows]
-    for _ in range(repeats):
-        for row, times in zip(rows, runs, strict=True):
-            start = time.perf_counter()
-            jax.block_until_ready(row["compiled"](p))
-            times.append(time.perf_counter() - start)
+    runs = interleaved(
+        {i: (lambda row=row: row["compiled"](p)) for i, row in enumerate(rows)}, repeats
+    ).values()
     for row, times in zip(rows, runs, strict=True):
         row["run_s"] = statistics.median(times)
         row["runs_s"] = times

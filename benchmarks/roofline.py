@@ -19,22 +19,20 @@ interpolation indices and weights) and buffers are reused across periods:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._timing import steady_time
+
 
 def _time(fn, *args, repeats: int = 3) -> float:
     compiled = jax.jit(fn).lower(*args).compile()
-    jax.block_until_ready(compiled(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return steady_time(lambda: compiled(*args), repeats)
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import _models
+from benchmarks._timing import interleaved, steady_time
 from benchmarks.reference_retirement import make_solve
 
 SIZES = {
@@ -47,16 +48,6 @@ SIZES = {
         "compile_rounds": 1,
     },
 }
-
-
-def _median_time(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _compile(jitted, *args, **kwargs):
@@ -97,7 +88,7 @@ def _initial_conditions(name: str, n: int):
 def bench_model(name: str, build, params, sizes: dict, n_subjects: int, repeats: int) -> dict:
     model = build(**sizes)
     compiled, compile_s = _compile(model._solve, params, validate=True)
-    solve_s = _median_time(lambda: compiled(params), repeats)
+    solve_s = steady_time(lambda: compiled(params), repeats)
     memory = compiled.memory_analysis()
     solution = model.solve(params)
     initial = _initial_conditions(name, n_subjects)
@@ -140,12 +131,9 @@ def bench_reference(sizes: dict, params, repeats: int, library_row: dict) -> dic
     runs = {"library": library, **compiled}
     for fn in runs.values():
         jax.block_until_ready(fn(params))
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(max(repeats, 5)):
-        for name, fn in runs.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn(params))
-            times[name].append(time.perf_counter() - start)
+    times = interleaved(
+        {name: (lambda fn=fn: fn(params)) for name, fn in runs.items()}, max(repeats, 5)
+    )
     median = {name: statistics.median(t) for name, t in times.items()}
     return {
         "reference_compile_s": compile_s["plain"],
@@ -165,6 +153,7 @@ sys.path.insert(0, {root!r})
 import jax
 jax.config.update("jax_enable_compilation_cache", {cache!r})
 from benchmarks import _models
+from benchmarks._timing import interleaved, steady_time
 build, params = {{
     "retirement": (_models._retirement, _models.RETIREMENT_PARAMS),
     "precautionary": (_models._precautionary, _models.PRECAUTIONARY_PARAMS),
