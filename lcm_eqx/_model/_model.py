@@ -29,7 +29,7 @@ from .._simulate._result import SimulationResult
 from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
 from .._solve._backward import reduce_violations, solve_model
 from .._solve._solution import Solution
-from .._solve._solver import AbstractSolver, GridSearch
+from .._solve._solver import AbstractSolver, GridSearch, assign_solvers
 from ._params import check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
@@ -46,7 +46,9 @@ class Model(eqx.Module):
         regime_ids: an `IntEnum` whose member names equal the regime names; `None`
             derives one from the order of `regimes` (see `model.regime_ids`).
         ages: an `AgeGrid` labelling periods with ages and providing `age`.
-        solver: how the best action is found (default `GridSearch()`).
+        solver: the default solver of every regime (default `GridSearch()`); a regime's
+            own `Regime(solver=...)` wins. A default `DCEGM` leaves terminal regimes and
+            regimes without its state and action to `GridSearch`.
 
     All structural errors surface here as `ModelInitializationError`.
 
@@ -61,6 +63,7 @@ class Model(eqx.Module):
     regime_ids: type[enum.IntEnum] = eqx.field(static=True)
     ages: AgeGrid | None
     solver: AbstractSolver
+    solvers: dict[str, AbstractSolver]
     plan: ModelPlan = eqx.field(static=True)
     _solve: Callable = eqx.field(static=True)
     _simulate: Callable = eqx.field(static=True)
@@ -90,13 +93,14 @@ class Model(eqx.Module):
         self.regime_ids = plan.regime_ids
         self.ages = ages
         self.solver = solver
+        self.solvers = assign_solvers(plan, regimes, solver)
         self.plan = plan
         self._solve = jax.jit(
-            functools.partial(solve_model, plan, solver, ages),
+            functools.partial(solve_model, plan, self.solvers, ages),
             static_argnames=("validate", "progress"),
         )
         self._simulate = jax.jit(
-            functools.partial(_simulate_chunk_with_params, plan, solver, ages),
+            functools.partial(_simulate_chunk_with_params, plan, self.solvers, ages),
             static_argnames="progress",
         )
         logger.info(
@@ -250,6 +254,7 @@ class Model(eqx.Module):
                 args = (
                     params,
                     next_values,
+                    solution.policies,
                     jnp.asarray(regime[index]),
                     {name: jnp.asarray(v[index]) for name, v in states.items()},
                     jnp.asarray(index, dtype=jnp.int32),
@@ -305,10 +310,11 @@ class Model(eqx.Module):
 
 def _simulate_chunk_with_params(
     plan,
-    solver,
+    solvers,
     ages,
     params,
     next_values,
+    policies,
     regime,
     states,
     subject_ids,
@@ -319,7 +325,7 @@ def _simulate_chunk_with_params(
     resolved = resolve_params(plan, params)
     return simulate_chunk(
         plan,
-        solver,
+        solvers,
         ages,
         resolved,
         next_values,
@@ -329,6 +335,7 @@ def _simulate_chunk_with_params(
         key,
         chunk=chunk,
         progress=progress,
+        policies=policies,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import equinox as eqx
 
@@ -28,6 +29,8 @@ class Regime(eqx.Module):
         active: the periods in which the regime is active: an iterable of periods or a
             function `period -> bool`; `None` means every period.
         taste_shocks: `ExtremeValueShocks()` for EV1 shocks on the discrete actions.
+        solver: how this regime's problem is solved (`GridSearch()`, `DCEGM(...)`);
+            `None` uses the model's `solver`.
 
     Example:
         >>> retired = Regime(
@@ -48,6 +51,7 @@ class Regime(eqx.Module):
     constraints: dict[str, Callable]
     active: Callable[[int], bool] | tuple[int, ...] | None = eqx.field(static=True)
     taste_shocks: ExtremeValueShocks | None
+    solver: Any
 
     def __init__(
         self,
@@ -60,6 +64,7 @@ class Regime(eqx.Module):
         constraints: Mapping[str, Callable] | None = None,
         active: Callable[[int], bool] | Iterable[int] | None = None,
         taste_shocks: ExtremeValueShocks | None = None,
+        solver: Any = None,
     ):
         self.functions = _as_dict(functions, "functions")
         self.states = _as_dict(states, "states")
@@ -77,6 +82,7 @@ class Regime(eqx.Module):
                 ) from error
         self.active = active
         self.taste_shocks = taste_shocks
+        self.solver = solver
 
     def __check_init__(self):
         if "utility" not in self.functions:
@@ -109,6 +115,13 @@ class Regime(eqx.Module):
             raise ModelInitializationError(
                 f"Regime: transition must be a function, a MarkovTransition or None, "
                 f"got {self.transition!r}."
+            )
+        from .._solve._solver import AbstractSolver  # the solvers import the model plan
+
+        if self.solver is not None and not isinstance(self.solver, AbstractSolver):
+            raise ModelInitializationError(
+                f"Regime: solver must be None or an lcm_eqx solver such as GridSearch() or "
+                f"DCEGM(...), got {self.solver!r}."
             )
         if self.taste_shocks is not None and not isinstance(self.taste_shocks, ExtremeValueShocks):
             raise ModelInitializationError(

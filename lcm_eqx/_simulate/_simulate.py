@@ -34,7 +34,7 @@ def variable_kinds(plan: ModelPlan) -> tuple[dict[str, bool], dict[str, bool]]:
 
 def simulate_chunk(
     plan: ModelPlan,
-    solver: AbstractSolver,
+    solvers: dict[str, AbstractSolver],
     ages,
     resolved_params,
     next_values: dict[str, jax.Array],
@@ -45,11 +45,14 @@ def simulate_chunk(
     *,
     chunk: jax.Array | None = None,
     progress: str | None = None,
+    policies: dict | None = None,
 ):
     """Simulate one chunk of subjects through every period.
 
     `next_values[r]` has shape `(n_periods, ...)`: the value array of period t + 1 at
-    index t (zeros after the last period). Returns arrays of shape (n_periods, n).
+    index t (zeros after the last period); `policies[r]` the solution's policies of
+    regimes solved by endogenous-grid solvers (period t at index t), which they read
+    instead of searching. Returns arrays of shape (n_periods, n).
     `progress` (`None`, `"text"`, `"tqdm"`) emits a host callback per period, labelled
     with `chunk = [index, n_chunks]`.
     """
@@ -65,7 +68,7 @@ def simulate_chunk(
 
         def step(carry, inputs, segment=segment):
             regime, present, states = carry
-            period, continuation = inputs
+            period, continuation, own_policies = inputs
             simulate_tick(progress, plan.n_periods, period, chunk)
             age = age_of(ages, period)
             keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
@@ -90,9 +93,11 @@ def simulate_chunk(
                 problem = RegimeProblem(
                     plan, regime_plan, resolved_params[name], period, age, continuation, False
                 )
+                problem.policy = own_policies.get(name)
+                solver = solvers[name]
                 in_regime = present & (regime == regime_plan.id)
 
-                def subject(state_point, subject_key, problem=problem):
+                def subject(state_point, subject_key, problem=problem, solver=solver):
                     return _simulate_subject(plan, solver, problem, state_point, subject_key)
 
                 point = {s: states[s] for s in regime_plan.states}
@@ -122,7 +127,8 @@ def simulate_chunk(
         window = {
             name: values[segment.start : segment.stop] for name, values in next_values.items()
         }
-        carry, record = jax.lax.scan(step, carry, (periods, window))
+        own = jax.tree.map(lambda x: x[segment.start : segment.stop], policies or {})
+        carry, record = jax.lax.scan(step, carry, (periods, window, own))
         outputs.append(record)
     return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outputs)
 

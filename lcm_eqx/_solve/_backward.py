@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._progress import solve_tick
-from ._axes import lift
+from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
 from ._kernel import RegimeProblem
 from ._sharding import sharding_plan
 from ._solution import Solution
@@ -33,7 +33,7 @@ def age_of(plan_ages, period):
 
 def solve_model(
     plan: ModelPlan,
-    solver: AbstractSolver,
+    solvers: dict[str, AbstractSolver],
     ages,
     params,
     *,
@@ -42,12 +42,14 @@ def solve_model(
 ) -> Solution:
     """Solve the model by backward induction; a pure function of `params`.
 
-    `progress` (`None`, `"text"` or `"tqdm"`) emits a host callback per period.
+    `solvers[regime]` solves each regime's period problem. `progress` (`None`, `"text"`
+    or `"tqdm"`) emits a host callback per period.
     """
     resolved = resolve_params(plan, params)
     dtype = jnp.zeros(()).dtype
     shapes = {name: state_shape(plan, name) for name in plan.regimes}
     sharding = sharding_plan(plan)  # None unless some state has distributed=True
+    endogenous = {name: s for name, s in solvers.items() if isinstance(s, DCEGM)}
 
     def place(name, array, leading=0):
         """Constrain a value array (with `leading` extra axes) to its regime's sharding."""
@@ -61,19 +63,24 @@ def solve_model(
             i for i, s in enumerate(states) if sharding is None or not sharding.is_sharded(s)
         )
 
-    carry = {  # V_T = 0
-        name: place(name, jnp.zeros(shape, dtype)) for name, shape in shapes.items()
-    }
+    zero_policies = {name: zero_grid(plan, name, s, dtype) for name, s in endogenous.items()}
+    carry = (
+        {name: place(name, jnp.zeros(shape, dtype)) for name, shape in shapes.items()},  # V_T = 0
+        zero_policies,
+    )
     checks = {}
     values: dict[str, list] = {name: [] for name in plan.regimes}
     violations: dict[str, list] = {name: [] for name in plan.regimes}
+    policies: dict[str, list] = {name: [] for name in endogenous}
 
     for segment in reversed(plan.segments):
 
-        def step(next_values, period, segment=segment):
+        def step(carried, period, segment=segment):
+            next_values, next_policies = carried
             age = age_of(ages, period)
-            current, current_violations = {}, {}
+            current, current_violations, current_policies = {}, {}, {}
             for name in segment.regimes:
+                solver = solvers[name]
                 problem = RegimeProblem(
                     plan,
                     plan.regimes[name],
@@ -84,21 +91,22 @@ def solve_model(
                     validate,
                     sharding=sharding,
                 )
-                checks[name] = tuple(problem.checks) if validate else ()
-                carried = problem.carried()
-                if carried:
-                    value, check = lift(
-                        lambda state, arrays, p=problem: solver.value(
-                            p.with_continuations(arrays), state
-                        ),
-                        problem.state_axes,
-                        carried=carried,
+                if isinstance(solver, DCEGM):
+                    problem.next_policies = continuation_readers(
+                        plan,
+                        solvers,
+                        resolved,
+                        name,
+                        next_values,
+                        next_policies,
+                        period + 1,
+                        age_of(ages, period + 1),
                     )
-                else:
-                    value, check = lift(
-                        lambda state, p=problem: solver.value(p, state), problem.state_axes
-                    )
+                checks[name] = (*problem.checks, *solver.extra_checks) if validate else ()
+                value, check, policy = solver.solve_period(problem)
                 current[name] = place(name, value.astype(dtype))
+                if policy is not None:
+                    current_policies[name] = policy
                 # Reduce the checks over the unsharded state axes only: the sharded ones
                 # are reduced after the scan, so the period step stays device-local.
                 current_violations[name] = jnp.max(check, axis=unsharded_axes(name))
@@ -108,20 +116,30 @@ def solve_model(
                 else place(name, jnp.full(shapes[name], -jnp.inf, dtype))
                 for name in plan.regimes
             }
-            return next_carry, (current, current_violations)
+            next_policy_carry = {
+                name: current_policies.get(name, inactive_grid(zero_policies[name]))
+                for name in endogenous
+            }
+            return (next_carry, next_policy_carry), (
+                current,
+                current_violations,
+                next_policy_carry,
+            )
 
         periods = jnp.arange(segment.start, segment.stop)
         checkpointed = jax.checkpoint(step)
 
-        def ticked_step(next_values, period, checkpointed=checkpointed):
+        def ticked_step(carried, period, checkpointed=checkpointed):
             # Outside the checkpoint, so the backward pass of jax.grad does not replay it.
             solve_tick(progress, plan.n_periods, period)
-            return checkpointed(next_values, period)
+            return checkpointed(carried, period)
 
-        carry, (segment_values, segment_violations) = jax.lax.scan(
+        carry, (segment_values, segment_violations, segment_policies) = jax.lax.scan(
             ticked_step, carry, periods, reverse=True
         )
         length = segment.stop - segment.start
+        for name in endogenous:
+            policies[name].append(segment_policies[name])
         for name in plan.regimes:
             if name in segment_values:
                 values[name].append(segment_values[name])
@@ -152,7 +170,42 @@ def solve_model(
         checks={name: checks.get(name, ()) for name in plan.regimes},
         active={name: tuple(sorted(r.active)) for name, r in plan.regimes.items()},
         state_names={name: r.states for name, r in plan.regimes.items()},
+        policies={
+            name: jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts[::-1])
+            for name, parts in policies.items()
+        },
     )
+
+
+def continuation_readers(
+    plan: ModelPlan,
+    solvers: dict[str, AbstractSolver],
+    resolved,
+    regime: str,
+    next_values: dict,
+    next_policies: dict,
+    next_period,
+    next_age,
+) -> dict:
+    """How a DC-EGM regime reads each regime it can move to in the next period."""
+    solver = solvers[regime]
+    assert isinstance(solver, DCEGM)
+    readers = {}
+    for target in plan.regimes[regime].targets:
+        target_solver = solvers[target]
+        if isinstance(target_solver, DCEGM) and target in next_policies:
+            readers[target] = endogenous_reader(
+                plan,
+                target,
+                target_solver,
+                next_policies[target],
+                resolved[target],
+                next_period,
+                next_age,
+            )
+        else:
+            readers[target] = array_reader(plan, target, next_values[target], solver.state)
+    return readers
 
 
 def reduce_violations(solution: Solution) -> Solution:

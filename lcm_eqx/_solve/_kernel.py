@@ -82,6 +82,11 @@ class RegimeProblem:
         sharding: ShardingPlan | None = None,
     ):
         self.sharding = sharding
+        # Set by callers that solve with, or read, an endogenous-grid solver: readers of
+        # next period's regimes (`DCEGM` in the backward induction) and this period's own
+        # policy (simulation, likelihoods).
+        self.next_policies: dict[str, Any] = {}
+        self.policy: Any = None
         self.model = model
         self.regime = regime
         self.params = params

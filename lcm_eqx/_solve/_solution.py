@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import numpy as np
 from jaxtyping import Array, Float
@@ -14,6 +16,8 @@ class Solution(eqx.Module):
 
     `values[regime]` has shape `(n_periods, *state_shape)`, one axis per state in
     declaration order; periods in which the regime is inactive hold `-inf`.
+    `policies[regime]` holds, for regimes solved by `DCEGM`, the choice-specific
+    consumption and value functions on their endogenous grids.
     `violations[regime]` has shape `(n_periods, n_checks)`: how far each probability
     check named in `checks[regime]` was from valid (0 when valid). `solution.save(path)`
     writes it to a file; `lcm.load_solution(path, model)` reads it back.
@@ -29,6 +33,9 @@ class Solution(eqx.Module):
     checks: dict[str, tuple[str, ...]] = eqx.field(static=True)
     active: dict[str, tuple[int, ...]] = eqx.field(static=True)
     state_names: dict[str, tuple[str, ...]] = eqx.field(static=True)
+    # What endogenous-grid solvers keep per regime and period (`EndogenousGrid`s with a
+    # leading period axis), read by the simulation and the likelihoods; empty otherwise.
+    policies: dict[str, Any] = eqx.field(default_factory=dict)
     # Canonical JSON of the structure of the model that produced it (set by Model.solve),
     # written into saved files so that loading can check the model it is loaded into.
     model_structure: str | None = eqx.field(static=True, default=None, repr=False)

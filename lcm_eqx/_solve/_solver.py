@@ -4,26 +4,63 @@
 from __future__ import annotations
 
 import abc
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._axes import map_axis
+from ._axes import lift, map_axis
 from ._kernel import RegimeProblem, stack_checks
+
+if TYPE_CHECKING:
+    from .._model._plan import ModelPlan, RegimePlan
+
+
+class PeriodSolution(NamedTuple):
+    """What a solver returns for one regime in one period.
+
+    `values` has the regime's state shape; `violations` one more axis, the checks (see
+    `RegimeProblem.checks` and the solver's `extra_checks`); `policy` is whatever the
+    solver keeps for later queries (simulation, likelihoods, the next period), or None.
+    """
+
+    values: Array
+    violations: Array
+    policy: Any
 
 
 class AbstractSolver(eqx.Module):
-    """Finds, at one state point, the value of the best action and (for simulation) the action.
+    """How a regime's Bellman problem is solved in one period.
 
-    Subclasses implement `value` (used by the backward induction, lifted over the state
-    grid by the knobs) and `choose` (used by simulation at off-grid states).
+    The backward induction (`solve_model`) owns the period loop, checkpointing, sharding,
+    checks and the `Solution`; a solver only sees one regime-period problem:
+
+    - `solve_period(problem)`: the value array on the state grid (and what the solver
+      keeps, its `policy`);
+    - `choose(problem, state, key)`: the chosen actions at an off-grid state (simulation);
+    - `discrete_values(problem, state)`: `v_d`, the best value over the continuous
+      actions for each discrete action (choice probabilities and likelihoods).
+
+    `problem.policy` holds the solver's own policy of that period where callers have it.
     """
 
+    def applies_to(self, regime: RegimePlan) -> bool:
+        """Whether a model-wide default of this solver takes `regime` (else GridSearch)."""
+        return True
+
+    def check(self, model: ModelPlan, regime: RegimePlan) -> None:
+        """Raise `ModelInitializationError` if `regime` is outside the solver's class."""
+
+    @property
+    def extra_checks(self) -> tuple[str, ...]:
+        """Names of the solver's own validation checks, after the problem's."""
+        return ()
+
     @abc.abstractmethod
-    def value(self, problem: RegimeProblem, state: dict[str, Array]) -> tuple[Array, Array]:
-        """Value of the best action at `state`, and the maximal check violations."""
+    def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
+        """Solve one regime in one period on its whole state grid."""
 
     @abc.abstractmethod
     def choose(
@@ -34,20 +71,40 @@ class AbstractSolver(eqx.Module):
         `key` draws the taste shocks of regimes that have them.
         """
 
+    @abc.abstractmethod
     def discrete_values(self, problem: RegimeProblem, state: dict[str, Array]) -> Array:
         """`v_d`: the best value over the continuous actions for each discrete action.
 
         Returns an array with one axis per discrete action of the regime (in declaration
-        order; a 0-d array when the regime has none). Used for conditional choice
-        probabilities and likelihoods; solvers that cannot provide it raise.
+        order; a 0-d array when the regime has none).
         """
-        raise NotImplementedError(
-            f"{type(self).__name__} does not implement discrete_values, which choice "
-            "probabilities and likelihoods need."
-        )
 
 
-class GridSearch(AbstractSolver):
+class AbstractPointwiseSolver(AbstractSolver):
+    """A solver that finds the best action one state point at a time (`value`).
+
+    `solve_period` lifts `value` over the state axes with the knobs (`lift`): splayed
+    axes are scanned in chunks, sharded axes read their own slice of the continuation.
+    """
+
+    @abc.abstractmethod
+    def value(self, problem: RegimeProblem, state: dict[str, Array]) -> tuple[Array, Array]:
+        """Value of the best action at `state`, and the maximal check violations."""
+
+    def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
+        carried = problem.carried()
+        if carried:
+            value, check = lift(
+                lambda state, arrays: self.value(problem.with_continuations(arrays), state),
+                problem.state_axes,
+                carried=carried,
+            )
+        else:
+            value, check = lift(lambda state: self.value(problem, state), problem.state_axes)
+        return PeriodSolution(value, check, None)
+
+
+class GridSearch(AbstractPointwiseSolver):
     """Evaluates every action on the action grids and takes the best.
 
     With taste shocks, the continuous actions are maximised for each combination of
@@ -59,7 +116,7 @@ class GridSearch(AbstractSolver):
     def value(self, problem, state):
         axes = problem.action_axes
         n_discrete = len(problem.regime.discrete_actions)
-        scale = _taste_shock_scale(problem)
+        scale = taste_shock_scale(problem)
 
         def reduce(action: dict, depth: int):
             if depth == len(axes):
@@ -124,7 +181,7 @@ class GridSearch(AbstractSolver):
         per_discrete = values.reshape((*discrete_shape, -1))
         best_continuous = jnp.argmax(per_discrete, axis=-1)
         v_d = jnp.max(per_discrete, axis=-1)
-        scale = _taste_shock_scale(problem)
+        scale = taste_shock_scale(problem)
         if scale is not None:
             assert key is not None
             v_d = v_d + scale * jax.random.gumbel(key, v_d.shape, v_d.dtype)
@@ -149,7 +206,28 @@ def _q_on_action_grid(problem: RegimeProblem, state) -> Float[Array, "..."]:
     return at({}, 0)
 
 
-def _taste_shock_scale(problem: RegimeProblem):
+def taste_shock_scale(problem: RegimeProblem):
     if not problem.regime.taste_shocks:
         return None
     return problem.params[""]["taste_shock_scale"]
+
+
+def assign_solvers(plan: ModelPlan, regimes, default: AbstractSolver) -> dict[str, AbstractSolver]:
+    """The solver of each regime: its own `solver`, else the model's default.
+
+    A default that does not apply to a regime (`applies_to`, e.g. `DCEGM` on a terminal
+    regime) leaves it to `GridSearch`; a regime's own solver must fit it (`check` raises
+    `ModelInitializationError` otherwise).
+    """
+    solvers: dict[str, AbstractSolver] = {}
+    for name, regime_plan in plan.regimes.items():
+        own = regimes[name].solver
+        if own is not None:
+            solver = own
+        elif default.applies_to(regime_plan):
+            solver = default
+        else:
+            solver = GridSearch()
+        solver.check(plan, regime_plan)
+        solvers[name] = solver
+    return solvers

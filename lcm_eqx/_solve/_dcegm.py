@@ -1,0 +1,655 @@
+"""DC-EGM: the discrete-continuous endogenous grid method (Iskhakov, Jørgensen, Rust &
+Schjerning 2017).
+
+For each discrete state and discrete action of a regime, the Euler equation is inverted
+at every point `a_j` of an exogenous grid of savings (the post-decision state
+`state − action`): `u'(c_j) = β·E[R·V'_m(m'(a_j))]`, so `c_j` and the endogenous state
+`m_j = a_j + c_j` come without any search. An upper envelope removes the points that are
+not optimal where future discrete choices make the continuation non-concave, and the
+credit-constrained segment below the first point (consume down to the borrowing limit)
+is exact. The choice-specific solutions are kept on their endogenous grids
+(`EndogenousGrid`), which the next period, the simulation and the likelihoods read
+directly; the value array on the regime's state grid is derived from them.
+
+Marginal utility is `jax.grad` of the user's utility; its inverse is found by Newton's
+method on `log u'(exp(x)) = log q`, which is linear in `x` for CRRA utility (one step is
+exact) and is differentiated by one final Newton step from the converged point (the
+implicit function theorem), not through the iterations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._errors import ModelInitializationError
+from .._grids import AbstractContinuousGrid, AbstractProcessGrid
+from .._model._dag import Evaluator, transitive_inputs
+from .._model._plan import ModelPlan, RegimePlan
+from ._axes import map_axis
+from ._continuation import NEG_INF, settle, weighted
+from ._envelope import (
+    INACTIVE,
+    ORDINARY,
+    ZERO,
+    AbstractUpperEnvelope,
+    EndogenousGrid,
+    ExactEnvelope,
+    read,
+)
+from ._kernel import RegimeProblem
+from ._solver import AbstractSolver, PeriodSolution, taste_shock_scale
+
+# The action value at which transitions are evaluated for a savings point `a`: the
+# state is `a + REFERENCE_ACTION`, so `state − action = a`. The class check verifies that
+# the result does not depend on this choice.
+REFERENCE_ACTION = 1.0
+# Consumption where the continuation's marginal value vanishes (after the last period):
+# the Euler equation has no finite solution, every point is credit constrained.
+CONSUMPTION_CAP = 1e8
+
+
+class DCEGM(AbstractSolver):
+    """The discrete-continuous endogenous grid method with an upper envelope.
+
+    Args:
+        state: the regime's continuous state (cash on hand, wealth).
+        action: the regime's continuous action (consumption).
+        savings: the exogenous grid of the post-decision state `state − action`; its
+            first point is the borrowing limit.
+        upper_envelope: how the non-optimal endogenous points are removed (default
+            `ExactEnvelope()`).
+        newton_steps: Newton iterations that invert marginal utility (one is exact for
+            CRRA utility).
+
+    The regime must have exactly one continuous state (`state`) and one continuous
+    action (`action`); its utility must depend on `action` and not on `state`; the next
+    value of `state` must depend on `state` and `action` only through `state − action`;
+    the regime transition and the discrete state transitions must not depend on either.
+    Constraints that involve `state` or `action` are the borrowing limit, which the
+    method takes from `savings` (its first point). Any number of discrete actions and
+    discrete, process and Markov states, taste shocks and stochastic regime transitions
+    work as with `GridSearch`.
+
+    Example:
+        >>> savings = IrregSpacedGrid(points=[400.0 * (i / 199) ** 3 for i in range(200)])
+        >>> solver = DCEGM(state="wealth", action="consumption", savings=savings)
+        >>> working = Regime(..., solver=solver)
+    """
+
+    state: str = eqx.field(static=True)
+    action: str = eqx.field(static=True)
+    savings: AbstractContinuousGrid
+    upper_envelope: AbstractUpperEnvelope = ExactEnvelope()
+    newton_steps: int = eqx.field(static=True, default=6)
+
+    def __check_init__(self):
+        for name in ("state", "action"):
+            if not isinstance(getattr(self, name), str):
+                raise ModelInitializationError(
+                    f"DCEGM: {name} must be the name of the regime's continuous {name}, got "
+                    f"{getattr(self, name)!r}."
+                )
+        if not isinstance(self.savings, AbstractContinuousGrid):
+            raise ModelInitializationError(
+                f"DCEGM: savings must be a continuous grid (e.g. IrregSpacedGrid), got "
+                f"{self.savings!r}."
+            )
+        if not isinstance(self.upper_envelope, AbstractUpperEnvelope):
+            raise ModelInitializationError(
+                f"DCEGM: upper_envelope must be an AbstractUpperEnvelope, got "
+                f"{self.upper_envelope!r}."
+            )
+        if not isinstance(self.newton_steps, int) or self.newton_steps < 1:
+            raise ModelInitializationError(
+                f"DCEGM: newton_steps must be an int >= 1, got {self.newton_steps!r}."
+            )
+
+    # ------------------------------------------------------------------ build
+    def applies_to(self, regime: RegimePlan) -> bool:
+        """Whether a model-wide default DCEGM takes this regime (else GridSearch does).
+
+        Terminal regimes and regimes with neither the state nor the action have no
+        consumption–saving problem to invert.
+        """
+        return not regime.is_terminal and (
+            self.state in regime.states or self.action in regime.actions
+        )
+
+    def check(self, model: ModelPlan, regime: RegimePlan) -> None:
+        name = regime.name
+
+        def fail(what: str):
+            raise ModelInitializationError(
+                f"Regime {name!r}: DCEGM(state={self.state!r}, action={self.action!r}) "
+                f"cannot solve it: {what}"
+            )
+
+        if regime.is_terminal:
+            fail("the regime is terminal (no continuation to invert); use GridSearch().")
+        if self.state not in regime.states or regime.grids[self.state].is_discrete:
+            fail(f"{self.state!r} is not a continuous state of the regime.")
+        if self.action not in regime.actions or regime.grids[self.action].is_discrete:
+            fail(f"{self.action!r} is not a continuous action of the regime.")
+        for other in regime.states:
+            if other != self.state and not regime.grids[other].is_discrete:
+                fail(f"it has a second continuous state {other!r}; DC-EGM handles one.")
+        for other in regime.actions:
+            if other != self.action and not regime.grids[other].is_discrete:
+                fail(f"it has a second continuous action {other!r}; DC-EGM handles one.")
+        continuous = {self.state, self.action}
+        utility_inputs = transitive_inputs(regime.utility, regime.helpers)
+        if self.action not in utility_inputs:
+            fail(f"its utility does not depend on {self.action!r}, so there is no Euler equation.")
+        if self.state in utility_inputs:
+            fail(
+                f"its utility depends on the state {self.state!r}; DC-EGM needs utility of "
+                f"the action {self.action!r} and discrete variables only."
+            )
+        assert regime.next_regime is not None
+        if transitive_inputs(regime.next_regime, regime.helpers) & continuous:
+            fail(
+                f"its regime transition depends on {self.state!r} or {self.action!r}; "
+                "DC-EGM needs it to depend on discrete variables only."
+            )
+        for state, transition in regime.state_transitions.items():
+            if state == self.state:
+                continue
+            if not model.state_grid(state).is_discrete:
+                fail(f"it produces a second continuous next state {state!r}; DC-EGM handles one.")
+            if transition.function is not None and (
+                transitive_inputs(transition.function, regime.helpers) & continuous
+            ):
+                fail(
+                    f"the transition of the discrete state {state!r} (function "
+                    f"'next_{state}') depends on {self.state!r} or {self.action!r}."
+                )
+        if self.state not in regime.state_transitions:
+            fail(f"it has no transition for {self.state!r}.")
+        for target in regime.targets:
+            target_plan = model.regimes[target]
+            for state in target_plan.states:
+                if state != self.state and not target_plan.grids[state].is_discrete:
+                    fail(f"the regime it can move to, {target!r}, has another continuous state.")
+
+    @property
+    def extra_checks(self) -> tuple[str, ...]:
+        return (f"next_{self.state}:savings",)
+
+    # ------------------------------------------------------------------ solve
+    def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
+        regime = problem.regime
+        discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
+        discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
+        savings = self.savings.to_jax()
+        checks = (*problem.checks, *self.extra_checks) if problem.validate else ()
+
+        def at_discrete_state(z: dict[str, Array]):
+            def at_choice(d: dict[str, Array]):
+                return self._choice(problem, {**z, **d}, savings, checks)
+
+            return _lift(at_choice, discrete_actions, {})
+
+        policy, violations = _lift(at_discrete_state, discrete_states, {})
+        n_z, n_d = len(discrete_states), len(discrete_actions)
+        # Violations: max over the discrete actions, then broadcast over the state grid.
+        violations = jnp.max(violations, axis=tuple(range(n_z, n_z + n_d))) if n_d else violations
+        status = jnp.asarray(ORDINARY, jnp.int32)
+        grid = EndogenousGrid(
+            m=policy["m"],
+            c=policy["c"],
+            v=policy["v"],
+            mu=policy["mu"],
+            count=policy["count"],
+            continuation0=policy["continuation0"],
+            feasible=policy["feasible"],
+            borrowing_limit=savings[0],
+            status=status,
+        )
+        nodes = problem.state_axes[regime.states.index(self.state)].points
+        values = self.values_on(problem, grid, nodes)  # (*z, n_nodes)
+        position = regime.states.index(self.state)
+        values = jnp.moveaxis(values, -1, position)
+        violations = jnp.expand_dims(violations, position)
+        violations = jnp.broadcast_to(violations, (*values.shape, violations.shape[-1]))
+        return PeriodSolution(values, violations, grid)
+
+    def _choice(self, problem: RegimeProblem, discrete: dict[str, Array], savings, checks):
+        """The refined endogenous grid of one discrete state and action."""
+        beta = problem.params[""]["discount_factor"]
+        utility, marginal = self._utility(problem, discrete)
+        feasible = jnp.asarray(True)
+        for key, constraint in problem.regime.constraints.items():
+            if transitive_inputs(constraint, problem.regime.helpers) & {self.state, self.action}:
+                continue  # the borrowing limit: savings[0]
+            evaluate = problem.evaluator(
+                {
+                    **discrete,
+                    self.state: savings[0] + REFERENCE_ACTION,
+                    self.action: REFERENCE_ACTION,
+                }
+            )
+            feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
+            del key
+
+        def at_savings(a):
+            return self._expected(problem, discrete, a, checks)
+
+        expected, marginal_expected, violations = map_axis(
+            at_savings, savings, self.savings.batch_size
+        )
+        q = beta * marginal_expected
+        cap = jax.lax.stop_gradient(marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype)))
+        consumption = self._invert(marginal, jnp.maximum(q, cap))
+        m = savings + consumption
+        v = utility(consumption) + beta * expected
+        mu = marginal(consumption)
+        continuation0 = beta * expected[0]
+        a0 = savings[0]
+
+        def constrained_value(x):
+            ok = x > a0
+            return jnp.where(ok, utility(jnp.where(ok, x - a0, 1.0)) + continuation0, NEG_INF)
+
+        finite = jnp.isfinite(v) & jnp.isfinite(m)
+        safe_m = jnp.where(finite, m, jnp.inf)
+        safe_v = jnp.where(finite, v, NEG_INF)
+        out_m, out_c, out_v, out_mu, count = self.upper_envelope(
+            safe_m, consumption, safe_v, mu, constrained_value, marginal
+        )
+        violations = jnp.max(violations, axis=0) if violations.size else violations
+        return {
+            "m": out_m,
+            "c": out_c,
+            "v": out_v,
+            "mu": out_mu,
+            "count": count,
+            "continuation0": continuation0,
+            "feasible": feasible,
+        }, violations
+
+    def _utility(self, problem: RegimeProblem, discrete: dict[str, Array]):
+        regime = problem.regime
+
+        def utility(c):
+            evaluate = problem.evaluator({**discrete, self.action: c, self.state: c})
+            return jnp.asarray(evaluate(regime.utility))
+
+        return utility, _marginal(utility)
+
+    def _invert(self, marginal: Callable[[Array], Array], q: Array) -> Array:
+        """`c` with `u'(c) = q`, by Newton's method on `log u'(exp(x)) = log q`."""
+        return invert_marginal(marginal, q, self.newton_steps)
+
+    def _expected(self, problem: RegimeProblem, discrete, a, checks):
+        """`E[V']` and `E[R·V'_m]` at savings `a`, and the check violations."""
+        regime = problem.regime
+        c_ref = jnp.asarray(REFERENCE_ACTION, a.dtype)
+        point = {**discrete, self.state: a + c_ref, self.action: c_ref}
+        evaluate = problem.evaluator(point)
+        transition = regime.state_transitions[self.state]
+        assert transition.function is not None
+
+        def next_state(m, c):
+            e = problem.evaluator({**discrete, self.state: m, self.action: c})
+            return jnp.asarray(e(transition.function))
+
+        m_next, gross_return = jax.jvp(
+            next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.zeros_like(a))
+        )
+        regime_p, regime_code = problem._regime_probabilities_and_id(evaluate)
+        codes, probabilities = problem.next_states(evaluate)
+        for name, t in regime.state_transitions.items():
+            if t.is_markov and name not in probabilities:
+                if t.function is None:
+                    probabilities[name] = problem.process_matrices[name][point[name]]
+                else:
+                    probabilities[name] = jnp.asarray(evaluate(t.function))
+        violations: dict[str, Any] = dict(problem._period_violations)
+        if checks:
+            problem._record_violations(regime_p, codes, probabilities, violations)
+            _, along = jax.jvp(next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.ones_like(a)))
+            scale = 1.0 + jnp.abs(gross_return)
+            violations[f"next_{self.state}:savings"] = jnp.where(
+                jnp.abs(along) <= 1e-6 * scale, 0.0, jnp.abs(along)
+            )
+        expected = jnp.asarray(0.0, a.dtype)
+        marginal = jnp.asarray(0.0, a.dtype)
+        unreachable = [
+            r.id for n, r in problem.model.regimes.items() if n not in problem.continuations
+        ]
+        for target in regime.targets:
+            target_id = problem.model.regimes[target].id
+            p = regime_p[target_id]
+            reader = problem.next_policies[target]
+            value, slope = reader(m_next)  # arrays over the target's discrete states
+            target_plan = problem.model.regimes[target]
+            for state in (s for s in target_plan.states if s != reader.continuous):
+                if state in probabilities:
+                    value = jnp.sum(weighted(_front(probabilities[state], value), value), axis=0)
+                    slope = jnp.sum(_front(probabilities[state], slope) * slope, axis=0)
+                else:
+                    value, slope = value[codes[state]], slope[codes[state]]
+            value = settle(value) if target_plan.states else value
+            expected = expected + weighted(p, value)
+            marginal = marginal + p * slope
+        if unreachable:
+            blocked = jnp.any(regime_p[jnp.asarray(unreachable)] > 0)
+            expected = jnp.where(blocked, NEG_INF, expected)
+        del regime_code
+        diagnostics = (
+            jnp.stack([jnp.asarray(violations.get(c, 0.0), a.dtype) for c in checks])
+            if checks
+            else jnp.zeros((0,), a.dtype)
+        )
+        return settle(expected), gross_return * marginal, diagnostics
+
+    # ------------------------------------------------------------------ reading
+    def values_on(self, problem: RegimeProblem, grid: EndogenousGrid, nodes: Array) -> Array:
+        """The regime's value at `nodes` of `state` for every discrete state: `(*z, n)`."""
+        return jax.vmap(lambda x: self.choice_values(problem, grid, x, reduce=True), out_axes=-1)(
+            nodes
+        )
+
+    def choice_values(
+        self,
+        problem: RegimeProblem,
+        grid: EndogenousGrid,
+        x: Array,
+        *,
+        reduce: bool,
+        discrete_state: dict[str, Array] | None = None,
+    ):
+        """Values of each discrete choice at `x` (axes: discrete states, then actions).
+
+        With `reduce`, the discrete actions are combined (max, or `λ·logsumexp` with taste
+        shocks). With `discrete_state`, only that state's choices: axes discrete actions.
+        Returns `(values, consumption)` when not reducing.
+        """
+        discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
+        discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
+
+        def at_z(z: dict[str, Array], index: tuple):
+            def at_d(d: dict[str, Array], d_index: tuple):
+                utility, marginal = self._utility(problem, {**z, **d})
+                i = (*index, *d_index)
+                c, v, _ = read(
+                    grid.m[i],
+                    grid.c[i],
+                    grid.v[i],
+                    grid.mu[i],
+                    grid.count[i],
+                    grid.continuation0[i],
+                    grid.borrowing_limit,
+                    x,
+                    utility,
+                    marginal,
+                )
+                v = jnp.where(grid.feasible[i], v, NEG_INF)
+                return v, c
+
+            return _lift_indexed(at_d, discrete_actions)
+
+        if discrete_state is not None:
+            index = tuple(discrete_state[a.name] for a in discrete_states)
+            return at_z(discrete_state, index)
+        v, c = _lift_indexed(at_z, discrete_states)
+        if not reduce:
+            return v, c
+        n_d = len(discrete_actions)
+        if n_d == 0:
+            return v
+        flat = v.reshape((*v.shape[: v.ndim - n_d], -1))
+        scale = taste_shock_scale(problem)
+        if scale is None:
+            return jnp.max(flat, axis=-1)
+        return scale * jax.nn.logsumexp(flat / scale, axis=-1)
+
+    def choose(self, problem, state, key):
+        regime = problem.regime
+        discrete_states = {s: state[s] for s in regime.states if s != self.state}
+        v_d, c_d = self.choice_values(
+            problem, problem.policy, state[self.state], reduce=False, discrete_state=discrete_states
+        )
+        discrete_actions = regime.discrete_actions
+        scale = taste_shock_scale(problem)
+        if scale is not None:
+            assert key is not None
+            v_d = v_d + scale * jax.random.gumbel(key, v_d.shape, v_d.dtype)
+        if not discrete_actions:
+            return {self.action: c_d}, v_d
+        flat = jnp.argmax(v_d.reshape(-1))
+        index = jnp.unravel_index(flat, v_d.shape)
+        chosen = {
+            name: i.astype(jnp.int32) for name, i in zip(discrete_actions, index, strict=True)
+        }
+        chosen[self.action] = c_d.reshape(-1)[flat]
+        return chosen, v_d.reshape(-1)[flat]
+
+    def discrete_values(self, problem, state):
+        discrete_states = {s: state[s] for s in problem.regime.states if s != self.state}
+        v_d, _ = self.choice_values(
+            problem, problem.policy, state[self.state], reduce=False, discrete_state=discrete_states
+        )
+        return v_d
+
+    def policy(self, problem, state):
+        """Consumption of each discrete choice at `state` (axes: discrete actions)."""
+        discrete_states = {s: state[s] for s in problem.regime.states if s != self.state}
+        _, c_d = self.choice_values(
+            problem, problem.policy, state[self.state], reduce=False, discrete_state=discrete_states
+        )
+        return c_d
+
+
+def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:
+    """`c > 0` with `marginal(c) = q`, by Newton's method in logs.
+
+    The iterations run without derivatives; one more Newton step from the converged
+    point carries the derivative with respect to `q` and to whatever `marginal` closes
+    over (the implicit function theorem).
+    """
+    log_q = jnp.log(q)
+
+    def residual(x):
+        return jnp.log(marginal(jnp.exp(x))) - log_q
+
+    def newton(x):
+        value, slope = jax.jvp(residual, (x,), (jnp.ones_like(x),))
+        slope = jnp.where(slope == 0, -1.0, slope)
+        return x - value / slope
+
+    x = jax.lax.stop_gradient(-log_q)
+    for _ in range(steps):
+        x = jax.lax.stop_gradient(newton(x))
+    return jnp.exp(newton(x))
+
+
+def _marginal(utility: Callable[[Array], Array]) -> Callable[[Array], Array]:
+    return jax.grad(lambda c: jnp.sum(utility(c)))
+
+
+def _front(p: Array, values: Array) -> Array:
+    """`p` (over the first axis of `values`) shaped to broadcast against `values`."""
+    return p.reshape((p.shape[0],) + (1,) * (values.ndim - 1))
+
+
+def _lift(fn, axes, point):
+    """`fn(point)` on the product of discrete `axes` (vmap, or splay by batch_size)."""
+    if not axes:
+        return fn(point)
+    first, rest = axes[0], axes[1:]
+    return map_axis(
+        lambda x: _lift(fn, rest, {**point, first.name: x}), first.points, first.batch_size
+    )
+
+
+def _lift_indexed(fn, axes, point=None, index=()):
+    """Like `_lift`, also passing the tuple of codes (for indexing stored arrays)."""
+    point = {} if point is None else point
+    if not axes:
+        return fn(point, index)
+    first, rest = axes[0], axes[1:]
+    return jax.vmap(lambda x: _lift_indexed(fn, rest, {**point, first.name: x}, (*index, x)))(
+        first.points
+    )
+
+
+class ContinuationReader(eqx.Module):
+    """Reads one next regime at a next-period cash on hand `m'`: its value and marginal
+    value for each of its discrete states (axes in its state order, `continuous` left out).
+    """
+
+    continuous: str | None = eqx.field(static=True)
+    read_fn: Callable = eqx.field(static=True)
+
+    def __call__(self, m_next):
+        return self.read_fn(m_next)
+
+
+def endogenous_reader(
+    model: ModelPlan,
+    target: str,
+    solver: DCEGM,
+    grid: EndogenousGrid,
+    params,
+    period,
+    age,
+) -> ContinuationReader:
+    """A reader of a DC-EGM regime's next-period `EndogenousGrid`."""
+    target_plan = model.regimes[target]
+    process_points = {}
+    for name in target_plan.states:
+        g = target_plan.grids[name]
+        if isinstance(g, AbstractProcessGrid):
+            process_points[name] = g.discretize(params.get(f"next_{name}", {}))[0]
+    discrete_states = [s for s in target_plan.states if s != solver.state]
+    discrete_actions = list(target_plan.discrete_actions)
+    scale = params[""]["taste_shock_scale"] if target_plan.taste_shocks else None
+
+    def read_fn(x):
+        def at(codes: tuple):
+            z = dict(zip(discrete_states, codes[: len(discrete_states)], strict=True))
+            d = dict(zip(discrete_actions, codes[len(discrete_states) :], strict=True))
+
+            def utility(c):
+                inputs = {
+                    n: (process_points[n][k] if n in process_points else k) for n, k in z.items()
+                }
+                inputs.update(d)
+                inputs[solver.action] = c
+                inputs[solver.state] = c
+                inputs["period"] = period
+                inputs["age"] = age
+                return jnp.asarray(
+                    Evaluator(target_plan.helpers, inputs, params)(target_plan.utility)
+                )
+
+            marginal = _marginal(utility)
+            c, v, mu = read(
+                grid.m[codes],
+                grid.c[codes],
+                grid.v[codes],
+                grid.mu[codes],
+                grid.count[codes],
+                grid.continuation0[codes],
+                grid.borrowing_limit,
+                x,
+                utility,
+                marginal,
+            )
+            del c
+            v = jnp.where(grid.feasible[codes], v, NEG_INF)
+            return v, jnp.where(grid.feasible[codes], mu, 0.0)
+
+        shape = grid.count.shape
+        if shape:
+            codes = jnp.indices(shape).reshape(len(shape), -1).T
+            v, mu = jax.vmap(lambda c: at(tuple(c)))(codes)
+            v, mu = v.reshape(shape), mu.reshape(shape)
+        else:
+            v, mu = at(())
+        n_d = len(discrete_actions)
+        if n_d:
+            lead = shape[: len(shape) - n_d]
+            flat_v = v.reshape((*lead, -1))
+            flat_mu = mu.reshape((*lead, -1))
+            if scale is None:
+                best = jnp.argmax(flat_v, axis=-1)
+                value = jnp.max(flat_v, axis=-1)
+                slope = jnp.take_along_axis(flat_mu, best[..., None], axis=-1)[..., 0]
+            else:
+                value = scale * jax.nn.logsumexp(flat_v / scale, axis=-1)
+                weights = jax.nn.softmax(flat_v / scale, axis=-1)
+                slope = jnp.sum(weights * flat_mu, axis=-1)
+        else:
+            value, slope = v, mu
+        value = jnp.where(grid.status == ZERO, 0.0, value)
+        value = jnp.where(grid.status == INACTIVE, NEG_INF, value)
+        slope = jnp.where(grid.status == ORDINARY, slope, 0.0)
+        return value, slope
+
+    return ContinuationReader(continuous=solver.state, read_fn=read_fn)
+
+
+def array_reader(
+    model: ModelPlan, target: str, values: Array, continuous: str
+) -> ContinuationReader:
+    """A reader of a value array on a regime's state grid (e.g. a `GridSearch` regime):
+    linear interpolation along `continuous` and the interpolant's slope."""
+    target_plan = model.regimes[target]
+    if continuous not in target_plan.states:
+
+        def constant(x):
+            return values, jnp.zeros_like(values)
+
+        return ContinuationReader(continuous=None, read_fn=constant)
+    axis = target_plan.states.index(continuous)
+    grid = target_plan.grids[continuous]
+    assert isinstance(grid, AbstractContinuousGrid)
+    moved = jnp.moveaxis(values, axis, -1)
+
+    def linear(x):
+        points = grid.to_jax()
+        lo, w = grid.interval(x, points)
+        low, high = moved[..., lo], moved[..., lo + 1]
+        value = settle(weighted(1 - w, low) + weighted(w, high))
+        slope = (high - low) / (points[lo + 1] - points[lo])
+        slope = jnp.where(jnp.isfinite(slope), slope, 0.0)
+        return value, slope
+
+    return ContinuationReader(continuous=continuous, read_fn=linear)
+
+
+def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> EndogenousGrid:
+    """The `EndogenousGrid` of the period after the last (value 0 everywhere)."""
+    plan = model.regimes[regime]
+    shape = tuple(
+        plan.grids[s].n_points for s in (*plan.states, *plan.discrete_actions) if s != solver.state
+    )
+    k = 3 * solver.savings.n_points
+    line = jnp.broadcast_to(jnp.linspace(1.0, 2.0, k, dtype=dtype), (*shape, k))
+    return EndogenousGrid(
+        m=line,
+        c=line,
+        v=jnp.zeros((*shape, k), dtype),
+        mu=jnp.zeros((*shape, k), dtype),
+        count=jnp.full(shape, k, jnp.int32),
+        continuation0=jnp.zeros(shape, dtype),
+        feasible=jnp.ones(shape, bool),
+        borrowing_limit=jnp.asarray(solver.savings.to_jax()[0], dtype),
+        status=jnp.asarray(ZERO, jnp.int32),
+    )
+
+
+def inactive_grid(grid: EndogenousGrid) -> EndogenousGrid:
+    return eqx.tree_at(lambda g: g.status, grid, jnp.asarray(INACTIVE, jnp.int32))
+
+
+def n_refined(solver: DCEGM) -> int:
+    return 3 * solver.savings.n_points

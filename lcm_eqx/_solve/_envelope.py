@@ -1,0 +1,220 @@
+"""Endogenous grids: the upper envelope that makes them a function, and reading them.
+
+An endogenous-grid solver produces, for one discrete choice, points `(m_j, c_j, v_j)`
+from the Euler equation at each exogenous savings point `a_j` (`m_j = a_j + c_j`). Where
+the continuation is not concave (future discrete choices), `m_j` folds back and some
+points are not optimal: the **upper envelope** drops them and inserts the points where
+the optimal branch switches. The result, an `EndogenousGrid`, is read at any `m` with
+the exact credit-constrained segment below its first point (`c = m − a_0`), cubic
+Hermite interpolation of the value (the slopes are known exactly: `dv/dm = u'(c)`) and
+linear interpolation of consumption above it.
+
+Everything here works on fixed-size arrays (dropped points are padded to the end with
+`m = +inf`), so it is jit-, vmap- and grad-able.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+NEG_INF = -jnp.inf
+
+# `EndogenousGrid.status`: an ordinary grid, the zero continuation after the last period,
+# or a regime inactive in that period (value -inf).
+ORDINARY, ZERO, INACTIVE = 0, 1, 2
+
+
+class EndogenousGrid(eqx.Module):
+    """Choice-specific consumption and value functions on their endogenous grids.
+
+    Leading axes (`...`) are the regime's discrete states and discrete actions; the last
+    axis holds the refined endogenous points, sorted by `m`, padded with `m = +inf`.
+
+    Attributes:
+        m: endogenous values of the continuous state (cash on hand).
+        c: consumption at `m`.
+        v: choice-specific value at `m`.
+        mu: marginal value `dv/dm = u'(c)` at `m`.
+        count: number of valid points.
+        continuation0: `β·E[V']` at the borrowing limit (the constrained segment's
+            continuation).
+        feasible: whether the discrete choice is allowed (constraints on discrete
+            variables only); infeasible choices have value `-inf`.
+        borrowing_limit: the first savings point `a_0`.
+        status: `ORDINARY`, `ZERO` (after the last period) or `INACTIVE` (scalar).
+    """
+
+    m: Float[Array, "... k"]
+    c: Float[Array, "... k"]
+    v: Float[Array, "... k"]
+    mu: Float[Array, "... k"]
+    count: Int[Array, "..."]
+    continuation0: Float[Array, "..."]
+    feasible: Array
+    borrowing_limit: Float[Array, ""]
+    status: Int[Array, ""]
+
+
+class AbstractUpperEnvelope(eqx.Module):
+    """Turns the raw Euler-equation points of one discrete choice into an upper envelope.
+
+    `__call__(m, c, v, mu, constrained_value, marginal)` takes the points in savings
+    order (1-d arrays of length `n`) and returns refined `(m, c, v, mu, count)` of a fixed
+    length, sorted by `m`, padded with `+inf`. `constrained_value(m)` is the value of
+    consuming down to the borrowing limit at `m`, `marginal(c)` is `u'(c)`.
+    """
+
+    @abc.abstractmethod
+    def __call__(
+        self,
+        m: Array,
+        c: Array,
+        v: Array,
+        mu: Array,
+        constrained_value: Callable[[Array], Array],
+        marginal: Callable[[Array], Array],
+    ) -> tuple[Array, Array, Array, Array, Array]: ...
+
+
+class ExactEnvelope(AbstractUpperEnvelope):
+    """The exact upper envelope by pairwise comparison (`O(n²)` per choice, no loops).
+
+    A point is dropped when a segment between two other consecutive points, or the
+    credit-constrained branch, lies above it at its `m` (by more than a relative
+    `tolerance`). Where the optimal branch jumps (consecutive kept points that are not
+    consecutive savings points), the crossing of the two branches' tangents is inserted
+    twice, with the consumption of the left and of the right branch, so the policy jumps
+    there and the value has its kink exactly.
+
+    Fully vectorised: every point is tested against every segment at once, which on
+    savings grids of a few hundred points costs less than a sequential scan's per-step
+    overhead, and has a clean derivative (the selection is piecewise constant, the kept
+    values and crossings are smooth in the parameters).
+    """
+
+    tolerance: float = 1e-10
+
+    def __call__(self, m, c, v, mu, constrained_value, marginal):
+        n = m.shape[0]
+        tolerance = jnp.maximum(self.tolerance, 64 * jnp.finfo(v.dtype).eps)
+        lo_m, hi_m = m[:-1], m[1:]
+        width = hi_m - lo_m
+        safe_width = jnp.where(width == 0, 1.0, width)
+        slope = (v[1:] - v[:-1]) / safe_width
+        point = jnp.arange(n)[:, None]
+        segment = jnp.arange(n - 1)[None, :]
+        inside = (m[:, None] >= jnp.minimum(lo_m, hi_m)[None, :]) & (
+            m[:, None] <= jnp.maximum(lo_m, hi_m)[None, :]
+        )
+        incident = (segment == point) | (segment == point - 1)
+        on_segment = v[:-1][None, :] + (m[:, None] - lo_m[None, :]) * slope[None, :]
+        margin = tolerance * (1.0 + jnp.abs(v))
+        beaten = jnp.any(inside & ~incident & (on_segment > v[:, None] + margin[:, None]), axis=1)
+        beaten = beaten | (jax.lax.stop_gradient(constrained_value(m)) > v + margin)
+        beaten = beaten | ~jnp.isfinite(m)
+        kept = ~jax.lax.stop_gradient(beaten)
+
+        # Kept points in order of m (dropped ones last).
+        order = jnp.argsort(jnp.where(kept, m, jnp.inf), stable=True)
+        k_index = order
+        k_valid = kept[order]
+        km, kc, kv, kmu = m[order], c[order], v[order], mu[order]
+
+        # Crossings between consecutive kept points from different branches.
+        nxt = jnp.roll(k_index, -1)
+        jump = k_valid & jnp.roll(k_valid, -1) & (nxt != k_index + 1)
+        jump = jump.at[-1].set(False)
+        m_right, v_right, mu_right = jnp.roll(km, -1), jnp.roll(kv, -1), jnp.roll(kmu, -1)
+        denominator = kmu - mu_right
+        safe_denominator = jnp.where(denominator == 0, 1.0, denominator)
+        crossing = (v_right - kv + kmu * km - mu_right * m_right) / safe_denominator
+        crossing = jnp.where(denominator == 0, 0.5 * (km + m_right), crossing)
+        crossing = jnp.clip(crossing, km, jnp.maximum(km, m_right))
+        crossing = jnp.where(jump, crossing, 0.0)
+        value = kv + kmu * (crossing - km)
+        # Consumption of each branch extended to the crossing (the branch's next or
+        # previous savings point gives its slope).
+        c_left = _extend(m, c, k_index, k_index + 1, crossing)
+        c_right = _extend(m, c, nxt - 1, nxt, crossing)
+        # Slots: kept point p, then (if p jumps) the crossing with the left and the right
+        # branch's consumption. Already sorted by m; compact the invalid slots away.
+        slot_m = jnp.stack([km, crossing, crossing], axis=1).reshape(-1)
+        slot_c = jnp.stack([kc, c_left, c_right], axis=1).reshape(-1)
+        slot_v = jnp.stack([kv, value, value], axis=1).reshape(-1)
+        safe_c_left = jnp.where(jump, c_left, 1.0)
+        safe_c_right = jnp.where(jump, c_right, 1.0)
+        slot_mu = jnp.stack(
+            [kmu, jnp.where(jump, marginal(safe_c_left), 0.0), marginal(safe_c_right)], axis=1
+        ).reshape(-1)
+        slot_valid = jnp.stack([k_valid, jump, jump], axis=1).reshape(-1)
+        compact = jnp.argsort(jnp.where(slot_valid, jnp.arange(3 * n), 3 * n), stable=True)
+        valid = slot_valid[compact]
+        out_m = jnp.where(valid, slot_m[compact], jnp.inf)
+        out_c = jnp.where(valid, slot_c[compact], 0.0)
+        out_v = jnp.where(valid, slot_v[compact], 0.0)
+        out_mu = jnp.where(valid, slot_mu[compact], 0.0)
+        return out_m, out_c, out_v, out_mu, jnp.sum(valid, dtype=jnp.int32)
+
+
+def _extend(m, c, i, j, x):
+    """Consumption on the line through savings points `i` and `j` (clipped), at `x`."""
+    n = m.shape[0]
+    i = jnp.clip(i, 0, n - 1)
+    j = jnp.clip(j, 0, n - 1)
+    width = m[j] - m[i]
+    ok = (width != 0) & (i != j)
+    safe = jnp.where(ok, width, 1.0)
+    return jnp.where(ok, c[i] + (x - m[i]) * (c[j] - c[i]) / safe, c[i])
+
+
+def read(
+    m: Array,
+    c: Array,
+    v: Array,
+    mu: Array,
+    count: Array,
+    continuation0: Array,
+    borrowing_limit: Array,
+    x: Array,
+    utility: Callable[[Array], Array],
+    marginal: Callable[[Array], Array],
+) -> tuple[Array, Array, Array]:
+    """Consumption, value and marginal value of one choice at cash on hand `x`.
+
+    Below the first endogenous point the agent consumes down to the borrowing limit
+    (exact: `u(x − a_0) + β·E[V'](a_0)`); above it, cubic Hermite for the value (slopes
+    `u'(c)`) and linear for consumption, extrapolated linearly past the last point.
+    `x` at or below the borrowing limit has no feasible consumption: value `-inf`.
+    """
+    last = jnp.maximum(count - 1, 1)
+    k = jnp.clip(jnp.searchsorted(m, x, side="right") - 1, 0, last - 1)
+    m0, m1 = m[k], m[k + 1]
+    h = m1 - m0
+    safe_h = jnp.where(h > 0, h, 1.0)
+    t = jnp.where(h > 0, (x - m0) / safe_h, 1.0)
+    above = x > m[last]
+    # Hermite basis on [m0, m1]; past the last point, linear in the last slope.
+    t2, t3 = t * t, t * t * t
+    hermite = (
+        (2 * t3 - 3 * t2 + 1) * v[k]
+        + (t3 - 2 * t2 + t) * h * mu[k]
+        + (-2 * t3 + 3 * t2) * v[k + 1]
+        + (t3 - t2) * h * mu[k + 1]
+    )
+    value = jnp.where(above, v[last] + mu[last] * (x - m[last]), hermite)
+    consumption = c[k] + t * (c[k + 1] - c[k])
+    constrained = x < m[0]
+    feasible = x > borrowing_limit
+    c_constrained = jnp.where(feasible, x - borrowing_limit, 1.0)
+    consumption = jnp.where(constrained, c_constrained, consumption)
+    safe_consumption = jnp.where(feasible & (consumption > 0), consumption, 1.0)
+    marginal_value = marginal(safe_consumption)
+    value = jnp.where(constrained, utility(c_constrained) + continuation0, value)
+    value = jnp.where(feasible, value, NEG_INF)
+    return consumption, value, marginal_value
