@@ -337,7 +337,9 @@ def compute_policy(
     key = jax.random.key(0) if key is None else key
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(n))
     solve_at = _policy_program(model, regime)
-    chosen, value = solve_at(params, solution.values, points, jnp.asarray(period), keys)
+    chosen, value = solve_at(
+        params, solution.values, solution.policies, points, jnp.asarray(period), keys
+    )
     return {name: np.asarray(x) for name, x in chosen.items()}, np.asarray(value)
 
 
@@ -352,15 +354,17 @@ def _policy_program(model: Model, regime: str):
     from ._solve._backward import age_of
     from ._solve._kernel import RegimeProblem
 
-    plan, solver, ages = model.plan, model.solver, model.ages
+    plan, solver, ages = model.plan, model.solvers[regime], model.ages
     regime_plan = plan.regimes[regime]
 
-    def solve_at(params, values, points, period, keys):
+    def solve_at(params, values, policies, points, period, keys):
         resolved = resolve_params(plan, params)
         continuation = {name: v[period] for name, v in prepare_next_values(plan, values).items()}
         problem = RegimeProblem(
             plan, regime_plan, resolved[regime], period, age_of(ages, period), continuation, False
         )
+        if regime in policies:
+            problem.policy = jax.tree.map(lambda x: x[period], policies[regime])
         return jax.vmap(lambda point, k: solver.choose(problem, point, k))(points, keys)
 
     return jax.jit(solve_at)

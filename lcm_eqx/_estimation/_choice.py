@@ -37,14 +37,23 @@ def next_values_at(solution_values: dict[str, Array], period) -> dict[str, Array
     return out
 
 
-def regime_problem(model, resolved, regime: str, period, solution_values) -> RegimeProblem:
-    """The Bellman problem of `regime` in `period` against the solution's next values."""
+def regime_problem(
+    model, resolved, regime: str, period, solution_values, policies=None
+) -> RegimeProblem:
+    """The Bellman problem of `regime` in `period` against the solution's next values.
+
+    With `policies` (the solution's), the problem carries the regime's own policy of
+    that period, which endogenous-grid solvers read instead of searching.
+    """
     plan = model.plan
     period = jnp.asarray(period, dtype=jnp.int32)
     age = age_of(model.ages, period)
     regime_plan = plan.regimes[regime]
     next_values = None if regime_plan.is_terminal else next_values_at(solution_values, period)
-    return RegimeProblem(plan, regime_plan, resolved[regime], period, age, next_values, False)
+    problem = RegimeProblem(plan, regime_plan, resolved[regime], period, age, next_values, False)
+    if policies and regime in policies:
+        problem.policy = jax.tree.map(lambda x: x[period], policies[regime])
+    return problem
 
 
 def probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:
@@ -88,14 +97,17 @@ def discrete_values(
     per discrete action (declaration order).
     """
     _check(model, solution, regime, period)
-    return _discrete_values_on_grid(model, regime, params, solution.values, int(period))
+    return _discrete_values_on_grid(
+        model, regime, params, solution.values, solution.policies, int(period)
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("model", "regime"))
-def _discrete_values_on_grid(model, regime, params, solution_values, period):
+def _discrete_values_on_grid(model, regime, params, solution_values, policies, period):
     resolved = resolve_params(model.plan, params)
-    problem = regime_problem(model, resolved, regime, period, solution_values)
-    return lift(lambda state: model.solver.discrete_values(problem, state), problem.state_axes)
+    problem = regime_problem(model, resolved, regime, period, solution_values, policies)
+    solver = model.solvers[regime]
+    return lift(lambda state: solver.discrete_values(problem, state), problem.state_axes)
 
 
 def choice_probabilities(
@@ -123,14 +135,17 @@ def choice_probabilities(
     if solution is None:
         solution = model.solve(params)
     _check(model, solution, regime, period)
-    return _probabilities_on_grid(model, regime, params, solution.values, int(period))
+    return _probabilities_on_grid(
+        model, regime, params, solution.values, solution.policies, int(period)
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("model", "regime"))
-def _probabilities_on_grid(model, regime, params, solution_values, period):
+def _probabilities_on_grid(model, regime, params, solution_values, policies, period):
     resolved = resolve_params(model.plan, params)
-    problem = regime_problem(model, resolved, regime, period, solution_values)
-    v_d = lift(lambda state: model.solver.discrete_values(problem, state), problem.state_axes)
+    problem = regime_problem(model, resolved, regime, period, solution_values, policies)
+    solver = model.solvers[regime]
+    v_d = lift(lambda state: solver.discrete_values(problem, state), problem.state_axes)
     n_discrete = len(problem.regime.discrete_actions)
     return probabilities_from_values(v_d, taste_shock_scale(problem), n_discrete)
 

@@ -28,6 +28,7 @@ from jaxtyping import Array, Float
 from .._errors import LcmError
 from .._model._params import resolve_params
 from .._solve._axes import lift
+from .._solve._dcegm import DCEGM
 from .._solve._solution import Solution
 from ._choice import (
     log_probabilities_from_values,
@@ -121,11 +122,11 @@ def _log_likelihood(model, terms, validate, params, data, solution, measurement_
         def row(problem, state, d_obs, c_obs, discrete=discrete, continuous=continuous, sds=sds):
             total = jnp.zeros((), dtype)
             if discrete:
-                v_d = model.solver.discrete_values(problem, state)
+                v_d = model.solvers[name].discrete_values(problem, state)
                 logp = log_probabilities_from_values(v_d, taste_shock_scale(problem), len(discrete))
                 total = total + logp[tuple(d_obs[a] for a in discrete)]
             if continuous:
-                best = best_continuous_actions(problem, state, d_obs)
+                best = best_continuous_actions(problem, state, d_obs, model.solvers[name])
                 for action in continuous:
                     x = c_obs[action]
                     seen = jnp.isfinite(x)
@@ -168,8 +169,8 @@ def _choice_moments(model, validate, params, data, solution):
 
         n_discrete = len(discrete)
 
-        def row(problem, state, d_obs, c_obs, n=n_discrete):
-            v_d = model.solver.discrete_values(problem, state)
+        def row(problem, state, d_obs, c_obs, n=n_discrete, solver=model.solvers[name]):
+            v_d = solver.discrete_values(problem, state)
             return probabilities_from_values(v_d, taste_shock_scale(problem), n)
 
         p = _map_rows(model, resolved, solution, name, block, row)
@@ -182,10 +183,11 @@ def _choice_moments(model, validate, params, data, solution):
     return out
 
 
-def best_continuous_actions(problem, state, discrete_action) -> dict[str, Array]:
-    """The best continuous actions at `state` given the discrete actions, on the grids.
+def best_continuous_actions(problem, state, discrete_action, solver=None) -> dict[str, Array]:
+    """The best continuous actions at `state` given the discrete actions.
 
-    A single continuous action is refined to the vertex of the parabola through the
+    With an endogenous-grid `solver` (e.g. `DCEGM`), its continuous policy at `state`.
+    Otherwise, on the grids: a single continuous action is refined to the vertex of the parabola through the
     grid maximum and its two neighbours (clipped to them), which moves continuously with
     the parameters between grid switches; with several, the grid argmax is returned.
     The grid search itself runs without derivatives; only the (up to) three points of
@@ -194,6 +196,10 @@ def best_continuous_actions(problem, state, discrete_action) -> dict[str, Array]
     names = problem.regime.continuous_actions
     axes = tuple(a for a in problem.action_axes if a.name in names)
     fixed = {a: discrete_action[a] for a in problem.regime.discrete_actions}
+    if isinstance(solver, DCEGM):
+        consumption = solver.policy(problem, state)
+        index = tuple(fixed[a] for a in problem.regime.discrete_actions)
+        return {solver.action: consumption[index]}
 
     def q(action):
         return problem.q(state, {**fixed, **action})[0]
@@ -257,7 +263,7 @@ def _map_rows(model, resolved, solution, name: str, block: RegimeBlock, fn):
 
     def group(inputs):
         period, states, d_obs, c_obs = inputs
-        problem = regime_problem(model, resolved, name, period, solution.values)
+        problem = regime_problem(model, resolved, name, period, solution.values, solution.policies)
 
         def one(state, d, c):
             state = dict(state)

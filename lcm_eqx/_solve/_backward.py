@@ -90,6 +90,7 @@ def solve_model(
                     next_values,
                     validate,
                     sharding=sharding,
+                    prepare=not isinstance(solver, DCEGM),
                 )
                 if isinstance(solver, DCEGM):
                     problem.next_policies = continuation_readers(

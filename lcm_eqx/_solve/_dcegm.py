@@ -201,10 +201,7 @@ class DCEGM(AbstractSolver):
         violations = jnp.max(violations, axis=tuple(range(n_z, n_z + n_d))) if n_d else violations
         status = jnp.asarray(ORDINARY, jnp.int32)
         grid = EndogenousGrid(
-            m=policy["m"],
-            c=policy["c"],
-            v=policy["v"],
-            mu=policy["mu"],
+            nodes=policy["nodes"],
             count=policy["count"],
             continuation0=policy["continuation0"],
             feasible=policy["feasible"],
@@ -247,9 +244,9 @@ class DCEGM(AbstractSolver):
         cap = jax.lax.stop_gradient(marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype)))
         consumption = self._invert(marginal, jnp.maximum(q, cap))
         m = savings + consumption
-        v = utility(consumption) + beta * expected
+        v = _plus_discounted(utility(consumption), beta, expected)
         mu = marginal(consumption)
-        continuation0 = beta * expected[0]
+        continuation0 = _plus_discounted(0.0, beta, expected[0])
         a0 = savings[0]
 
         def constrained_value(x):
@@ -259,15 +256,12 @@ class DCEGM(AbstractSolver):
         finite = jnp.isfinite(v) & jnp.isfinite(m)
         safe_m = jnp.where(finite, m, jnp.inf)
         safe_v = jnp.where(finite, v, NEG_INF)
-        out_m, out_c, out_v, out_mu, count = self.upper_envelope(
+        nodes, count = self.upper_envelope(
             safe_m, consumption, safe_v, mu, constrained_value, marginal
         )
-        violations = jnp.max(violations, axis=0) if violations.size else violations
+        violations = jnp.max(violations, axis=0)
         return {
-            "m": out_m,
-            "c": out_c,
-            "v": out_v,
-            "mu": out_mu,
+            "nodes": nodes,
             "count": count,
             "continuation0": continuation0,
             "feasible": feasible,
@@ -280,7 +274,7 @@ class DCEGM(AbstractSolver):
             evaluate = problem.evaluator({**discrete, self.action: c, self.state: c})
             return jnp.asarray(evaluate(regime.utility))
 
-        return utility, _marginal(utility)
+        return jnp.vectorize(utility), _marginal(utility)
 
     def _invert(self, marginal: Callable[[Array], Array], q: Array) -> Array:
         """`c` with `u'(c) = q`, by Newton's method on `log u'(exp(x)) = log q`."""
@@ -320,9 +314,7 @@ class DCEGM(AbstractSolver):
             )
         expected = jnp.asarray(0.0, a.dtype)
         marginal = jnp.asarray(0.0, a.dtype)
-        unreachable = [
-            r.id for n, r in problem.model.regimes.items() if n not in problem.continuations
-        ]
+        unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
         for target in regime.targets:
             target_id = problem.model.regimes[target].id
             p = regime_p[target_id]
@@ -379,10 +371,7 @@ class DCEGM(AbstractSolver):
                 utility, marginal = self._utility(problem, {**z, **d})
                 i = (*index, *d_index)
                 c, v, _ = read(
-                    grid.m[i],
-                    grid.c[i],
-                    grid.v[i],
-                    grid.mu[i],
+                    grid.nodes[i],
                     grid.count[i],
                     grid.continuation0[i],
                     grid.borrowing_limit,
@@ -408,7 +397,7 @@ class DCEGM(AbstractSolver):
         scale = taste_shock_scale(problem)
         if scale is None:
             return jnp.max(flat, axis=-1)
-        return scale * jax.nn.logsumexp(flat / scale, axis=-1)
+        return smooth_max(flat, scale)
 
     def choose(self, problem, state, key):
         regime = problem.regime
@@ -470,8 +459,44 @@ def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) ->
     return jnp.exp(newton(x))
 
 
+def _plus_discounted(utility, beta, expected):
+    """`utility + beta * expected`, `-inf` where `expected` is, with a finite derivative."""
+    finite = jnp.isfinite(expected)
+    return jnp.where(finite, utility + beta * jnp.where(finite, expected, 0.0), NEG_INF)
+
+
+def smooth_max(values, scale):
+    """`scale · logsumexp(values / scale)` over the last axis.
+
+    `-inf` entries (infeasible choices) are left out through `logsumexp`'s weights rather
+    than divided by `scale`, whose derivative would be infinite there; a row of `-inf`
+    stays `-inf` with a zero derivative.
+    """
+    finite = jnp.isfinite(values)
+    any_finite = jnp.any(finite, axis=-1)
+    weights = jnp.where(any_finite[..., None], finite, True)
+    safe = jnp.where(finite, values, 0.0)
+    value = scale * jax.nn.logsumexp(safe / scale, axis=-1, b=weights)
+    return jnp.where(any_finite, value, NEG_INF)
+
+
+def choice_weights(values, scale):
+    """`softmax(values / scale)` over the last axis, with `-inf` entries weighted 0 and
+    a finite derivative (see `smooth_max`); a row of `-inf` gets weights 0."""
+    finite = jnp.isfinite(values)
+    safe = jnp.where(finite, values, 0.0)
+    top = jax.lax.stop_gradient(
+        jnp.max(jnp.where(finite, values, -jnp.finfo(values.dtype).max), axis=-1, keepdims=True)
+    )
+    exponent = jnp.where(finite, (safe - jnp.where(finite, top, 0.0)) / scale, 0.0)
+    mass = jnp.where(finite, jnp.exp(exponent), 0.0)
+    total = jnp.sum(mass, axis=-1, keepdims=True)
+    return mass / jnp.where(total > 0, total, 1.0)
+
+
 def _marginal(utility: Callable[[Array], Array]) -> Callable[[Array], Array]:
-    return jax.grad(lambda c: jnp.sum(utility(c)))
+    """`u'` of a scalar utility, applied elementwise."""
+    return jnp.vectorize(jax.grad(utility))
 
 
 def _front(p: Array, values: Array) -> Array:
@@ -551,11 +576,9 @@ def endogenous_reader(
                 )
 
             marginal = _marginal(utility)
+            utility = jnp.vectorize(utility)
             c, v, mu = read(
-                grid.m[codes],
-                grid.c[codes],
-                grid.v[codes],
-                grid.mu[codes],
+                grid.nodes[codes],
                 grid.count[codes],
                 grid.continuation0[codes],
                 grid.borrowing_limit,
@@ -584,8 +607,8 @@ def endogenous_reader(
                 value = jnp.max(flat_v, axis=-1)
                 slope = jnp.take_along_axis(flat_mu, best[..., None], axis=-1)[..., 0]
             else:
-                value = scale * jax.nn.logsumexp(flat_v / scale, axis=-1)
-                weights = jax.nn.softmax(flat_v / scale, axis=-1)
+                value = smooth_max(flat_v, scale)
+                weights = choice_weights(flat_v, scale)
                 slope = jnp.sum(weights * flat_mu, axis=-1)
         else:
             value, slope = v, mu
@@ -633,12 +656,10 @@ def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> Endogenous
         plan.grids[s].n_points for s in (*plan.states, *plan.discrete_actions) if s != solver.state
     )
     k = 3 * solver.savings.n_points
-    line = jnp.broadcast_to(jnp.linspace(1.0, 2.0, k, dtype=dtype), (*shape, k))
+    line = jnp.linspace(1.0, 2.0, k, dtype=dtype)
+    rows = jnp.stack([line, line, jnp.zeros_like(line), jnp.zeros_like(line)], axis=1)
     return EndogenousGrid(
-        m=line,
-        c=line,
-        v=jnp.zeros((*shape, k), dtype),
-        mu=jnp.zeros((*shape, k), dtype),
+        nodes=jnp.broadcast_to(rows, (*shape, k, 4)),
         count=jnp.full(shape, k, jnp.int32),
         continuation0=jnp.zeros(shape, dtype),
         feasible=jnp.ones(shape, bool),

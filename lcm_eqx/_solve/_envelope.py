@@ -33,14 +33,14 @@ ORDINARY, ZERO, INACTIVE = 0, 1, 2
 class EndogenousGrid(eqx.Module):
     """Choice-specific consumption and value functions on their endogenous grids.
 
-    Leading axes (`...`) are the regime's discrete states and discrete actions; the last
-    axis holds the refined endogenous points, sorted by `m`, padded with `m = +inf`.
+    Leading axes (`...`) are the regime's discrete states and discrete actions; then the
+    refined endogenous points, sorted by `m` and padded with `m = +inf`, each a row
+    `(m, c, v, mu)` (read together, so one gather fetches an interval):
 
     Attributes:
-        m: endogenous values of the continuous state (cash on hand).
-        c: consumption at `m`.
-        v: choice-specific value at `m`.
-        mu: marginal value `dv/dm = u'(c)` at `m`.
+        nodes: per point, the endogenous value of the continuous state `m` (cash on
+            hand), consumption `c`, the choice-specific value `v` and the marginal value
+            `mu = dv/dm = u'(c)`.
         count: number of valid points.
         continuation0: `β·E[V']` at the borrowing limit (the constrained segment's
             continuation).
@@ -50,23 +50,32 @@ class EndogenousGrid(eqx.Module):
         status: `ORDINARY`, `ZERO` (after the last period) or `INACTIVE` (scalar).
     """
 
-    m: Float[Array, "... k"]
-    c: Float[Array, "... k"]
-    v: Float[Array, "... k"]
-    mu: Float[Array, "... k"]
+    nodes: Float[Array, "... k 4"]
     count: Int[Array, "..."]
     continuation0: Float[Array, "..."]
     feasible: Array
     borrowing_limit: Float[Array, ""]
     status: Int[Array, ""]
 
+    @property
+    def m(self) -> Array:
+        return self.nodes[..., 0]
+
+    @property
+    def c(self) -> Array:
+        return self.nodes[..., 1]
+
+    @property
+    def v(self) -> Array:
+        return self.nodes[..., 2]
+
 
 class AbstractUpperEnvelope(eqx.Module):
     """Turns the raw Euler-equation points of one discrete choice into an upper envelope.
 
     `__call__(m, c, v, mu, constrained_value, marginal)` takes the points in savings
-    order (1-d arrays of length `n`) and returns refined `(m, c, v, mu, count)` of a fixed
-    length, sorted by `m`, padded with `+inf`. `constrained_value(m)` is the value of
+    order (1-d arrays of length `n`) and returns `(nodes, count)`: the refined rows
+    `(m, c, v, mu)`, a fixed number of them, sorted by `m`, padded with `m = +inf`. `constrained_value(m)` is the value of
     consuming down to the borrowing limit at `m`, `marginal(c)` is `u'(c)`.
     """
 
@@ -79,7 +88,7 @@ class AbstractUpperEnvelope(eqx.Module):
         mu: Array,
         constrained_value: Callable[[Array], Array],
         marginal: Callable[[Array], Array],
-    ) -> tuple[Array, Array, Array, Array, Array]: ...
+    ) -> tuple[Array, Array]: ...
 
 
 class ExactEnvelope(AbstractUpperEnvelope):
@@ -124,7 +133,10 @@ class ExactEnvelope(AbstractUpperEnvelope):
         order = jnp.argsort(jnp.where(kept, m, jnp.inf), stable=True)
         k_index = order
         k_valid = kept[order]
-        km, kc, kv, kmu = m[order], c[order], v[order], mu[order]
+        # Dropped points may hold +inf / -inf: zero them, so that no derivative below
+        # meets an infinity (where() would turn its 0 * inf into NaN).
+        finite_m = jnp.where(kept, m, 0.0)
+        km, kc, kv, kmu = jnp.stack([finite_m, c, jnp.where(kept, v, 0.0), mu])[:, order]
 
         # Crossings between consecutive kept points from different branches.
         nxt = jnp.roll(k_index, -1)
@@ -140,8 +152,9 @@ class ExactEnvelope(AbstractUpperEnvelope):
         value = kv + kmu * (crossing - km)
         # Consumption of each branch extended to the crossing (the branch's next or
         # previous savings point gives its slope).
-        c_left = _extend(m, c, k_index, k_index + 1, crossing)
-        c_right = _extend(m, c, nxt - 1, nxt, crossing)
+        usable = jnp.isfinite(m)
+        c_left = _extend(jnp.where(usable, m, 0.0), c, k_index, k_index + 1, crossing)
+        c_right = _extend(jnp.where(usable, m, 0.0), c, nxt - 1, nxt, crossing)
         # Slots: kept point p, then (if p jumps) the crossing with the left and the right
         # branch's consumption. Already sorted by m; compact the invalid slots away.
         slot_m = jnp.stack([km, crossing, crossing], axis=1).reshape(-1)
@@ -154,12 +167,10 @@ class ExactEnvelope(AbstractUpperEnvelope):
         ).reshape(-1)
         slot_valid = jnp.stack([k_valid, jump, jump], axis=1).reshape(-1)
         compact = jnp.argsort(jnp.where(slot_valid, jnp.arange(3 * n), 3 * n), stable=True)
-        valid = slot_valid[compact]
-        out_m = jnp.where(valid, slot_m[compact], jnp.inf)
-        out_c = jnp.where(valid, slot_c[compact], 0.0)
-        out_v = jnp.where(valid, slot_v[compact], 0.0)
-        out_mu = jnp.where(valid, slot_mu[compact], 0.0)
-        return out_m, out_c, out_v, out_mu, jnp.sum(valid, dtype=jnp.int32)
+        valid = slot_valid[compact][:, None]
+        rows = jnp.stack([slot_m, slot_c, slot_v, slot_mu], axis=1)[compact]
+        padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], rows.dtype)
+        return jnp.where(valid, rows, padding), jnp.sum(valid, dtype=jnp.int32)
 
 
 def _extend(m, c, i, j, x):
@@ -174,10 +185,7 @@ def _extend(m, c, i, j, x):
 
 
 def read(
-    m: Array,
-    c: Array,
-    v: Array,
-    mu: Array,
+    nodes: Array,
     count: Array,
     continuation0: Array,
     borrowing_limit: Array,
@@ -187,29 +195,35 @@ def read(
 ) -> tuple[Array, Array, Array]:
     """Consumption, value and marginal value of one choice at cash on hand `x`.
 
-    Below the first endogenous point the agent consumes down to the borrowing limit
-    (exact: `u(x − a_0) + β·E[V'](a_0)`); above it, cubic Hermite for the value (slopes
-    `u'(c)`) and linear for consumption, extrapolated linearly past the last point.
-    `x` at or below the borrowing limit has no feasible consumption: value `-inf`.
+    `nodes` are the rows `(m, c, v, mu)` of one choice's `EndogenousGrid`. Below the
+    first point the agent consumes down to the borrowing limit (exact:
+    `u(x − a_0) + β·E[V'](a_0)`); above it, cubic Hermite for the value (slopes `u'(c)`)
+    and linear for consumption, extrapolated linearly past the last point. `x` at or
+    below the borrowing limit has no feasible consumption: value `-inf`.
     """
+    m = nodes[:, 0]
     last = jnp.maximum(count - 1, 1)
-    k = jnp.clip(jnp.searchsorted(m, x, side="right") - 1, 0, last - 1)
-    m0, m1 = m[k], m[k + 1]
+    k = jnp.clip(jnp.sum(m <= x) - 1, 0, last - 1)
+    pair = jax.lax.dynamic_slice_in_dim(nodes, k, 2)
+    (m0, c0, v0, mu0), (m1, c1, v1, mu1) = pair[0], pair[1]
+    end = nodes[last]
     h = m1 - m0
     safe_h = jnp.where(h > 0, h, 1.0)
-    t = jnp.where(h > 0, (x - m0) / safe_h, 1.0)
-    above = x > m[last]
-    # Hermite basis on [m0, m1]; past the last point, linear in the last slope.
-    t2, t3 = t * t, t * t * t
+    t = jnp.maximum(jnp.where(h > 0, (x - m0) / safe_h, 1.0), 0.0)
+    # Hermite basis on [m0, m1] (t clipped to it: outside, the branches below take over,
+    # and a far-off t would give the unused branch infinite derivatives); past the last
+    # point, linear in the last slope.
+    s = jnp.minimum(t, 1.0)
+    t2, t3 = s * s, s * s * s
     hermite = (
-        (2 * t3 - 3 * t2 + 1) * v[k]
-        + (t3 - 2 * t2 + t) * h * mu[k]
-        + (-2 * t3 + 3 * t2) * v[k + 1]
-        + (t3 - t2) * h * mu[k + 1]
+        (2 * t3 - 3 * t2 + 1) * v0
+        + (t3 - 2 * t2 + s) * h * mu0
+        + (-2 * t3 + 3 * t2) * v1
+        + (t3 - t2) * h * mu1
     )
-    value = jnp.where(above, v[last] + mu[last] * (x - m[last]), hermite)
-    consumption = c[k] + t * (c[k + 1] - c[k])
-    constrained = x < m[0]
+    value = jnp.where(x > end[0], end[2] + end[3] * (x - end[0]), hermite)
+    consumption = c0 + t * (c1 - c0)
+    constrained = x < nodes[0, 0]
     feasible = x > borrowing_limit
     c_constrained = jnp.where(feasible, x - borrowing_limit, 1.0)
     consumption = jnp.where(constrained, c_constrained, consumption)

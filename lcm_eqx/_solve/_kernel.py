@@ -68,6 +68,8 @@ class RegimeProblem:
             each sharded state axis that indexes a prepared continuation by its own code
             (a never-transitioning state, or a chain pre-contracted on it) is mapped
             jointly with that continuation axis: see `carried` and `with_continuations`.
+        prepare: whether to prepare the continuations `q` reads (solvers that read next
+            period themselves, like `DCEGM`, skip it).
     """
 
     def __init__(
@@ -80,6 +82,8 @@ class RegimeProblem:
         next_values: dict[str, Array] | None,
         validate: bool,
         sharding: ShardingPlan | None = None,
+        *,
+        prepare: bool = True,
     ):
         self.sharding = sharding
         # Set by callers that solve with, or read, an endogenous-grid solver: readers of
@@ -115,7 +119,7 @@ class RegimeProblem:
         if not regime.is_terminal:
             self._register_checks()
             assert next_values is not None
-            for target in regime.targets:
+            for target in regime.targets if prepare else ():
                 self.continuations[target] = self._prepare(target, next_values[target])
                 target_plan = model.regimes[target]
                 self.target_points[target] = {
@@ -474,10 +478,9 @@ class RegimeProblem:
     def _record_violations(
         self, regime_probabilities, next_values, next_probabilities, violations
     ) -> None:
+        targets = self.regime.targets
         violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
-        unreachable = [
-            r.id for name, r in self.model.regimes.items() if name not in self.continuations
-        ]
+        unreachable = [r.id for name, r in self.model.regimes.items() if name not in targets]
         violations["next_regime:inactive"] = jnp.sum(
             jnp.where(self._inactive_next_period(), jnp.abs(regime_probabilities), 0.0)
         )

@@ -48,6 +48,19 @@ def borrowing(consumption, wealth):
 PARAMS = {"discount_factor": 0.98, "interest_rate": 0.0, "disutility_of_work": 1.0, "wage": 20.0}
 
 
+def savings_grid(n_points=200, top=400.0, batch_size=0):
+    """The issue's savings grid: `top · (i / (n − 1))³`, clustered towards 0."""
+    return lcm.IrregSpacedGrid(
+        points=[top * (i / (n_points - 1)) ** 3 for i in range(n_points)], batch_size=batch_size
+    )
+
+
+def dcegm(n_savings=200, batch_size=0):
+    return lcm.DCEGM(
+        state="wealth", action="consumption", savings=savings_grid(n_savings, batch_size=batch_size)
+    )
+
+
 def build(
     n_periods=5,
     n_wealth=100,
@@ -57,6 +70,8 @@ def build(
     taste_shocks=False,
     wealth_batch_size=0,
     consumption_batch_size=0,
+    solver=None,
+    retired_solver=None,
 ):
     wealth = lcm.LinSpacedGrid(1.0, 400.0, n_wealth, batch_size=wealth_batch_size)
     consumption = lcm.LinSpacedGrid(1.0, 400.0, n_consumption, batch_size=consumption_batch_size)
@@ -70,6 +85,7 @@ def build(
         taste_shocks=lcm.ExtremeValueShocks() if taste_shocks else None,
     )
     retired = lcm.Regime(
+        solver=retired_solver,
         states={"wealth": wealth},
         actions={"consumption": consumption},
         functions={"utility": utility_retired},
@@ -78,5 +94,8 @@ def build(
         constraints={"borrowing": borrowing},
     )
     return lcm.Model(
-        regimes={"working": working, "retired": retired}, n_periods=n_periods, regime_ids=RegimeId
+        regimes={"working": working, "retired": retired},
+        n_periods=n_periods,
+        regime_ids=RegimeId,
+        solver=solver,
     )
