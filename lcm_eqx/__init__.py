@@ -25,6 +25,7 @@ from ._estimation import best_continuous_actions as best_continuous_actions  # n
 from ._estimation import choice_moments as choice_moments  # noqa: E402
 from ._estimation import choice_probabilities as choice_probabilities  # noqa: E402
 from ._estimation import discrete_values as discrete_values  # noqa: E402
+from ._estimation import euler_errors as euler_errors  # noqa: E402
 from ._estimation import log_likelihood as log_likelihood  # noqa: E402
 from ._estimation import prepare_data as prepare_data  # noqa: E402
 from ._grids import AbstractGrid as AbstractGrid  # noqa: E402

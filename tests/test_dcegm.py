@@ -66,7 +66,7 @@ def test_values_match_the_analytical_solution_at_every_node(case):
 
 
 def test_last_period_consumes_everything():
-    model, params, solution = solved(3, 0.1)
+    _model, _params, solution = solved(3, 0.1)
     np.testing.assert_allclose(solution.value("retired", 2), np.log(WEALTH), rtol=1e-12)
 
 
@@ -259,7 +259,7 @@ STOCHASTIC_PARAMS = {
     "interest_rate": 0.03,
     "risk_aversion": 2.0,
     "survival_probability": jnp.array([0.99, 0.97, 0.9, 0.8]),
-    "alive": {"next_income": {"rho": 0.9, "sigma": 0.2, "mean": 0.0}},
+    "alive": {"next_income": {"rho": 0.9, "sigma": 0.2}},
 }
 
 
@@ -268,17 +268,48 @@ def stochastic_model(solver=None, n_wealth=60, n_consumption=200):
     return lcm.Model(regimes={"alive": alive, "dead": dead}, n_periods=4, regime_ids=Alive)
 
 
-def test_stochastic_model_agrees_with_a_fine_grid_search():
+@functools.cache
+def stochastic_dcegm():
     savings = lcm.IrregSpacedGrid(points=[40.0 * (i / 149) ** 2 for i in range(150)])
-    dcegm = stochastic_model(lcm.DCEGM(state="wealth", action="consumption", savings=savings))
-    fine = stochastic_model(n_consumption=4000)
-    v_dcegm = dcegm.solve(STOCHASTIC_PARAMS).values["alive"]
-    v_fine = fine.solve(STOCHASTIC_PARAMS).values["alive"]
-    # Grid-search accuracy: a consumption step of 0.0075 and linear interpolation of the
-    # next period's values on a wealth step of 0.5 (largest at low wealth, where the
-    # CRRA value is most curved).
+    model = stochastic_model(lcm.DCEGM(state="wealth", action="consumption", savings=savings))
+    return model, model.solve(STOCHASTIC_PARAMS)
+
+
+def test_stochastic_model_agrees_with_a_fine_grid_search():
+    _, dcegm_solution = stochastic_dcegm()
+    # Ten times the wealth points (the DC-EGM wealth nodes are every tenth of them) and
+    # a consumption step of 0.0075.
+    fine = stochastic_model(n_wealth=591, n_consumption=4000)
+    v_dcegm = np.asarray(dcegm_solution.values["alive"])
+    v_fine = np.asarray(fine.solve(STOCHASTIC_PARAMS).values["alive"])[:, ::10]
     wealth = np.linspace(0.5, 30.0, 60)
-    assert np.max(np.abs(v_dcegm - v_fine)[:, wealth >= 2.0]) < 5e-3
-    assert np.max(np.abs(v_dcegm - v_fine)) < 5e-2
-    # DC-EGM is the more accurate one: its error is not what the comparison measures.
+    difference = np.abs(v_dcegm - v_fine)
+    # Measured: 0.0051 on wealth >= 2 and 0.0017 on wealth >= 5 (0.12 and 0.015 against
+    # a grid search on DC-EGM's own 60 wealth points): the gap is grid search's error,
+    # which shrinks as its grid is refined. Below wealth 2 the curvature of the CRRA
+    # value makes the grid search's interpolation error large (0.26 at wealth 0.5).
+    assert np.max(difference[:, wealth >= 2.0]) < 1e-2
+    assert np.max(difference[:, wealth >= 5.0]) < 3e-3
     assert np.all(np.isfinite(v_dcegm))
+
+
+def test_euler_errors_are_far_below_grid_search():
+    model, solution = stochastic_dcegm()
+    errors = np.asarray(lcm.euler_errors(model, STOCHASTIC_PARAMS, solution, regime="alive"))
+    assert errors.shape == (4, 5, 60)
+    assert np.all(np.isnan(errors[-1]))
+    grid = stochastic_model()
+    grid_errors = lcm.euler_errors(
+        grid, STOCHASTIC_PARAMS, regime="alive", state="wealth", action="consumption"
+    )
+    # Measured: mean -9.5 (DC-EGM, 150 savings points) vs -1.8 (200 consumption points).
+    assert np.nanmean(errors) < np.nanmean(np.asarray(grid_errors)) - 2.0
+    assert np.sum(np.isfinite(errors)) > 200
+
+
+def test_euler_errors_need_a_consumption_saving_regime():
+    model, solution = stochastic_dcegm()
+    with pytest.raises(lcm.LcmError, match="terminal"):
+        lcm.euler_errors(
+            model, STOCHASTIC_PARAMS, solution, regime="dead", state="wealth", action="consumption"
+        )

@@ -287,6 +287,33 @@ def _inconsistent_state(categories):
     return case
 
 
+def _dcegm(**overrides):
+    kwargs = {
+        "state": "wealth",
+        "action": "consumption",
+        "savings": lcm.LinSpacedGrid(start=0.0, stop=10.0, n_points=5),
+    }
+    kwargs.update(overrides)
+    return lcm.DCEGM(**kwargs)
+
+
+def _dcegm_working(solver=None, **overrides):
+    return build_model(working=working_regime(solver=solver or _dcegm(), **overrides))
+
+
+def _dcegm_not_through_savings():
+    working = working_regime(
+        solver=_dcegm(),
+        state_transitions={
+            "wealth": lambda wealth, consumption, labor_income: (
+                wealth - 0.5 * consumption + labor_income
+            ),
+            "health": lcm.MarkovTransition(next_health),
+        },
+    )
+    return solve(PARAMS, lcm.Model(**model_kwargs(working=working)))
+
+
 CASES = [
     # ------------------------------------------------------------------- grids
     pytest.param(
@@ -1015,6 +1042,78 @@ CASES = [
         I,
         ["initial_conditions", "dict", "list"],
         id="simulate-conditions-not-a-dict",
+    ),
+    # ------------------------------------------------------------------- DC-EGM
+    pytest.param(
+        lambda: lambda: _dcegm(savings=[0.0, 1.0, 2.0]),
+        M,
+        ["DCEGM", "savings", "continuous grid"],
+        id="solver-dcegm-savings-not-a-grid",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime(solver="dcegm"),
+        M,
+        ["solver", "'dcegm'"],
+        id="regime-solver-not-a-solver",
+    ),
+    pytest.param(
+        lambda: _dcegm_working(_dcegm(state="health")),
+        M,
+        ["'working'", "DCEGM", "'health'", "continuous state"],
+        id="model-dcegm-state-is-discrete",
+    ),
+    pytest.param(
+        lambda: _dcegm_working(_dcegm(action="leisure")),
+        M,
+        ["'working'", "'leisure'", "continuous action"],
+        id="model-dcegm-unknown-action",
+    ),
+    pytest.param(
+        lambda: _dcegm_working(
+            actions={
+                "labor": lcm.DiscreteGrid(Labor),
+                "consumption": consumption_grid(),
+                "hours": lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=3),
+            }
+        ),
+        M,
+        ["'working'", "second continuous action", "'hours'"],
+        id="model-dcegm-second-continuous-action",
+    ),
+    pytest.param(
+        lambda: _dcegm_working(
+            functions={
+                "utility": lambda consumption, wealth: jnp.log(consumption) + 0.01 * wealth,
+                "labor_income": labor_income,
+            }
+        ),
+        M,
+        ["'working'", "utility", "'wealth'"],
+        id="model-dcegm-utility-depends-on-state",
+    ),
+    pytest.param(
+        lambda: _dcegm_working(
+            transition=lcm.MarkovTransition(
+                lambda labor, wealth, regime_transition: regime_transition[labor] * (wealth > 0)
+            )
+        ),
+        M,
+        ["'working'", "regime transition", "'wealth'"],
+        id="model-dcegm-regime-transition-depends-on-wealth",
+    ),
+    pytest.param(
+        lambda: build_model(
+            retired=retired_regime(solver=_dcegm(), transition=None, state_transitions={})
+        ),
+        M,
+        ["'retired'", "terminal", "GridSearch"],
+        id="model-dcegm-terminal-regime",
+    ),
+    pytest.param(
+        _dcegm_not_through_savings,
+        M,
+        ["'working'", "'next_wealth'", "savings", "GridSearch"],
+        id="solve-dcegm-next-state-not-through-savings",
     ),
 ]
 

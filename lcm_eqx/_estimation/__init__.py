@@ -2,6 +2,7 @@
 
 from ._choice import choice_probabilities, discrete_values
 from ._data import ChoiceData, InvalidDataError, prepare_data
+from ._euler import euler_errors
 from ._likelihood import best_continuous_actions, choice_moments, log_likelihood
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "choice_moments",
     "choice_probabilities",
     "discrete_values",
+    "euler_errors",
     "log_likelihood",
     "prepare_data",
 ]

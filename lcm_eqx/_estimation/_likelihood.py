@@ -187,9 +187,10 @@ def best_continuous_actions(problem, state, discrete_action, solver=None) -> dic
     """The best continuous actions at `state` given the discrete actions.
 
     With an endogenous-grid `solver` (e.g. `DCEGM`), its continuous policy at `state`.
-    Otherwise, on the grids: a single continuous action is refined to the vertex of the parabola through the
-    grid maximum and its two neighbours (clipped to them), which moves continuously with
-    the parameters between grid switches; with several, the grid argmax is returned.
+    Otherwise, on the grids: a single continuous action is refined to the vertex of the
+    parabola through the grid maximum and its two neighbours (clipped to them), which
+    moves continuously with the parameters between grid switches; with several, the grid
+    argmax is returned.
     The grid search itself runs without derivatives; only the (up to) three points of
     the parabola are differentiated.
     """

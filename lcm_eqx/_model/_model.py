@@ -18,6 +18,7 @@ from .._errors import (
     InvalidInitialConditionsError,
     InvalidTransitionProbabilitiesError,
     LcmError,
+    ModelInitializationError,
     NaNError,
 )
 from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
@@ -77,7 +78,6 @@ class Model(eqx.Module):
         ages: AgeGrid | None = None,
         solver: AbstractSolver | None = None,
     ):
-        from .._errors import ModelInitializationError
 
         if ages is not None and not isinstance(ages, AgeGrid):
             raise ModelInitializationError(f"Model: ages must be an AgeGrid, got {ages!r}.")
@@ -414,6 +414,17 @@ def _enforce(solution: Solution, validate: str) -> Solution:
             f"{size:.3g} on regimes it cannot reach (their states are not all produced by "
             f"this regime's state_transitions)."
         )
+    elif detail == "savings":
+        message = (
+            f"Regime {regime!r}, function {function!r}, period {period}: DCEGM needs the next "
+            "value of its state to depend on the state and the action only through their "
+            f"difference (savings), but it changes by {size:.3g} when both move by 1. Solve "
+            "this regime with GridSearch() instead."
+        )
+        if validate == "raise":
+            raise ModelInitializationError(message)
+        warnings.warn(message, stacklevel=3)
+        return solution
     elif detail == "finite":
         message = (
             f"Regime {regime!r}, function {function!r}, period {period}: returns NaN or an "

@@ -235,7 +235,7 @@ class DCEGM(AbstractSolver):
             del key
 
         def at_savings(a):
-            return self._expected(problem, discrete, a, checks)
+            return expected_at_savings(problem, self.state, self.action, discrete, a, checks)
 
         expected, marginal_expected, violations = map_axis(
             at_savings, savings, self.savings.batch_size
@@ -279,67 +279,6 @@ class DCEGM(AbstractSolver):
     def _invert(self, marginal: Callable[[Array], Array], q: Array) -> Array:
         """`c` with `u'(c) = q`, by Newton's method on `log u'(exp(x)) = log q`."""
         return invert_marginal(marginal, q, self.newton_steps)
-
-    def _expected(self, problem: RegimeProblem, discrete, a, checks):
-        """`E[V']` and `E[R·V'_m]` at savings `a`, and the check violations."""
-        regime = problem.regime
-        c_ref = jnp.asarray(REFERENCE_ACTION, a.dtype)
-        point = {**discrete, self.state: a + c_ref, self.action: c_ref}
-        evaluate = problem.evaluator(point)
-        transition = regime.state_transitions[self.state]
-        assert transition.function is not None
-
-        def next_state(m, c):
-            e = problem.evaluator({**discrete, self.state: m, self.action: c})
-            return jnp.asarray(e(transition.function))
-
-        m_next, gross_return = jax.jvp(
-            next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.zeros_like(a))
-        )
-        regime_p, regime_code = problem._regime_probabilities_and_id(evaluate)
-        codes, probabilities = problem.next_states(evaluate)
-        for name, t in regime.state_transitions.items():
-            if t.is_markov and name not in probabilities:
-                if t.function is None:
-                    probabilities[name] = problem.process_matrices[name][point[name]]
-                else:
-                    probabilities[name] = jnp.asarray(evaluate(t.function))
-        violations: dict[str, Any] = dict(problem._period_violations)
-        if checks:
-            problem._record_violations(regime_p, codes, probabilities, violations)
-            _, along = jax.jvp(next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.ones_like(a)))
-            scale = 1.0 + jnp.abs(gross_return)
-            violations[f"next_{self.state}:savings"] = jnp.where(
-                jnp.abs(along) <= 1e-6 * scale, 0.0, jnp.abs(along)
-            )
-        expected = jnp.asarray(0.0, a.dtype)
-        marginal = jnp.asarray(0.0, a.dtype)
-        unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
-        for target in regime.targets:
-            target_id = problem.model.regimes[target].id
-            p = regime_p[target_id]
-            reader = problem.next_policies[target]
-            value, slope = reader(m_next)  # arrays over the target's discrete states
-            target_plan = problem.model.regimes[target]
-            for state in (s for s in target_plan.states if s != reader.continuous):
-                if state in probabilities:
-                    value = jnp.sum(weighted(_front(probabilities[state], value), value), axis=0)
-                    slope = jnp.sum(_front(probabilities[state], slope) * slope, axis=0)
-                else:
-                    value, slope = value[codes[state]], slope[codes[state]]
-            value = settle(value) if target_plan.states else value
-            expected = expected + weighted(p, value)
-            marginal = marginal + p * slope
-        if unreachable:
-            blocked = jnp.any(regime_p[jnp.asarray(unreachable)] > 0)
-            expected = jnp.where(blocked, NEG_INF, expected)
-        del regime_code
-        diagnostics = (
-            jnp.stack([jnp.asarray(violations.get(c, 0.0), a.dtype) for c in checks])
-            if checks
-            else jnp.zeros((0,), a.dtype)
-        )
-        return settle(expected), gross_return * marginal, diagnostics
 
     # ------------------------------------------------------------------ reading
     def values_on(self, problem: RegimeProblem, grid: EndogenousGrid, nodes: Array) -> Array:
@@ -434,6 +373,74 @@ class DCEGM(AbstractSolver):
             problem, problem.policy, state[self.state], reduce=False, discrete_state=discrete_states
         )
         return c_d
+
+
+def expected_at_savings(
+    problem: RegimeProblem, state_name: str, action: str, discrete, a, checks=()
+):
+    """`E[V']` and `E[R·V'_m]` at savings `a` (`state_name − action`), and the check
+    violations, for the discrete states and actions `discrete`.
+
+    Next period's regimes are read through `problem.next_policies` (`ContinuationReader`s).
+    """
+    regime = problem.regime
+    c_ref = jnp.asarray(REFERENCE_ACTION, a.dtype)
+    point = {**discrete, state_name: a + c_ref, action: c_ref}
+    evaluate = problem.evaluator(point)
+    transition = regime.state_transitions[state_name]
+    assert transition.function is not None
+
+    def next_state(m, c):
+        e = problem.evaluator({**discrete, state_name: m, action: c})
+        return jnp.asarray(e(transition.function))
+
+    m_next, gross_return = jax.jvp(
+        next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.zeros_like(a))
+    )
+    regime_p, regime_code = problem._regime_probabilities_and_id(evaluate)
+    codes, probabilities = problem.next_states(evaluate)
+    for name, t in regime.state_transitions.items():
+        if t.is_markov and name not in probabilities:
+            if t.function is None:
+                probabilities[name] = problem.process_matrices[name][point[name]]
+            else:
+                probabilities[name] = jnp.asarray(evaluate(t.function))
+    violations: dict[str, Any] = dict(problem._period_violations)
+    if checks:
+        problem._record_violations(regime_p, codes, probabilities, violations)
+        _, along = jax.jvp(next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.ones_like(a)))
+        scale = 1.0 + jnp.abs(gross_return)
+        violations[f"next_{state_name}:savings"] = jnp.where(
+            jnp.abs(along) <= 1e-6 * scale, 0.0, jnp.abs(along)
+        )
+    expected = jnp.asarray(0.0, a.dtype)
+    marginal = jnp.asarray(0.0, a.dtype)
+    unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
+    for target in regime.targets:
+        target_id = problem.model.regimes[target].id
+        p = regime_p[target_id]
+        reader = problem.next_policies[target]
+        value, slope = reader(m_next)  # arrays over the target's discrete states
+        target_plan = problem.model.regimes[target]
+        for state in (s for s in target_plan.states if s != reader.continuous):
+            if state in probabilities:
+                value = jnp.sum(weighted(_front(probabilities[state], value), value), axis=0)
+                slope = jnp.sum(_front(probabilities[state], slope) * slope, axis=0)
+            else:
+                value, slope = value[codes[state]], slope[codes[state]]
+        value = settle(value) if target_plan.states else value
+        expected = expected + weighted(p, value)
+        marginal = marginal + p * slope
+    if unreachable:
+        blocked = jnp.any(regime_p[jnp.asarray(unreachable)] > 0)
+        expected = jnp.where(blocked, NEG_INF, expected)
+    del regime_code
+    diagnostics = (
+        jnp.stack([jnp.asarray(violations.get(c, 0.0), a.dtype) for c in checks])
+        if checks
+        else jnp.zeros((0,), a.dtype)
+    )
+    return settle(expected), gross_return * marginal, diagnostics
 
 
 def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:

@@ -75,8 +75,9 @@ class AbstractUpperEnvelope(eqx.Module):
 
     `__call__(m, c, v, mu, constrained_value, marginal)` takes the points in savings
     order (1-d arrays of length `n`) and returns `(nodes, count)`: the refined rows
-    `(m, c, v, mu)`, a fixed number of them, sorted by `m`, padded with `m = +inf`. `constrained_value(m)` is the value of
-    consuming down to the borrowing limit at `m`, `marginal(c)` is `u'(c)`.
+    `(m, c, v, mu)`, a fixed number of them, sorted by `m`, padded with `m = +inf`.
+    `constrained_value(m)` is the value of consuming down to the borrowing limit at `m`,
+    `marginal(c)` is `u'(c)`.
     """
 
     @abc.abstractmethod

@@ -1,0 +1,285 @@
+"""Euler-equation errors: the field's accuracy metric for consumption–saving policies.
+
+At a state where the agent saves more than the borrowing limit, the optimal consumption
+`c` satisfies `u'(c) = β·E[R·u'(c')]`, where `c'` is next period's consumption (weighted
+by next period's choice probabilities with taste shocks). The Euler error is the
+relative consumption error that the policy implies,
+`log10 |1 − (u')⁻¹(β·E[R·u'(c')]) / c|`, with both `c` and `c'` taken from the solver's
+own policies: `DCEGM`'s continuous policy, or the action-grid point `GridSearch` chooses.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._errors import InvalidPeriodError, LcmError
+from .._model._dag import Evaluator
+from .._model._params import resolve_params
+from .._solve._backward import age_of
+from .._solve._dcegm import (
+    DCEGM,
+    ContinuationReader,
+    _marginal,
+    choice_weights,
+    endogenous_reader,
+    expected_at_savings,
+    invert_marginal,
+    smooth_max,
+)
+from .._solve._kernel import RegimeProblem
+from .._solve._solution import Solution
+from .._solve._solver import _q_on_action_grid, taste_shock_scale
+from ._choice import next_values_at, regime_problem
+
+
+def euler_errors(
+    model,
+    params,
+    solution: Solution | None = None,
+    *,
+    regime: str,
+    state: str | None = None,
+    action: str | None = None,
+    points=None,
+) -> Float[Array, "n_periods ..."]:
+    """`log10` relative Euler-equation errors of a consumption–saving regime's policy.
+
+    Args:
+        model: the `Model`.
+        params: the parameters the solution was computed with.
+        solution: `model.solve(params)`; `None` solves first.
+        regime: the regime's name.
+        state, action: its continuous state (cash on hand) and action (consumption);
+            default: those of the regime's `DCEGM` solver.
+        points: values of `state` at which to evaluate (default: its grid).
+
+    Returns:
+        An array `(n_periods, *discrete states, *discrete actions, n_points)`: the error at
+        each point for each discrete choice, NaN where it is not defined (the last
+        period, inactive periods, infeasible choices, and points where the agent is at the
+        borrowing limit, i.e. saves at most one action-grid step, or nothing with
+        `DCEGM`). Summarise with e.g. `numpy.nanmean` / `numpy.nanmax`.
+
+    Example:
+        >>> errors = lcm.euler_errors(model, params, solution, regime="retired")
+        >>> float(np.nanmean(errors))   # e.g. -6.5 for DC-EGM, -2.5 for grid search
+    """
+    plan = model.plan
+    if regime not in plan.regimes:
+        raise InvalidPeriodError(
+            f"Unknown regime {regime!r}; the model's regimes are {list(plan.regimes)}."
+        )
+    solver = model.solvers[regime]
+    if isinstance(solver, DCEGM):
+        state = solver.state if state is None else state
+        action = solver.action if action is None else action
+    regime_plan = plan.regimes[regime]
+    if state is None or action is None:
+        raise LcmError(
+            f"euler_errors: regime {regime!r} is not solved by DCEGM; name its continuous "
+            "state and action (state=..., action=...)."
+        )
+    if regime_plan.is_terminal:
+        raise LcmError(f"euler_errors: regime {regime!r} is terminal: it has no Euler equation.")
+    if state not in regime_plan.states or regime_plan.grids[state].is_discrete:
+        raise LcmError(f"euler_errors: {state!r} is not a continuous state of regime {regime!r}.")
+    if action not in regime_plan.actions or regime_plan.grids[action].is_discrete:
+        raise LcmError(f"euler_errors: {action!r} is not a continuous action of regime {regime!r}.")
+    if solution is None:
+        solution = model.solve(params)
+    if points is None:
+        points = regime_plan.grids[state].to_jax()
+    points = jnp.asarray(points, jnp.zeros(()).dtype)
+    errors = _euler_errors(
+        model, regime, state, action, params, solution.values, solution.policies, points
+    )
+    active = np.zeros(plan.n_periods, bool)
+    active[[t for t in regime_plan.active if t + 1 < plan.n_periods]] = True
+    shape = (-1,) + (1,) * (errors.ndim - 1)
+    return jnp.where(jnp.asarray(active).reshape(shape), errors, jnp.nan)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "regime", "state", "action"))
+def _euler_errors(model, regime, state, action, params, values, policies, points):
+    plan = model.plan
+    resolved = resolve_params(plan, params)
+    regime_plan = plan.regimes[regime]
+    solver = model.solvers[regime]
+    n_periods = plan.n_periods
+
+    def at_period(period):
+        problem = regime_problem(model, resolved, regime, period, values, policies)
+        problem.next_policies = _readers(
+            model, resolved, regime, action, period + 1, values, policies
+        )
+        discrete_states = [a for a in problem.state_axes if a.name != state]
+        discrete_actions = [a for a in problem.action_axes if a.is_discrete]
+        beta = problem.params[""]["discount_factor"]
+
+        def at(z, d_codes, x):
+            point = {**z, state: x}
+            consumption = _policy(solver, problem, point, action)[d_codes]
+            d = dict(zip([a.name for a in discrete_actions], d_codes, strict=True))
+            feasible = _feasible(problem, {**z, **d}, state, action, x, consumption)
+            savings = x - consumption
+            _, marginal, _ = expected_at_savings(problem, state, action, {**z, **d}, savings)
+
+            def utility(c):
+                evaluate = problem.evaluator({**z, **d, action: c, state: c})
+                return jnp.asarray(evaluate(regime_plan.utility))
+
+            q = beta * marginal
+            implied = invert_marginal(_marginal(utility), jnp.maximum(q, 1e-300), 8)
+            error = jnp.log10(jnp.abs(1.0 - implied / consumption))
+            step = _action_step(problem, action, solver)
+            unconstrained = savings > _borrowing_limit(solver) + step
+            ok = feasible & unconstrained & (q > 0) & jnp.isfinite(error)
+            return jnp.where(ok, error, jnp.nan)
+
+        def over_z(z_axes, z):
+            if z_axes:
+                first, rest = z_axes[0], z_axes[1:]
+                return jax.vmap(lambda code: over_z(rest, {**z, first.name: code}))(first.points)
+            return over_d(discrete_actions, z, ())
+
+        def over_d(d_axes, z, codes):
+            if d_axes:
+                first, rest = d_axes[0], d_axes[1:]
+                return jax.vmap(lambda code: over_d(rest, z, (*codes, code)))(first.points)
+            return jax.vmap(lambda x: at(z, codes, x))(points)
+
+        return over_z(discrete_states, {})
+
+    periods = jnp.arange(n_periods - 1)
+    inner = jax.lax.map(at_period, periods)
+    last = jnp.full(inner.shape[1:], jnp.nan, inner.dtype)
+    return jnp.concatenate([inner, last[None]], axis=0)
+
+
+def _policy(solver, problem: RegimeProblem, point, action) -> Array:
+    """The solver's continuous action at `point` for each discrete action."""
+    if isinstance(solver, DCEGM):
+        return solver.policy(problem, point)
+    values = jax.lax.stop_gradient(_q_on_action_grid(problem, point))
+    names = [a.name for a in problem.action_axes]
+    grid = problem.action_axes[names.index(action)].points
+    return grid[jnp.argmax(values, axis=-1)]
+
+
+def _feasible(problem: RegimeProblem, discrete, state, action, x, consumption) -> Array:
+    evaluate = problem.evaluator({**discrete, state: x, action: consumption})
+    feasible = jnp.asarray(True)
+    for constraint in problem.regime.constraints.values():
+        feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
+    return feasible
+
+
+def _action_step(problem: RegimeProblem, action: str, solver) -> Array:
+    if isinstance(solver, DCEGM):
+        return jnp.asarray(1e-9)
+    names = [a.name for a in problem.action_axes]
+    grid = problem.action_axes[names.index(action)].points
+    return jnp.max(jnp.diff(grid))
+
+
+def _borrowing_limit(solver) -> Array:
+    if isinstance(solver, DCEGM):
+        return solver.savings.to_jax()[0]
+    return jnp.asarray(0.0)
+
+
+def _readers(model, resolved, regime, action, next_period, values, policies):
+    """Next period's regimes read for their marginal value `E[u'(c')]`."""
+    plan = model.plan
+    next_period = jnp.asarray(next_period, jnp.int32)
+    next_age = age_of(model.ages, next_period)
+    readers = {}
+    for target in plan.regimes[regime].targets:
+        target_solver = model.solvers[target]
+        if isinstance(target_solver, DCEGM):
+            grid = jax.tree.map(
+                lambda x: x[jnp.minimum(next_period, x.shape[0] - 1)], policies[target]
+            )
+            readers[target] = endogenous_reader(
+                plan, target, target_solver, grid, resolved[target], next_period, next_age
+            )
+        else:
+            readers[target] = _policy_reader(
+                model, resolved, target, action, next_period, values, policies
+            )
+    return readers
+
+
+def _policy_reader(model, resolved, target, action, period, values, policies):
+    """A `GridSearch` regime read at `m'` through its own choices there."""
+    plan = model.plan
+    target_plan = plan.regimes[target]
+    continuous = [s for s in target_plan.states if not target_plan.grids[s].is_discrete]
+    if target_plan.is_terminal or not continuous or action not in target_plan.actions:
+        next_values = next_values_at(values, period - 1)
+
+        def constant(x):
+            value = next_values[target]
+            if continuous:
+                value = jnp.max(value, axis=target_plan.states.index(continuous[0]))
+            return value, jnp.zeros_like(value)
+
+        return ContinuationReader(
+            continuous=continuous[0] if continuous else None, read_fn=constant
+        )
+    name = continuous[0]
+    problem = regime_problem(model, resolved, target, period, values, policies)
+    discrete_states = [a for a in problem.state_axes if a.name != name]
+    n_d = len(target_plan.discrete_actions)
+    names = [a.name for a in problem.action_axes]
+    grid = problem.action_axes[names.index(action)].points
+    scale = taste_shock_scale(problem)
+
+    def at_z(z, x):
+        point = {**z, name: x}
+        q = jax.lax.stop_gradient(_q_on_action_grid(problem, point))
+        c = grid[jnp.argmax(q, axis=-1)]
+        v = jnp.max(q, axis=-1)
+
+        def marginal_at(codes, c_d):
+            d = dict(zip(target_plan.discrete_actions, codes, strict=True))
+
+            def utility(cc):
+                evaluate = Evaluator(
+                    target_plan.helpers,
+                    {**problem.inputs({**z, **d}), action: cc, name: x},
+                    problem.params,
+                )
+                return jnp.asarray(evaluate(target_plan.utility))
+
+            return jax.grad(utility)(c_d)
+
+        if n_d:
+            flat_c = c.reshape(-1)
+            codes = jnp.stack(jnp.unravel_index(jnp.arange(flat_c.shape[0]), c.shape), axis=-1)
+            mu = jax.vmap(lambda k, cc: marginal_at(tuple(k), cc))(codes, flat_c)
+            flat_v = v.reshape(-1)
+            if scale is None:
+                weights = jax.nn.one_hot(jnp.argmax(flat_v), flat_v.shape[0], dtype=mu.dtype)
+                value = jnp.max(flat_v)
+            else:
+                weights = choice_weights(flat_v, scale)
+                value = smooth_max(flat_v, scale)
+            return value, jnp.sum(weights * mu)
+        return v, marginal_at((), c)
+
+    def read_fn(x):
+        def over(axes, z):
+            if axes:
+                first, rest = axes[0], axes[1:]
+                return jax.vmap(lambda code: over(rest, {**z, first.name: code}))(first.points)
+            return at_z(z, x)
+
+        return over(discrete_states, {})
+
+    return ContinuationReader(continuous=name, read_fn=read_fn)
