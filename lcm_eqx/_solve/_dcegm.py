@@ -305,28 +305,19 @@ class DCEGM(AbstractSolver):
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
 
-        def at_z(z: dict[str, Array], index: tuple):
-            def at_d(d: dict[str, Array], d_index: tuple):
-                utility, marginal = self._utility(problem, {**z, **d})
-                i = (*index, *d_index)
-                c, v, _ = read(
-                    grid.nodes[i],
-                    grid.count[i],
-                    grid.continuation0[i],
-                    grid.borrowing_limit,
-                    x,
-                    utility,
-                    marginal,
-                )
-                v = jnp.where(grid.feasible[i], v, NEG_INF)
-                return v, c
+        def at(codes: dict, nodes, count, continuation0, feasible):
+            utility, marginal = self._utility(problem, {**discrete_state_fixed, **codes})
+            c, v, _ = read(nodes, count, continuation0, grid.borrowing_limit, x, utility, marginal)
+            return jnp.where(feasible, v, NEG_INF), c
 
-            return _lift_indexed(at_d, discrete_actions)
-
+        names = [a.name for a in (*discrete_states, *discrete_actions)]
         if discrete_state is not None:
             index = tuple(discrete_state[a.name] for a in discrete_states)
-            return at_z(discrete_state, index)
-        v, c = _lift_indexed(at_z, discrete_states)
+            discrete_state_fixed = discrete_state
+            own = jax.tree.map(lambda array: array[index] if array.ndim else array, grid)
+            return map_choices(at, own, [a.name for a in discrete_actions])
+        discrete_state_fixed = {}
+        v, c = map_choices(at, grid, names)
         if not reduce:
             return v, c
         n_d = len(discrete_actions)
@@ -521,15 +512,20 @@ def _lift(fn, axes, point):
     )
 
 
-def _lift_indexed(fn, axes, point=None, index=()):
-    """Like `_lift`, also passing the tuple of codes (for indexing stored arrays)."""
-    point = {} if point is None else point
-    if not axes:
-        return fn(point, index)
-    first, rest = axes[0], axes[1:]
-    return jax.vmap(lambda x: _lift_indexed(fn, rest, {**point, first.name: x}, (*index, x)))(
-        first.points
-    )
+def map_choices(fn, grid: EndogenousGrid, names: list[str]):
+    """`fn(codes, nodes, count, continuation0, feasible)` for every discrete state and
+    action of `grid`'s leading axes (named `names`): a vmap along each axis, so each call
+    sees its own slices without indexing (gathers) by code."""
+
+    def over(depth, codes, nodes, count, continuation0, feasible):
+        if depth == len(names):
+            return fn(codes, nodes, count, continuation0, feasible)
+        size = count.shape[0]
+        return jax.vmap(lambda k, *arrays: over(depth + 1, {**codes, names[depth]: k}, *arrays))(
+            jnp.arange(size, dtype=jnp.int32), nodes, count, continuation0, feasible
+        )
+
+    return over(0, {}, grid.nodes, grid.count, grid.continuation0, grid.feasible)
 
 
 class ContinuationReader(eqx.Module):
@@ -565,15 +561,12 @@ def endogenous_reader(
     scale = params[""]["taste_shock_scale"] if target_plan.taste_shocks else None
 
     def read_fn(x):
-        def at(codes: tuple):
-            z = dict(zip(discrete_states, codes[: len(discrete_states)], strict=True))
-            d = dict(zip(discrete_actions, codes[len(discrete_states) :], strict=True))
-
+        def at(codes: dict, nodes, count, continuation0, feasible):
             def utility(c):
                 inputs = {
-                    n: (process_points[n][k] if n in process_points else k) for n, k in z.items()
+                    n: (process_points[n][k] if n in process_points else k)
+                    for n, k in codes.items()
                 }
-                inputs.update(d)
                 inputs[solver.action] = c
                 inputs[solver.state] = c
                 inputs["period"] = period
@@ -582,28 +575,19 @@ def endogenous_reader(
                     Evaluator(target_plan.helpers, inputs, params)(target_plan.utility)
                 )
 
-            marginal = _marginal(utility)
-            utility = jnp.vectorize(utility)
-            c, v, mu = read(
-                grid.nodes[codes],
-                grid.count[codes],
-                grid.continuation0[codes],
+            _, v, mu = read(
+                nodes,
+                count,
+                continuation0,
                 grid.borrowing_limit,
                 x,
-                utility,
-                marginal,
+                jnp.vectorize(utility),
+                _marginal(utility),
             )
-            del c
-            v = jnp.where(grid.feasible[codes], v, NEG_INF)
-            return v, jnp.where(grid.feasible[codes], mu, 0.0)
+            return jnp.where(feasible, v, NEG_INF), jnp.where(feasible, mu, 0.0)
 
+        v, mu = map_choices(at, grid, [*discrete_states, *discrete_actions])
         shape = grid.count.shape
-        if shape:
-            codes = jnp.indices(shape).reshape(len(shape), -1).T
-            v, mu = jax.vmap(lambda c: at(tuple(c)))(codes)
-            v, mu = v.reshape(shape), mu.reshape(shape)
-        else:
-            v, mu = at(())
         n_d = len(discrete_actions)
         if n_d:
             lead = shape[: len(shape) - n_d]
