@@ -401,7 +401,9 @@ def plot_policy(
     no feasible action are left out.
 
     Args:
-        model, params, solution: the model, its parameters and `model.solve(params)`.
+        model: the model.
+        params: its parameters.
+        solution: `model.solve(params)`.
         regime: the regime's name.
         action: the action to plot.
         period: a period or a sequence of periods (one line each); default 0.
