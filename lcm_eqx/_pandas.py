@@ -114,7 +114,11 @@ def coerce_params(params):
 def _is_missing(level) -> bool:
     if level is None or (isinstance(level, str) and level == ""):
         return True
-    return isinstance(level, numbers.Real) and not isinstance(level, bool) and bool(np.isnan(level))
+    return (
+        isinstance(level, numbers.Real)
+        and not isinstance(level, bool)
+        and bool(np.isnan(float(level)))
+    )
 
 
 def _path(entry: tuple) -> tuple[str, ...]:

@@ -178,7 +178,7 @@ class IrregSpacedGrid(AbstractContinuousGrid):
         >>> hours = IrregSpacedGrid(points=[0.0, 10.0, 20.0, 40.0])
     """
 
-    points: Array
+    points: Array | np.ndarray
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
 
@@ -258,7 +258,7 @@ class AbstractPiecewiseGrid(AbstractContinuousGrid):
     ends, and a shared breakpoint appears once (`sum(n_points) - (len(n_points) - 1)`
     points in all). Subclasses say whether the segments are spaced geometrically."""
 
-    breakpoints: Array
+    breakpoints: Array | np.ndarray
     n_points_per_segment: tuple[int, ...] = eqx.field(static=True)
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)

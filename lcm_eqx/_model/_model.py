@@ -8,6 +8,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -160,7 +161,7 @@ class Model(eqx.Module):
         _check_validate(validate)
         mode = progress_mode(progress)
         check_params(self.plan, params)
-        options = {"validate": validate != "off", "progress": mode}
+        options: dict[str, Any] = {"validate": validate != "off", "progress": mode}
         with timed(self._solve, "solve", params, **options) as timer:
             raw = reduce_violations(self._solve(params, **options))
             timer.done(raw, f" ({self.n_periods} periods)")
@@ -364,7 +365,7 @@ def _check_nan(model, params, solution: Solution, validate: str) -> Solution:
         return eqx.tree_at(lambda s: s.values, solution, values)
     if not any(bool(jnp.any(jnp.isnan(v))) for v in leaves):
         return solution
-    message = diagnose_nan(model, params, solution)
+    message = diagnose_nan(model, params, solution) or "The solution has NaN values."
     if validate == "raise":
         raise NaNError(message)
     warnings.warn(message, stacklevel=3)
