@@ -30,10 +30,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """Type-check the library with mypy (the configuration is in pyproject.toml), and the
-    package as a user sees it (tests/test_typing.py: py.typed, public signatures)."""
+    """Type-check the library with mypy and pyright (basic mode; both configured in
+    pyproject.toml), then the package as a user sees it (tests/test_typing.py: a wheel
+    with py.typed, a user's script checked against it)."""
     session.install("-e", ".[test]")
     session.run("mypy", "lcm_eqx")
+    session.run("pyright")
     session.run("python", "-m", "pytest", "-q", "tests/test_typing.py")
 
 

@@ -187,7 +187,9 @@ class RegimeProblem:
                 shards, place = 1, None
                 if self.sharding is not None and self.sharding.is_sharded(state):
                     shards = self.sharding.n_shards(state)
-                    place = lambda a, ls, s=state: self.sharding.place_labels(a, ls, s)
+                    place = lambda a, ls, s=state, sharding=self.sharding: sharding.place_labels(
+                        a, ls, s
+                    )
                 values, labels = contract(
                     values,
                     labels,
@@ -456,7 +458,8 @@ class RegimeProblem:
                 # point, on a predicate that depends on the actions only through the id).
                 total = jnp.where(cast(Array, reached), expected, total)
             else:
-                total = total + weighted(p, expected)
+                # groups are stacked only with a deterministic transition, so `p` is set
+                total = total + weighted(p, expected)  # pyright: ignore[reportPossiblyUnbound]
         if deterministic:
             return total
         return jnp.where(blocked, NEG_INF, settle(total))
