@@ -153,7 +153,12 @@ def on_config(config, **kwargs):
         {"Home": "index.md"},
         {"Guides": guides},
         {"API": API},
-        {"Examples": ["examples/index.md"] + [f"examples/{s.stem}.md" for s in _examples()]},
+        {
+            "Examples": [
+                "examples/index.md",
+                *({s.name: f"examples/{s.stem}.md"} for s in _examples()),
+            ]
+        },
         {"Performance": [p for p in PERFORMANCE if p in pages]},
         {"Contributors": [p for p in CONTRIBUTORS if p in pages]},
         {"README": "readme.md"},
