@@ -36,7 +36,9 @@ def typecheck(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("mypy", "lcm_eqx")
     session.run("pyright")
-    session.run("python", "-m", "pytest", "-q", "tests/test_typing.py")
+    session.run(
+        "python", "-m", "pytest", "-q", "tests/test_typing.py", "-k", "user_script or py_typed"
+    )
 
 
 @nox.session(python=PYTHON)
