@@ -1,4 +1,4 @@
-"""Nox sessions: ``nox -s tests lint typecheck benchmarks examples``."""
+"""Nox sessions: ``nox -s tests lint typecheck benchmarks examples docs asv``."""
 
 from __future__ import annotations
 
@@ -30,9 +30,15 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """Type-check the library with mypy."""
-    session.install("-e", ".", "mypy")
-    session.run("mypy", "--ignore-missing-imports", "lcm_eqx")
+    """Type-check the library with mypy and pyright (basic mode; both configured in
+    pyproject.toml), then the package as a user sees it (tests/test_typing.py: a wheel
+    with py.typed, a user's script checked against it)."""
+    session.install("-e", ".[test]")
+    session.run("mypy", "lcm_eqx")
+    session.run("pyright")
+    session.run(
+        "python", "-m", "pytest", "-q", "tests/test_typing.py", "-k", "user_script or py_typed"
+    )
 
 
 @nox.session(python=PYTHON)
@@ -51,3 +57,43 @@ def examples(session: nox.Session) -> None:
         session.skip("no examples/*.py found")
     for script in scripts:
         session.run("python", str(script.relative_to(ROOT)), env={"MPLBACKEND": "Agg"})
+
+
+def _figure_scripts() -> list[Path]:
+    return [p for p in sorted((ROOT / "examples").glob("*.py")) if "savefig" in p.read_text()]
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ (strict: any warning fails the build).
+
+    The examples that draw a figure run first, so their pages show it. `nox -s docs --
+    serve` serves the site with live reload instead.
+    """
+    session.install("-e", ".[docs,plot]")
+    for script in _figure_scripts():
+        session.run("python", str(script.relative_to(ROOT)), env={"MPLBACKEND": "Agg"})
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def asv(session: nox.Session) -> None:
+    """Benchmark the current commit with asv in this session's environment, then write
+    the HTML to .asv/html (see docs/benchmarking.md). Extra arguments go to `asv run`;
+    the default is a `--quick` run (each benchmark once)."""
+    session.install("-e", ".[bench]")
+    commit = session.run("git", "rev-parse", "HEAD", silent=True, external=True).strip()
+    session.run("asv", "machine", "--yes")
+    session.run(
+        "asv",
+        "run",
+        "--python=same",
+        "--set-commit-hash",
+        commit,
+        "--show-stderr",
+        *(session.posargs or ["--quick"]),
+    )
+    session.run("asv", "publish")

@@ -15,6 +15,7 @@ import sys
 import time
 
 import jax
+import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
 
 from ._errors import LcmError
 

@@ -97,7 +97,7 @@ def params_to_series(params: Mapping) -> pd.Series:
     rows.sort(key=lambda row: row[0][0] != "")
     index = pd.MultiIndex.from_tuples([r[0] for r in rows], names=list(LEVELS))
     values = [_cell(v) for _, v in rows]
-    if all(np.ndim(v) == 0 for v in values):
+    if all(np.ndim(np.asarray(v)) == 0 for v in values):
         return pd.Series([float(np.asarray(v)) for v in values], index=index, dtype=float)
     cells = np.empty(len(values), dtype=object)
     cells[:] = values
@@ -114,7 +114,11 @@ def coerce_params(params):
 def _is_missing(level) -> bool:
     if level is None or (isinstance(level, str) and level == ""):
         return True
-    return isinstance(level, numbers.Real) and not isinstance(level, bool) and bool(np.isnan(level))
+    return (
+        isinstance(level, numbers.Real)
+        and not isinstance(level, bool)
+        and bool(np.isnan(float(level)))
+    )
 
 
 def _path(entry: tuple) -> tuple[str, ...]:

@@ -33,14 +33,21 @@ import warnings
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
+import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
 import jax.numpy as jnp
 import numpy as np
 
 from ._errors import LcmError, SavedFileError
+from ._typing import FilePath
+
+if TYPE_CHECKING:
+    from ._model._model import Model
+    from ._simulate._result import SimulationResult
+    from ._solve._solution import Solution
 
 MAGIC = b"\x89LCMEQX\n"  # a non-ASCII first byte, like PNG's, catches text-mode mangling
 FORMAT_VERSION = 1
@@ -333,7 +340,7 @@ def _fsync_directory(directory: Path) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def load(path, model, kind: str):
+def load(path, model, kind: str) -> Any:
     """Read the `kind` object saved at `path`, checking it against `model`."""
     from ._model._model import Model
 
@@ -453,7 +460,7 @@ def _skeleton(header: dict, path: Path, kind: str):
             dtype.itemsize == 8
             and dtype.kind in "fic"
             and kind == "Solution"
-            and not jax.config.jax_enable_x64
+            and not jax.config.jax_enable_x64  # pyright: ignore[reportAttributeAccessIssue]
         ):
             raise SavedFileError(
                 f"{path} holds {dtype.name} arrays, but 64-bit JAX is off, so they would "
@@ -594,7 +601,7 @@ def _check_against_model(obj, kind: str, model, path: Path) -> None:
         )
 
 
-def load_solution(path, model):
+def load_solution(path: FilePath, model: Model) -> Solution:
     """Read a solution saved with `solution.save(path)`, for `model`.
 
     `model` must have the structure of the model that was solved: the same regimes,
@@ -616,7 +623,7 @@ def load_solution(path, model):
     return load(path, model, "Solution")
 
 
-def load_simulation_result(path, model):
+def load_simulation_result(path: FilePath, model: Model) -> SimulationResult:
     """Read a simulated panel saved with `result.save(path)`, for `model`.
 
     The same checks as `load_solution`; arrays come back bit-exactly as NumPy arrays.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._model._model import Model
     from ._simulate._result import SimulationResult
     from ._solve._solution import Solution
+    from ._typing import Params
 
 MAX_DEFAULT_LINES = 6
 
@@ -294,7 +295,7 @@ def plot_values(
 # --------------------------------------------------------------------------- policy
 def compute_policy(
     model: Model,
-    params,
+    params: Params,
     solution: Solution,
     regime: str,
     period: int,
@@ -385,7 +386,7 @@ def _process_points(model: Model, params, regime_plan) -> dict[str, np.ndarray]:
 
 def plot_policy(
     model: Model,
-    params,
+    params: Params,
     solution: Solution,
     regime: str,
     action: str,
@@ -405,7 +406,9 @@ def plot_policy(
     no feasible action are left out.
 
     Args:
-        model, params, solution: the model, its parameters and `model.solve(params)`.
+        model: the model.
+        params: its parameters.
+        solution: `model.solve(params)`.
         regime: the regime's name.
         action: the action to plot.
         period: a period or a sequence of periods (one line each); default 0.
@@ -529,7 +532,7 @@ def plot_profiles(
         if isinstance(column.dtype, pd.CategoricalDtype):
             shares = (
                 pd.crosstab(df[by], column, normalize="index", dropna=True)
-                if column.notna().any()
+                if bool(column.notna().any())
                 else pd.DataFrame()
             )
             for category in shares.columns:
@@ -543,10 +546,10 @@ def plot_profiles(
             continue
         grouped = df[[by, name]].dropna().groupby(by)[name]
         color = next(color_cycle)
-        mean = grouped.mean()
+        mean = cast(pd.Series, grouped.mean())
         ax.plot(mean.index, mean.to_numpy(), color=color, label=f"mean {name}")
         if quantiles:
-            q = grouped.quantile(quantiles).unstack()
+            q = grouped.quantile(cast(Any, quantiles)).unstack()
             low, high = quantiles[0], quantiles[-1]
             if len(quantiles) > 1:
                 ax.fill_between(

@@ -38,3 +38,19 @@ def test_quick_benchmark_run(tmp_path):
     assert rows["retirement"]["solve_ratio_library_to_reference"] > 0
     assert rows["retirement"]["solve_ratio_library_to_tuned_reference"] > 0
     assert "library/reference" in completed.stdout
+
+
+def test_asv_suite_builds_every_benchmark_model():
+    """The asv suite (benchmarks/asv/) finds its models and sizes; it is run by `nox -s asv`,
+    not here. Building a model compiles nothing."""
+    from benchmarks.asv import lifecycle
+
+    classes = [lifecycle.Solve, lifecycle.Simulate, lifecycle.Gradient, lifecycle.Compile]
+    for cls in classes:
+        assert cls.params == lifecycle.MODEL_NAMES
+        methods = [m for m in vars(cls) if m.startswith(("time_", "peakmem_", "track_"))]
+        assert methods, cls
+    for name in lifecycle.MODEL_NAMES:
+        model, params, sizes = lifecycle._model(name)
+        assert model.n_periods == sizes["n_periods"]
+        assert params

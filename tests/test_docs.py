@@ -16,6 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+# Pages that tools/docs_hooks.py generates when the site is built (tests/test_docs_site.py
+# builds it and checks every link, these included).
+GENERATED_PAGES = {ROOT / "docs" / "reference.md"}
 TIMEOUT_S = 300
 
 RUNNER = """
@@ -95,17 +98,7 @@ def test_relative_links_resolve():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text()):
             if "://" in target or target.startswith("mailto:"):
                 continue
-            if not (document.parent / target).exists():
+            path = (document.parent / target).resolve()
+            if not path.exists() and path not in GENERATED_PAGES:
                 broken.append(f"{document.relative_to(ROOT)} -> {target}")
     assert not broken, "broken relative links:\n" + "\n".join(broken)
-
-
-def test_api_reference_covers_every_public_name():
-    import lcm_eqx
-
-    text = (ROOT / "docs" / "api.md").read_text()
-    documented = set(re.findall(r"^### `([A-Za-z_][A-Za-z0-9_]*)`", text, flags=re.MULTILINE))
-    public = {name for name in vars(lcm_eqx) if not name.startswith("_")}
-    public -= {name for name in public if type(vars(lcm_eqx)[name]).__name__ == "module"}
-    missing = sorted(public - documented)
-    assert not missing, f"docs/api.md has no '### `name`' entry for {missing}"

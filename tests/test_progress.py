@@ -121,6 +121,69 @@ def test_simulate_meter_over_chunks_and_periods(capfd):
     ]
 
 
+@pytest.fixture
+def tqdm_bars(monkeypatch):
+    """The tqdm bars the meter opens, each recording its position after every update."""
+    import tqdm.auto
+
+    bars = []
+
+    class RecordingBar(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.positions = []
+            bars.append(self)
+
+        def update(self, n=1):
+            shown = super().update(n)
+            self.positions.append(self.n)
+            return shown
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", RecordingBar)
+    return bars
+
+
+def _assert_one_full_solve_bar(bars, err: str, n_periods: int = N_PERIODS):
+    assert len(bars) == 1
+    (bar,) = bars
+    assert (bar.desc, bar.total) == ("solve", n_periods)
+    assert bar.positions == list(range(1, n_periods + 1))  # each period once, in order
+    assert bar.disable  # closed at the last period
+    assert f"{n_periods}/{n_periods}" in err  # drawn on stderr by tqdm itself
+    assert not _solve_lines(err)  # and no text meter besides
+    bars.clear()
+
+
+def test_tqdm_meter_under_jit_grad_and_vmap(model, tqdm_bars, capfd):
+    plain = model.solve(retirement.PARAMS)
+    capfd.readouterr()
+    jitted = jax.jit(functools.partial(model.solve, progress="tqdm"))(retirement.PARAMS)
+    jax.block_until_ready(jitted.values)
+    _assert_one_full_solve_bar(tqdm_bars, capfd.readouterr().err)
+    for regime in ("working", "retired"):
+        np.testing.assert_array_equal(plain.values[regime], jitted.values[regime])
+
+    # The results under grad and vmap do not depend on the meter (the text meter's tests
+    # compare them with progress off); here only the ticks are checked.
+    gradient = jax.grad(_objective(model, "tqdm"))(20.0)
+    _assert_one_full_solve_bar(tqdm_bars, capfd.readouterr().err)  # no ticks backwards
+    assert np.isfinite(gradient)
+
+    values = jax.vmap(_objective(model, "tqdm"))(jnp.array([15.0, 20.0, 25.0]))
+    _assert_one_full_solve_bar(tqdm_bars, capfd.readouterr().err)  # not one per element
+    assert values.shape == (3,)
+
+
+def test_tqdm_meter_over_simulation_chunks(tqdm_bars, capfd):
+    model = retirement.build(n_periods=3, n_wealth=8, n_consumption=12)
+    initial = {"regime": np.zeros(5, int), "wealth": np.linspace(5.0, 50.0, 5)}
+    solution = model.solve(retirement.PARAMS)
+    model.simulate(retirement.PARAMS, initial, solution, subject_batch_size=2, progress="tqdm")
+    (bar,) = tqdm_bars
+    assert (bar.desc, bar.total, bar.positions) == ("simulate", 9, list(range(1, 10)))
+    assert bar.disable
+
+
 def test_tqdm_falls_back_to_text_without_tqdm(model, monkeypatch, capfd):
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
     with pytest.warns(UserWarning, match="tqdm"):

@@ -11,6 +11,7 @@ so `jax.grad` flows through it. Without taste shocks the choice is the argmax of
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,10 @@ from .._solve._axes import lift
 from .._solve._backward import age_of
 from .._solve._kernel import RegimeProblem
 from .._solve._solution import Solution
+
+if TYPE_CHECKING:
+    from .._model._model import Model
+    from .._typing import Params
 
 
 def next_values_at(solution_values: dict[str, Array], period) -> dict[str, Array]:
@@ -89,7 +94,7 @@ def taste_shock_scale(problem: RegimeProblem):
 
 
 def discrete_values(
-    model, params, solution: Solution, regime: str, period: int | np.integer
+    model: Model, params: Params, solution: Solution, regime: str, period: int | np.integer
 ) -> Float[Array, "..."]:
     """`v_d` on the state grid: the best value over the continuous actions, per discrete action.
 
@@ -111,7 +116,7 @@ def _discrete_values_on_grid(model, regime, params, solution_values, policies, p
 
 
 def choice_probabilities(
-    model, params, solution: Solution | None, regime: str, period: int | np.integer
+    model: Model, params: Params, solution: Solution | None, regime: str, period: int | np.integer
 ) -> Float[Array, "..."]:
     """Conditional choice probabilities `P(d | s, period)` on the regime's state grid.
 

@@ -7,12 +7,17 @@ Conversion happens once, in numpy, outside any trace. The result is an `eqx.Modu
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import numpy as np
 
 from .._errors import InvalidDataError
 from .._grids import AbstractProcessGrid, DiscreteGrid
+
+if TYPE_CHECKING:
+    from .._model._model import Model
+    from .._typing import Data
 
 
 class RegimeBlock(eqx.Module):
@@ -40,7 +45,7 @@ class ChoiceData(eqx.Module):
     n_rows: int = eqx.field(static=True)
 
 
-def prepare_data(model, data) -> ChoiceData:
+def prepare_data(model: Model, data: Data | ChoiceData) -> ChoiceData:
     """Arrange observed data for `log_likelihood` and `choice_moments`.
 
     Args:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -38,11 +39,15 @@ from ._choice import (
 )
 from ._data import ChoiceData, RegimeBlock, prepare_data
 
+if TYPE_CHECKING:
+    from .._model._model import Model
+    from .._typing import Data, Params
+
 
 def log_likelihood(
-    model,
-    params,
-    data,
+    model: Model,
+    params: Params,
+    data: Data | ChoiceData,
     *,
     solution: Solution | None = None,
     measurement_sd=None,
@@ -141,7 +146,12 @@ def _log_likelihood(model, terms, validate, params, data, solution, measurement_
 
 
 def choice_moments(
-    model, params, data, *, solution: Solution | None = None, validate: str = "raise"
+    model: Model,
+    params: Params,
+    data: Data | ChoiceData,
+    *,
+    solution: Solution | None = None,
+    validate: str = "raise",
 ) -> dict[str, Float[Array, "n_periods ..."]]:
     """Average conditional choice probabilities by regime and period over observed states.
 

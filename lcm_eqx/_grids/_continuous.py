@@ -7,8 +7,10 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax
+import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
 from .._errors import GridInitializationError
@@ -76,7 +78,13 @@ class LinSpacedGrid(AbstractContinuousGrid):
     distributed: bool = eqx.field(static=True)
 
     def __init__(
-        self, start, stop, n_points: int, *, batch_size: int = 0, distributed: bool = False
+        self,
+        start: float | Array,
+        stop: float | Array,
+        n_points: int,
+        *,
+        batch_size: int = 0,
+        distributed: bool = False,
     ):
         self.start = start
         self.stop = stop
@@ -135,7 +143,13 @@ class LogSpacedGrid(AbstractContinuousGrid):
     distributed: bool = eqx.field(static=True)
 
     def __init__(
-        self, start, stop, n_points: int, *, batch_size: int = 0, distributed: bool = False
+        self,
+        start: float | Array,
+        stop: float | Array,
+        n_points: int,
+        *,
+        batch_size: int = 0,
+        distributed: bool = False,
     ):
         self.start = start
         self.stop = stop
@@ -178,11 +192,17 @@ class IrregSpacedGrid(AbstractContinuousGrid):
         >>> hours = IrregSpacedGrid(points=[0.0, 10.0, 20.0, 40.0])
     """
 
-    points: Array
+    points: Array | np.ndarray
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
 
-    def __init__(self, points, *, batch_size: int = 0, distributed: bool = False):
+    def __init__(
+        self,
+        points: Sequence[float] | ArrayLike,
+        *,
+        batch_size: int = 0,
+        distributed: bool = False,
+    ):
         try:
             values = np.asarray(points, dtype=float)
         except (TypeError, ValueError) as error:
@@ -258,13 +278,20 @@ class AbstractPiecewiseGrid(AbstractContinuousGrid):
     ends, and a shared breakpoint appears once (`sum(n_points) - (len(n_points) - 1)`
     points in all). Subclasses say whether the segments are spaced geometrically."""
 
-    breakpoints: Array
+    breakpoints: Array | np.ndarray
     n_points_per_segment: tuple[int, ...] = eqx.field(static=True)
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
     geometric: ClassVar[bool]
 
-    def __init__(self, breakpoints, n_points, *, batch_size: int = 0, distributed: bool = False):
+    def __init__(
+        self,
+        breakpoints: Sequence[float] | ArrayLike,
+        n_points: Sequence[int],
+        *,
+        batch_size: int = 0,
+        distributed: bool = False,
+    ):
         self.breakpoints = _check_piecewise(
             type(self).__name__, breakpoints, n_points, log=self.geometric
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import ClassVar
 
 import equinox as eqx
@@ -32,7 +33,13 @@ class DiscreteGrid(AbstractGrid):
     distributed: bool = eqx.field(static=True)
     is_discrete: ClassVar[bool] = True
 
-    def __init__(self, categories, *, batch_size: int = 0, distributed: bool = False):
+    def __init__(
+        self,
+        categories: type[enum.Enum] | Sequence[object],
+        *,
+        batch_size: int = 0,
+        distributed: bool = False,
+    ):
         self.labels = _labels(categories)
         self.batch_size = batch_size
         self.distributed = distributed
@@ -48,7 +55,7 @@ class DiscreteGrid(AbstractGrid):
         return jnp.arange(self.n_points, dtype=jnp.int32)
 
 
-def _labels(categories) -> tuple[str, ...]:
+def _labels(categories: type[enum.Enum] | Sequence[object]) -> tuple[str, ...]:
     if isinstance(categories, type) and issubclass(categories, enum.Enum):
         members = list(categories)
         if not members:

@@ -8,9 +8,11 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import equinox as eqx
 import jax
+import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
 import jax.numpy as jnp
 import numpy as np
 
@@ -31,6 +33,7 @@ from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_
 from .._solve._backward import reduce_violations, solve_model
 from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch, assign_solvers
+from .._typing import InitialConditions, Params
 from ._params import check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
@@ -119,7 +122,13 @@ class Model(eqx.Module):
     def __eq__(self, other) -> bool:
         return self is other
 
-    def describe(self, params=None, *, memory_budget: int | None = None, axis: str | None = None):
+    def describe(
+        self,
+        params: Params | None = None,
+        *,
+        memory_budget: int | None = None,
+        axis: str | None = None,
+    ):
         """A readable summary of the model that sizes the knobs (`print()` it).
 
         Lists every regime's states, actions, grid sizes, parameters and state-action
@@ -142,7 +151,9 @@ class Model(eqx.Module):
         """Every parameter, nested as `{regime: {function: {name: nan}}}`."""
         return params_template(self.plan)
 
-    def solve(self, params, *, validate: str = "raise", progress=False) -> Solution:
+    def solve(
+        self, params: Params, *, validate: str = "raise", progress: bool | str = False
+    ) -> Solution:
         """Solve the model by backward induction.
 
         A pure function of `params`: it can be wrapped in `jax.jit`, `jax.vmap` and
@@ -164,7 +175,7 @@ class Model(eqx.Module):
         _check_validate(validate)
         mode = progress_mode(progress)
         check_params(self.plan, params)
-        options = {"validate": validate != "off", "progress": mode}
+        options: dict[str, Any] = {"validate": validate != "off", "progress": mode}
         with timed(self._solve, "solve", params, **options) as timer:
             raw = reduce_violations(self._solve(params, **options))
             timer.done(raw, f" ({self.n_periods} periods)")
@@ -174,7 +185,7 @@ class Model(eqx.Module):
             solution = _check_nan(self, params, solution, validate)
         return solution
 
-    def diagnose_nan(self, params, solution: Solution | None = None) -> str | None:
+    def diagnose_nan(self, params: Params, solution: Solution | None = None) -> str | None:
         """Where a NaN first appears in the solution (regime, period, term, state, action).
 
         Returns None when the value arrays have no NaN. `solve` calls this itself under
@@ -189,14 +200,14 @@ class Model(eqx.Module):
 
     def simulate(
         self,
-        params,
-        initial_conditions,
+        params: Params,
+        initial_conditions: InitialConditions,
         solution: Solution | None = None,
         *,
         key: jax.Array | None = None,
         subject_batch_size: int = 0,
         validate: str = "raise",
-        progress=False,
+        progress: bool | str = False,
     ) -> SimulationResult:
         """Simulate a panel of subjects forward.
 
@@ -371,7 +382,7 @@ def _check_nan(model, params, solution: Solution, validate: str) -> Solution:
         return eqx.tree_at(lambda s: s.values, solution, values)
     if not any(bool(jnp.any(jnp.isnan(v))) for v in leaves):
         return solution
-    message = diagnose_nan(model, params, solution)
+    message = diagnose_nan(model, params, solution) or "The solution has NaN values."
     if validate == "raise":
         raise NaNError(message)
     warnings.warn(message, stacklevel=3)

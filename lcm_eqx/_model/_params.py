@@ -89,7 +89,7 @@ def _is_numeric(value) -> bool:
         return False
     for leaf in leaves:
         if isinstance(leaf, jax.Array):  # concrete or traced
-            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 return False
             kind = np.dtype(leaf.dtype).kind
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
+from typing import cast
 
 from .._errors import ModelInitializationError
 from .._grids import AbstractGrid, AbstractProcessGrid, DiscreteGrid
@@ -152,7 +153,10 @@ def build_plan(
 def _regime_ids(regimes, regime_ids) -> type[enum.IntEnum]:
     names = list(regimes)
     if regime_ids is None:
-        return enum.IntEnum("RegimeId", {name: i for i, name in enumerate(names)})
+        # The functional API makes a class (mypy types the call as a member).
+        return cast(
+            type[enum.IntEnum], enum.IntEnum("RegimeId", {name: i for i, name in enumerate(names)})
+        )
     if not (isinstance(regime_ids, type) and issubclass(regime_ids, enum.IntEnum)):
         raise ModelInitializationError(
             f"Model: regime_ids must be an IntEnum class, got {regime_ids!r}."
@@ -343,7 +347,7 @@ def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> R
                     "regime; rename it (params[regime] holds that regime's parameters)."
                 )
 
-    regime_parameters = ()
+    regime_parameters: tuple[str, ...] = ()
     if not terminal:
         regime_parameters += ("discount_factor",)
     if regime.taste_shocks is not None:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .._errors import LcmError
+from .._typing import FilePath, Params
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._model._model import Model
@@ -49,7 +50,7 @@ class SimulationResult(eqx.Module):
     def n_periods(self) -> int:
         return int(self.regime.shape[0])
 
-    def save(self, path) -> None:
+    def save(self, path: FilePath) -> None:
         """Write the panel to the file `path` (atomically: a crash leaves the old file).
 
         Arrays round-trip bit-exactly. Load it with `lcm.load_simulation_result(path, model)`.
@@ -67,7 +68,7 @@ class SimulationResult(eqx.Module):
         extra: Sequence[str] = (),
         *,
         model: Model | None = None,
-        params=None,
+        params: Params | None = None,
     ) -> pd.DataFrame:
         """One row per subject and period present.
 
@@ -226,7 +227,7 @@ def _extra_columns(
             filled[name][rows] = True
     columns: dict[str, object] = {}
     for name in names:
-        column = outputs.get(name, np.full(n_rows, np.nan))
+        column = outputs[name] if name in outputs else np.full(n_rows, np.nan)
         labels = _labels_of(plan, name)
         if labels is not None and name in outputs:
             codes = np.where(filled[name], column, -1).astype(np.int64)

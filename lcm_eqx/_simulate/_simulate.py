@@ -23,7 +23,8 @@ _TASTE, _REGIME, _STATE = 0, 1, 2
 
 def variable_kinds(plan: ModelPlan) -> tuple[dict[str, bool], dict[str, bool]]:
     """States and actions of all regimes, with whether each is discrete."""
-    states, actions = {}, {}
+    states: dict[str, bool] = {}
+    actions: dict[str, bool] = {}
     for regime in plan.regimes.values():
         for name in regime.states:
             states.setdefault(name, regime.grids[name].is_discrete)

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -210,9 +211,9 @@ def continuation_at(
         joint = p if joint is None else joint[..., None] * p
     if not layout.continuous:
         return block if joint is None else settle(jnp.sum(weighted(joint, block)))
-    total = 0.0
+    total = cast(Array, 0.0)  # a weakly typed zero; an Array from the first corner on
     for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
-        weight = 1.0
+        weight: Array | float = 1.0
         for name, upper in zip(layout.continuous, corner, strict=True):
             w = intervals[name][1]
             weight = weight * (w if upper else 1.0 - w)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -123,7 +123,7 @@ class RegimeProblem:
                 self.continuations[target] = self._prepare(target, next_values[target])
                 target_plan = model.regimes[target]
                 self.target_points[target] = {
-                    s: target_plan.grids[s].to_jax()
+                    s: cast(AbstractContinuousGrid, target_plan.grids[s]).to_jax()
                     for s in target_plan.states
                     if not target_plan.grids[s].is_discrete
                 }
@@ -196,7 +196,9 @@ class RegimeProblem:
                 shards, place = 1, None
                 if self.sharding is not None and self.sharding.is_sharded(state):
                     shards = self.sharding.n_shards(state)
-                    place = lambda a, ls, s=state: self.sharding.place_labels(a, ls, s)
+                    place = lambda a, ls, s=state, sharding=self.sharding: sharding.place_labels(
+                        a, ls, s
+                    )
                 values, labels = contract(
                     values,
                     labels,
@@ -247,7 +249,7 @@ class RegimeProblem:
                 tuple(id(grids[s]) for s in layout.continuous),
             )
             groups.setdefault(key, []).append(target)
-        stacked = []
+        stacked: list[tuple[tuple[str, ...], Array | None]] = []
         for members in groups.values():
             if len(members) == 1:
                 stacked.append(((members[0],), None))
@@ -308,19 +310,19 @@ class RegimeProblem:
 
     def _precontract_probabilities(self, state: str) -> Array:
         transition = self.regime.state_transitions[state]
+        precontract, function = transition.precontract, transition.function
+        assert precontract is not None  # only pre-contracted transitions come here
         n_target = self.model.state_grid(state).n_points
-        if transition.function is None:
+        if function is None:
             probabilities = self.process_matrices[state]
         else:
-            axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
-            probabilities = lift(lambda point: self.evaluator(point)(transition.function), axes)
+            axes = tuple(a for a in self.state_axes if a.name in precontract)
+            probabilities = lift(lambda point: self.evaluator(point)(function), axes)
         if self.sharding is not None:
             # Small and needed whole by every device: compute it replicated, so XLA does
             # not split its construction (e.g. a discretisation loop) across devices.
             probabilities = self.sharding.replicate(probabilities)
-        self._check_shape(
-            f"next_{state}", probabilities.shape[len(transition.precontract) :], (n_target,)
-        )
+        self._check_shape(f"next_{state}", probabilities.shape[len(precontract) :], (n_target,))
         if self.validate:
             flat = probabilities.reshape(-1, n_target)
             violations = jax.vmap(lambda p: probability_violation(p, self.tolerance))(flat)
@@ -425,7 +427,8 @@ class RegimeProblem:
             if unreachable and not deterministic
             else jnp.asarray(False)
         )
-        total = NEG_INF if deterministic else 0.0
+        # Weakly typed start values; an Array from the first group on.
+        total = cast(Array, NEG_INF if deterministic else 0.0)
         for members, stacked in self.groups:
             target = members[0]
             prepared, layout = self.continuations[target]
@@ -445,7 +448,9 @@ class RegimeProblem:
                 reached = chosen >= 0
             target_grids = self.model.regimes[target].grids
             intervals = {
-                s: target_grids[s].interval(next_values[s], self.target_points[target][s])
+                s: cast(AbstractContinuousGrid, target_grids[s]).interval(
+                    next_values[s], self.target_points[target][s]
+                )
                 for s in layout.continuous
             }
             expected = continuation_at(
@@ -460,9 +465,10 @@ class RegimeProblem:
             if deterministic:
                 # Exactly one regime is reached: select its continuation (one select per
                 # point, on a predicate that depends on the actions only through the id).
-                total = jnp.where(reached, expected, total)
+                total = jnp.where(cast(Array, reached), expected, total)
             else:
-                total = total + weighted(p, expected)
+                # groups are stacked only with a deterministic transition, so `p` is set
+                total = total + weighted(p, expected)  # pyright: ignore[reportPossiblyUnbound]
         if deterministic:
             return total
         return jnp.where(blocked, NEG_INF, settle(total))

@@ -70,7 +70,7 @@ class ShardingPlan:
         `labels` are `cur:<state>`, `next:<state>` or the block label `shard:`; current
         sharded states keep their mesh axis, everything else is left to XLA.
         """
-        dims = []
+        dims: list[object] = []
         for label in labels:
             kind, _, state = label.partition(":")
             if kind == "shard":

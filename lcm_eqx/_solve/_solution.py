@@ -9,6 +9,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import InvalidPeriodError
+from .._typing import FilePath
 
 
 class Solution(eqx.Module):
@@ -44,7 +45,7 @@ class Solution(eqx.Module):
     def n_periods(self) -> int:
         return next(iter(self.values.values())).shape[0]
 
-    def save(self, path) -> None:
+    def save(self, path: FilePath) -> None:
         """Write the solution to the file `path` (atomically: a crash leaves the old file).
 
         Arrays round-trip bit-exactly. Load it with `lcm.load_solution(path, model)`.
