@@ -92,6 +92,11 @@ def euler_errors(
         raise LcmError(f"euler_errors: {action!r} is not a continuous action of regime {regime!r}.")
     if solution is None:
         solution = model.solve(params)
+    if not isinstance(solution, Solution):
+        raise LcmError(
+            f"euler_errors: solution must be a Solution from model.solve, got "
+            f"{type(solution).__name__}."
+        )
     if points is None:
         points = regime_plan.grids[state].to_jax()
     points = jnp.asarray(points, jnp.zeros(()).dtype)

@@ -221,18 +221,13 @@ class DCEGM(AbstractSolver):
         beta = problem.params[""]["discount_factor"]
         utility, marginal = self._utility(problem, discrete)
         feasible = jnp.asarray(True)
-        for key, constraint in problem.regime.constraints.items():
+        reference = jnp.asarray(REFERENCE_ACTION, savings.dtype)
+        at_limit = {**discrete, self.state: savings[0] + reference, self.action: reference}
+        for constraint in problem.regime.constraints.values():
             if transitive_inputs(constraint, problem.regime.helpers) & {self.state, self.action}:
                 continue  # the borrowing limit: savings[0]
-            evaluate = problem.evaluator(
-                {
-                    **discrete,
-                    self.state: savings[0] + REFERENCE_ACTION,
-                    self.action: REFERENCE_ACTION,
-                }
-            )
+            evaluate = problem.evaluator(at_limit)
             feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
-            del key
 
         def at_savings(a):
             return expected_at_savings(problem, self.state, self.action, discrete, a, checks)
@@ -283,47 +278,47 @@ class DCEGM(AbstractSolver):
     # ------------------------------------------------------------------ reading
     def values_on(self, problem: RegimeProblem, grid: EndogenousGrid, nodes: Array) -> Array:
         """The regime's value at `nodes` of `state` for every discrete state: `(*z, n)`."""
-        return jax.vmap(lambda x: self.choice_values(problem, grid, x, reduce=True), out_axes=-1)(
-            nodes
-        )
+
+        def at(x):
+            values, _ = self.choice_values(problem, grid, x)
+            return self.combine_choices(problem, values)
+
+        return jax.vmap(at, out_axes=-1)(nodes)
 
     def choice_values(
         self,
         problem: RegimeProblem,
         grid: EndogenousGrid,
         x: Array,
-        *,
-        reduce: bool,
         discrete_state: dict[str, Array] | None = None,
-    ):
-        """Values of each discrete choice at `x` (axes: discrete states, then actions).
+    ) -> tuple[Array, Array]:
+        """Value and consumption of each discrete choice at cash on hand `x`.
 
-        With `reduce`, the discrete actions are combined (max, or `λ·logsumexp` with taste
-        shocks). With `discrete_state`, only that state's choices: axes discrete actions.
-        Returns `(values, consumption)` when not reducing.
+        Axes: the discrete states, then the discrete actions; with `discrete_state`,
+        only that state's choices (axes: the discrete actions).
         """
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
+        fixed = {} if discrete_state is None else discrete_state
 
         def at(codes: dict, nodes, count, continuation0, feasible):
-            utility, marginal = self._utility(problem, {**discrete_state_fixed, **codes})
+            utility, marginal = self._utility(problem, {**fixed, **codes})
             c, v, _ = read(nodes, count, continuation0, grid.borrowing_limit, x, utility, marginal)
             return jnp.where(feasible, v, NEG_INF), c
 
-        names = [a.name for a in (*discrete_states, *discrete_actions)]
-        if discrete_state is not None:
-            index = tuple(discrete_state[a.name] for a in discrete_states)
-            discrete_state_fixed = discrete_state
-            own = jax.tree.map(lambda array: array[index] if array.ndim else array, grid)
-            return map_choices(at, own, [a.name for a in discrete_actions])
-        discrete_state_fixed = {}
-        v, c = map_choices(at, grid, names)
-        if not reduce:
-            return v, c
-        n_d = len(discrete_actions)
+        if discrete_state is None:
+            return map_choices(at, grid, [a.name for a in (*discrete_states, *discrete_actions)])
+        index = tuple(discrete_state[a.name] for a in discrete_states)
+        own = jax.tree.map(lambda array: array[index] if array.ndim else array, grid)
+        return map_choices(at, own, [a.name for a in discrete_actions])
+
+    def combine_choices(self, problem: RegimeProblem, values: Array) -> Array:
+        """The value over the discrete actions (the last axes of `values`): the max, or
+        `λ·logsumexp(v / λ)` with taste shocks."""
+        n_d = len(problem.regime.discrete_actions)
         if n_d == 0:
-            return v
-        flat = v.reshape((*v.shape[: v.ndim - n_d], -1))
+            return values
+        flat = values.reshape((*values.shape[: values.ndim - n_d], -1))
         scale = taste_shock_scale(problem)
         if scale is None:
             return jnp.max(flat, axis=-1)
@@ -332,9 +327,7 @@ class DCEGM(AbstractSolver):
     def choose(self, problem, state, key):
         regime = problem.regime
         discrete_states = {s: state[s] for s in regime.states if s != self.state}
-        v_d, c_d = self.choice_values(
-            problem, problem.policy, state[self.state], reduce=False, discrete_state=discrete_states
-        )
+        v_d, c_d = self.choice_values(problem, problem.policy, state[self.state], discrete_states)
         discrete_actions = regime.discrete_actions
         scale = taste_shock_scale(problem)
         if scale is not None:
@@ -352,17 +345,13 @@ class DCEGM(AbstractSolver):
 
     def discrete_values(self, problem, state):
         discrete_states = {s: state[s] for s in problem.regime.states if s != self.state}
-        v_d, _ = self.choice_values(
-            problem, problem.policy, state[self.state], reduce=False, discrete_state=discrete_states
-        )
+        v_d, _ = self.choice_values(problem, problem.policy, state[self.state], discrete_states)
         return v_d
 
     def policy(self, problem, state):
         """Consumption of each discrete choice at `state` (axes: discrete actions)."""
         discrete_states = {s: state[s] for s in problem.regime.states if s != self.state}
-        _, c_d = self.choice_values(
-            problem, problem.policy, state[self.state], reduce=False, discrete_state=discrete_states
-        )
+        _, c_d = self.choice_values(problem, problem.policy, state[self.state], discrete_states)
         return c_d
 
 
@@ -378,12 +367,12 @@ def expected_at_savings(
     c_ref = jnp.asarray(REFERENCE_ACTION, a.dtype)
     point = {**discrete, state_name: a + c_ref, action: c_ref}
     evaluate = problem.evaluator(point)
-    transition = regime.state_transitions[state_name]
-    assert transition.function is not None
+    function = regime.state_transitions[state_name].function
+    assert function is not None
 
     def next_state(m, c):
         e = problem.evaluator({**discrete, state_name: m, action: c})
-        return jnp.asarray(e(transition.function))
+        return jnp.asarray(e(function))
 
     m_next, gross_return = jax.jvp(
         next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.zeros_like(a))
