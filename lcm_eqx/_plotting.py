@@ -306,7 +306,8 @@ def compute_policy(
     """The optimal actions of `regime` in `period` at given states (not plotted).
 
     This is the same problem the simulation solves in each period: the action grids are
-    searched at the exact states against the next period's value arrays.
+    searched at the exact states against the next period's value arrays (`GridSearch`),
+    or the regime's `DCEGM` policy is read there (continuous actions off the grid).
 
     Args:
         states: `{state: 1-d array}` for every state of the regime, all of one length:
@@ -399,9 +400,10 @@ def plot_policy(
 ) -> Axes:
     """Plot the optimal `action` of `regime` against one state, one line per period.
 
-    The policy is found as in the simulation: at each grid point of `state` (other states
-    at the grid indices in `fixed`), the actions are searched on their grids against the
-    next period's value arrays. A discrete action is drawn as its category (labels on the
+    The policy is found as in the simulation (`compute_policy`): at each grid point of
+    `state` (other states at the grid indices in `fixed`), the actions are searched on
+    their grids against the next period's value arrays, or read from the regime's
+    `DCEGM` policy. A discrete action is drawn as its category (labels on the
     y axis). With taste shocks the drawn choice is one draw of the shocks. Points with
     no feasible action are left out.
 
