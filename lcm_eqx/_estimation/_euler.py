@@ -54,8 +54,10 @@ def euler_errors(
         params: the parameters the solution was computed with.
         solution: `model.solve(params)`; `None` solves first.
         regime: the regime's name.
-        state, action: its continuous state (cash on hand) and action (consumption);
-            default: those of the regime's `DCEGM` solver.
+        state: its continuous state (cash on hand); default: that of the regime's
+            `DCEGM` solver.
+        action: its continuous action (consumption); default: that of the regime's
+            `DCEGM` solver.
         points: values of `state` at which to evaluate (default: its grid).
 
     Returns:

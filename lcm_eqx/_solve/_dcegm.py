@@ -635,7 +635,7 @@ def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> Endogenous
     shape = tuple(
         plan.grids[s].n_points for s in (*plan.states, *plan.discrete_actions) if s != solver.state
     )
-    k = 3 * solver.savings.n_points
+    k = solver.upper_envelope.n_rows(solver.savings.n_points)
     line = jnp.linspace(1.0, 2.0, k, dtype=dtype)
     rows = jnp.stack([line, line, jnp.zeros_like(line), jnp.zeros_like(line)], axis=1)
     return EndogenousGrid(
@@ -652,5 +652,3 @@ def inactive_grid(grid: EndogenousGrid) -> EndogenousGrid:
     return eqx.tree_at(lambda g: g.status, grid, jnp.asarray(INACTIVE, jnp.int32))
 
 
-def n_refined(solver: DCEGM) -> int:
-    return 3 * solver.savings.n_points

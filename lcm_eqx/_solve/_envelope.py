@@ -81,6 +81,11 @@ class AbstractUpperEnvelope(eqx.Module):
     `marginal(c)` is `u'(c)`.
     """
 
+    def n_rows(self, n: int) -> int:
+        """How many rows `__call__` returns for `n` savings points (a static size: the
+        backward induction carries the envelope from period to period)."""
+        return 3 * n
+
     @abc.abstractmethod
     def __call__(
         self,
