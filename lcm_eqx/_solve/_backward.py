@@ -16,6 +16,7 @@ from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._progress import solve_tick
 from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
+from ._envelope import INACTIVE, ORDINARY, EndogenousGrid
 from ._kernel import RegimeProblem
 from ._sharding import sharding_plan
 from ._solution import Solution
@@ -121,11 +122,13 @@ def solve_model(
                 name: current_policies.get(name, inactive_grid(zero_policies[name]))
                 for name in endogenous
             }
-            return (next_carry, next_policy_carry), (
-                current,
-                current_violations,
-                next_policy_carry,
-            )
+            # Emitted per period: the arrays that change (the borrowing limit and the
+            # status are put back after the scan, without a stacked output each).
+            emitted = {
+                name: (grid.nodes, grid.count, grid.continuation0, grid.feasible)
+                for name, grid in next_policy_carry.items()
+            }
+            return (next_carry, next_policy_carry), (current, current_violations, emitted)
 
         periods = jnp.arange(segment.start, segment.stop)
         checkpointed = jax.checkpoint(step)
@@ -140,7 +143,19 @@ def solve_model(
         )
         length = segment.stop - segment.start
         for name in endogenous:
-            policies[name].append(segment_policies[name])
+            nodes, count, continuation0, feasible = segment_policies[name]
+            zero = zero_policies[name]
+            status = ORDINARY if name in segment.regimes else INACTIVE
+            policies[name].append(
+                EndogenousGrid(
+                    nodes=nodes,
+                    count=count,
+                    continuation0=continuation0,
+                    feasible=feasible,
+                    borrowing_limit=jnp.broadcast_to(zero.borrowing_limit, (length,)),
+                    status=jnp.full((length,), status, jnp.int32),
+                )
+            )
         for name in plan.regimes:
             if name in segment_values:
                 values[name].append(segment_values[name])

@@ -650,5 +650,3 @@ def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> Endogenous
 
 def inactive_grid(grid: EndogenousGrid) -> EndogenousGrid:
     return eqx.tree_at(lambda g: g.status, grid, jnp.asarray(INACTIVE, jnp.int32))
-
-

@@ -143,13 +143,17 @@ class ExactEnvelope(AbstractUpperEnvelope):
         # Dropped points may hold +inf / -inf: zero them, so that no derivative below
         # meets an infinity (where() would turn its 0 * inf into NaN).
         finite_m = jnp.where(kept, m, 0.0)
-        km, kc, kv, kmu = jnp.stack([finite_m, c, jnp.where(kept, v, 0.0), mu])[:, order]
+        sorted_rows = jnp.stack(
+            [finite_m, c, jnp.where(kept, v, 0.0), mu, kept.astype(m.dtype)], axis=1
+        )[order]
+        km, kc, kv, kmu = sorted_rows[:, :4].T
 
-        # Crossings between consecutive kept points from different branches.
-        nxt = jnp.roll(k_index, -1)
-        jump = k_valid & jnp.roll(k_valid, -1) & (nxt != k_index + 1)
-        jump = jump.at[-1].set(False)
-        m_right, v_right, mu_right = jnp.roll(km, -1), jnp.roll(kv, -1), jnp.roll(kmu, -1)
+        # Crossings between consecutive kept points from different branches: each kept
+        # point against the next one (one shifted copy of the sorted rows).
+        right = jnp.concatenate([sorted_rows[1:], jnp.zeros_like(sorted_rows[:1])])
+        m_right, v_right, mu_right = right[:, 0], right[:, 2], right[:, 3]
+        nxt = jnp.concatenate([order[1:], order[:1]])
+        jump = k_valid & (right[:, 4] > 0) & (nxt != k_index + 1)
         denominator = kmu - mu_right
         safe_denominator = jnp.where(denominator == 0, 1.0, denominator)
         crossing = (v_right - kv + kmu * km - mu_right * m_right) / safe_denominator
