@@ -134,7 +134,9 @@ def _euler_errors(model, regime, state, action, params, values, policies, points
             d = dict(zip([a.name for a in discrete_actions], d_codes, strict=True))
             feasible = _feasible(problem, {**z, **d}, state, action, x, consumption)
             savings = x - consumption
-            _, marginal, _ = expected_at_savings(problem, state, action, {**z, **d}, savings)
+            _, marginal, _ = expected_at_savings(
+                problem, problem.next_policies, state, action, {**z, **d}, savings
+            )
 
             def utility(c):
                 evaluate = problem.evaluator({**z, **d, action: c, state: c})
@@ -230,14 +232,18 @@ def _policy_reader(model, resolved, target, action, period, values, policies):
     if target_plan.is_terminal or not continuous or action not in target_plan.actions:
         next_values = next_values_at(values, period - 1)
 
-        def constant(x):
+        def constant(data, fixed, x):
             value = next_values[target]
             if continuous:
                 value = jnp.max(value, axis=target_plan.states.index(continuous[0]))
             return value, jnp.zeros_like(value)
 
         return ContinuationReader(
-            continuous=continuous[0] if continuous else None, read_fn=constant
+            continuous=continuous[0] if continuous else None,
+            axes=tuple(s for s in target_plan.states if s not in continuous),
+            data=(),
+            fixed={},
+            read_fn=constant,
         )
     name = continuous[0]
     problem = regime_problem(model, resolved, target, period, values, policies)
@@ -280,7 +286,7 @@ def _policy_reader(model, resolved, target, action, period, values, policies):
             return value, jnp.sum(weights * mu)
         return v, marginal_at((), c)
 
-    def read_fn(x):
+    def read_fn(data, fixed, x):
         def over(axes, z):
             if axes:
                 first, rest = axes[0], axes[1:]
@@ -289,4 +295,10 @@ def _policy_reader(model, resolved, target, action, period, values, policies):
 
         return over(discrete_states, {})
 
-    return ContinuationReader(continuous=name, read_fn=read_fn)
+    return ContinuationReader(
+        continuous=name,
+        axes=tuple(a.name for a in discrete_states),
+        data=(),
+        fixed={},
+        read_fn=read_fn,
+    )

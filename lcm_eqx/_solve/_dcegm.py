@@ -189,13 +189,15 @@ class DCEGM(AbstractSolver):
         savings = self.savings.to_jax()
         checks = (*problem.checks, *self.extra_checks) if problem.validate else ()
 
-        def at_discrete_state(z: dict[str, Array]):
+        def at_discrete_state(z: dict[str, Array], readers: dict[str, ContinuationReader]):
             def at_choice(d: dict[str, Array]):
-                return self._choice(problem, {**z, **d}, savings, checks)
+                return self._choice(problem, readers, {**z, **d}, savings, checks)
 
             return _lift(at_choice, discrete_actions, {})
 
-        policy, violations = _lift(at_discrete_state, discrete_states, {})
+        policy, violations = _lift_with_readers(
+            at_discrete_state, discrete_states, {}, problem.next_policies, problem
+        )
         n_z, n_d = len(discrete_states), len(discrete_actions)
         # Violations: max over the discrete actions, then broadcast over the state grid.
         violations = jnp.max(violations, axis=tuple(range(n_z, n_z + n_d))) if n_d else violations
@@ -216,7 +218,14 @@ class DCEGM(AbstractSolver):
         violations = jnp.broadcast_to(violations, (*values.shape, violations.shape[-1]))
         return PeriodSolution(values, violations, grid)
 
-    def _choice(self, problem: RegimeProblem, discrete: dict[str, Array], savings, checks):
+    def _choice(
+        self,
+        problem: RegimeProblem,
+        readers: dict[str, ContinuationReader],
+        discrete: dict[str, Array],
+        savings,
+        checks,
+    ):
         """The refined endogenous grid of one discrete state and action."""
         beta = problem.params[""]["discount_factor"]
         utility, marginal = self._utility(problem, discrete)
@@ -230,7 +239,9 @@ class DCEGM(AbstractSolver):
             feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
 
         def at_savings(a):
-            return expected_at_savings(problem, self.state, self.action, discrete, a, checks)
+            return expected_at_savings(
+                problem, readers, self.state, self.action, discrete, a, checks
+            )
 
         expected, marginal_expected, violations = map_axis(
             at_savings, savings, self.savings.batch_size
@@ -356,12 +367,18 @@ class DCEGM(AbstractSolver):
 
 
 def expected_at_savings(
-    problem: RegimeProblem, state_name: str, action: str, discrete, a, checks=()
+    problem: RegimeProblem,
+    readers: dict[str, ContinuationReader],
+    state_name: str,
+    action: str,
+    discrete,
+    a,
+    checks=(),
 ):
     """`E[V']` and `E[R·V'_m]` at savings `a` (`state_name − action`), and the check
     violations, for the discrete states and actions `discrete`.
 
-    Next period's regimes are read through `problem.next_policies` (`ContinuationReader`s).
+    Next period's regimes are read through `readers` (`ContinuationReader`s).
     """
     regime = problem.regime
     c_ref = jnp.asarray(REFERENCE_ACTION, a.dtype)
@@ -399,10 +416,10 @@ def expected_at_savings(
     for target in regime.targets:
         target_id = problem.model.regimes[target].id
         p = regime_p[target_id]
-        reader = problem.next_policies[target]
+        reader = readers[target]
         value, slope = reader(m_next)  # arrays over the target's discrete states
         target_plan = problem.model.regimes[target]
-        for state in (s for s in target_plan.states if s != reader.continuous):
+        for state in reader.axes:
             if state in probabilities:
                 value = jnp.sum(weighted(_front(probabilities[state], value), value), axis=0)
                 slope = jnp.sum(_front(probabilities[state], slope) * slope, axis=0)
@@ -491,6 +508,33 @@ def _front(p: Array, values: Array) -> Array:
     return p.reshape((p.shape[0],) + (1,) * (values.ndim - 1))
 
 
+def _lift_with_readers(fn, axes, point, readers, problem: RegimeProblem):
+    """`fn(point, readers)` on the product of the discrete state `axes`.
+
+    A sharded state that never transitions is mapped jointly with the matching axis of
+    every reader's arrays, so each state point reads only its own slice of next period
+    and the sweep needs no communication between devices.
+    """
+    if not axes:
+        return fn(point, readers)
+    first, rest = axes[0], axes[1:]
+    joint = (
+        {t: r for t, r in readers.items() if first.name in r.axes}
+        if problem._stays_sharded(first.name)
+        else {}
+    )
+    leading = {t: r.leading(first.name) for t, r in joint.items()}
+
+    def inner(args):
+        code, slices = args
+        inner_readers = dict(readers)
+        for target, data in slices.items():
+            inner_readers[target] = joint[target].sliced(first.name, code, data)
+        return _lift_with_readers(fn, rest, {**point, first.name: code}, inner_readers, problem)
+
+    return map_axis(inner, (first.points, leading), first.batch_size)
+
+
 def _lift(fn, axes, point):
     """`fn(point)` on the product of discrete `axes` (vmap, or splay by batch_size)."""
     if not axes:
@@ -501,10 +545,13 @@ def _lift(fn, axes, point):
     )
 
 
-def map_choices(fn, grid: EndogenousGrid, names: list[str]):
+def map_choices(fn, arrays, names: list[str]):
     """`fn(codes, nodes, count, continuation0, feasible)` for every discrete state and
-    action of `grid`'s leading axes (named `names`): a vmap along each axis, so each call
-    sees its own slices without indexing (gathers) by code."""
+    action on the leading axes (named `names`) of `arrays` (those four arrays of an
+    `EndogenousGrid`, or the grid itself): a vmap along each axis, so each call sees its
+    own slices without indexing (gathers) by code."""
+    if isinstance(arrays, EndogenousGrid):
+        arrays = (arrays.nodes, arrays.count, arrays.continuation0, arrays.feasible)
 
     def over(depth, codes, nodes, count, continuation0, feasible):
         if depth == len(names):
@@ -514,19 +561,42 @@ def map_choices(fn, grid: EndogenousGrid, names: list[str]):
             jnp.arange(size, dtype=jnp.int32), nodes, count, continuation0, feasible
         )
 
-    return over(0, {}, grid.nodes, grid.count, grid.continuation0, grid.feasible)
+    return over(0, {}, *arrays)
 
 
 class ContinuationReader(eqx.Module):
     """Reads one next regime at a next-period cash on hand `m'`: its value and marginal
-    value for each of its discrete states (axes in its state order, `continuous` left out).
+    value for each of its discrete states (axes `axes`, in its state order; `continuous`
+    left out).
+
+    The arrays it reads are `data` (leading axes `axes`), so that a sharded state that
+    never transitions can be mapped jointly with them (`sliced`): each state point then
+    reads only its own slice, on its own device, and `fixed` holds the codes taken.
     """
 
     continuous: str | None = eqx.field(static=True)
+    axes: tuple[str, ...] = eqx.field(static=True)
+    data: tuple[Array, ...]
+    fixed: dict[str, Array]
     read_fn: Callable = eqx.field(static=True)
 
     def __call__(self, m_next):
-        return self.read_fn(m_next)
+        return self.read_fn(self.data, self.fixed, m_next)
+
+    def leading(self, name: str) -> tuple[Array, ...]:
+        """`data` with the axis of state `name` first."""
+        axis = self.axes.index(name)
+        return tuple(jnp.moveaxis(array, axis, 0) for array in self.data)
+
+    def sliced(self, name: str, code: Array, data: tuple[Array, ...]) -> ContinuationReader:
+        """The reader of one code of state `name`, given that slice of `leading(name)`."""
+        return ContinuationReader(
+            continuous=self.continuous,
+            axes=tuple(a for a in self.axes if a != name),
+            data=data,
+            fixed={**self.fixed, name: code},
+            read_fn=self.read_fn,
+        )
 
 
 def endogenous_reader(
@@ -545,16 +615,18 @@ def endogenous_reader(
         g = target_plan.grids[name]
         if isinstance(g, AbstractProcessGrid):
             process_points[name] = g.discretize(params.get(f"next_{name}", {}))[0]
-    discrete_states = [s for s in target_plan.states if s != solver.state]
     discrete_actions = list(target_plan.discrete_actions)
     scale = params[""]["taste_shock_scale"] if target_plan.taste_shocks else None
+    borrowing_limit, status = grid.borrowing_limit, grid.status
 
-    def read_fn(x):
+    def read_fn(data, fixed, x):
+        axes = [s for s in target_plan.states if s != solver.state and s not in fixed]
+
         def at(codes: dict, nodes, count, continuation0, feasible):
             def utility(c):
                 inputs = {
                     n: (process_points[n][k] if n in process_points else k)
-                    for n, k in codes.items()
+                    for n, k in {**fixed, **codes}.items()
                 }
                 inputs[solver.action] = c
                 inputs[solver.state] = c
@@ -568,15 +640,15 @@ def endogenous_reader(
                 nodes,
                 count,
                 continuation0,
-                grid.borrowing_limit,
+                borrowing_limit,
                 x,
                 jnp.vectorize(utility),
                 _marginal(utility),
             )
             return jnp.where(feasible, v, NEG_INF), jnp.where(feasible, mu, 0.0)
 
-        v, mu = map_choices(at, grid, [*discrete_states, *discrete_actions])
-        shape = grid.count.shape
+        v, mu = map_choices(at, data, [*axes, *discrete_actions])
+        shape = data[1].shape
         n_d = len(discrete_actions)
         if n_d:
             lead = shape[: len(shape) - n_d]
@@ -592,12 +664,18 @@ def endogenous_reader(
                 slope = jnp.sum(weights * flat_mu, axis=-1)
         else:
             value, slope = v, mu
-        value = jnp.where(grid.status == ZERO, 0.0, value)
-        value = jnp.where(grid.status == INACTIVE, NEG_INF, value)
-        slope = jnp.where(grid.status == ORDINARY, slope, 0.0)
+        value = jnp.where(status == ZERO, 0.0, value)
+        value = jnp.where(status == INACTIVE, NEG_INF, value)
+        slope = jnp.where(status == ORDINARY, slope, 0.0)
         return value, slope
 
-    return ContinuationReader(continuous=solver.state, read_fn=read_fn)
+    return ContinuationReader(
+        continuous=solver.state,
+        axes=tuple(s for s in target_plan.states if s != solver.state),
+        data=(grid.nodes, grid.count, grid.continuation0, grid.feasible),
+        fixed={},
+        read_fn=read_fn,
+    )
 
 
 def array_reader(
@@ -608,16 +686,18 @@ def array_reader(
     target_plan = model.regimes[target]
     if continuous not in target_plan.states:
 
-        def constant(x):
-            return values, jnp.zeros_like(values)
+        def constant(data, fixed, x):
+            return data[0], jnp.zeros_like(data[0])
 
-        return ContinuationReader(continuous=None, read_fn=constant)
+        return ContinuationReader(
+            continuous=None, axes=target_plan.states, data=(values,), fixed={}, read_fn=constant
+        )
     axis = target_plan.states.index(continuous)
     grid = target_plan.grids[continuous]
     assert isinstance(grid, AbstractContinuousGrid)
-    moved = jnp.moveaxis(values, axis, -1)
 
-    def linear(x):
+    def linear(data, fixed, x):
+        moved = data[0]
         points = grid.to_jax()
         lo, w = grid.interval(x, points)
         low, high = moved[..., lo], moved[..., lo + 1]
@@ -626,7 +706,13 @@ def array_reader(
         slope = jnp.where(jnp.isfinite(slope), slope, 0.0)
         return value, slope
 
-    return ContinuationReader(continuous=continuous, read_fn=linear)
+    return ContinuationReader(
+        continuous=continuous,
+        axes=tuple(s for s in target_plan.states if s != continuous),
+        data=(jnp.moveaxis(values, axis, -1),),
+        fixed={},
+        read_fn=linear,
+    )
 
 
 def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> EndogenousGrid:
