@@ -6,7 +6,6 @@ import enum
 import functools
 import logging
 import time
-import warnings
 from collections.abc import Callable, Mapping
 
 import equinox as eqx
@@ -16,9 +15,7 @@ import numpy as np
 
 from .._errors import (
     InvalidInitialConditionsError,
-    InvalidTransitionProbabilitiesError,
     LcmError,
-    NaNError,
 )
 from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from .._logging import log_time, logger, timed
@@ -27,9 +24,10 @@ from .._persistence import model_structure, with_model_structure
 from .._progress import progress_mode
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
-from .._solve._backward import reduce_violations, solve_model
+from .._solve._backward import solve_model
 from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch
+from .._validation import enforce
 from ._params import check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
@@ -162,12 +160,16 @@ class Model(eqx.Module):
         check_params(self.plan, params)
         options = {"validate": validate != "off", "progress": mode}
         with timed(self._solve, "solve", params, **options) as timer:
-            raw = reduce_violations(self._solve(params, **options))
+            raw = self._solve(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = with_model_structure(raw, self)
-        if validate != "off":
-            solution = _enforce(solution, validate)
-            solution = _check_nan(self, params, solution, validate)
+        enforce(
+            validate,
+            solution.violations,
+            solution.checks,
+            nan_detail=lambda: self.diagnose_nan(params, solution),
+            stacklevel=2,
+        )
         return solution
 
     def diagnose_nan(self, params, solution: Solution | None = None) -> str | None:
@@ -342,92 +344,6 @@ def _plain_dicts(params):
 def _check_validate(validate: str) -> None:
     if validate not in VALIDATE_OPTIONS:
         raise LcmError(f"validate must be one of {VALIDATE_OPTIONS}, got {validate!r}.")
-
-
-def _check_nan(model, params, solution: Solution, validate: str) -> Solution:
-    """Raise or warn, naming the regime, period and term, when a value array has a NaN."""
-    from .._diagnostics import diagnose_nan
-
-    leaves = list(solution.values.values())
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        if validate != "raise":
-            return solution
-        values = {
-            regime: eqx.error_if(
-                v,
-                jnp.any(jnp.isnan(v)),
-                f"Regime {regime!r}: the value arrays contain NaN; call "
-                "model.diagnose_nan(params) outside jit to locate the term that produced it.",
-            )
-            for regime, v in solution.values.items()
-        }
-        return eqx.tree_at(lambda s: s.values, solution, values)
-    if not any(bool(jnp.any(jnp.isnan(v))) for v in leaves):
-        return solution
-    message = diagnose_nan(model, params, solution)
-    if validate == "raise":
-        raise NaNError(message)
-    warnings.warn(message, stacklevel=3)
-    return solution
-
-
-def _enforce(solution: Solution, validate: str) -> Solution:
-    """Raise or warn on failed probability checks (in-graph when traced)."""
-    leaves = jax.tree.leaves(solution.violations)
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        if validate != "raise":
-            return solution
-        values = dict(solution.values)
-        for regime, violations in solution.violations.items():
-            if violations.size:
-                values[regime] = eqx.error_if(
-                    values[regime],
-                    jnp.any(~(violations <= 0)),
-                    f"Regime {regime!r}: a transition check failed (one of "
-                    f"{list(solution.checks[regime])}): probabilities outside [0, 1], not "
-                    "summing to 1, mass on a regime this regime cannot reach, a discrete "
-                    "next state out of range, or a continuous next state that is NaN or "
-                    "infinite at a feasible point.",
-                )
-        return eqx.tree_at(lambda s: s.values, solution, values)
-    found = solution.first_violation()
-    if found is None:
-        return solution
-    regime, period, check, size = found
-    function, _, detail = check.partition(":")
-    if detail == "inactive":
-        message = (
-            f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "
-            f"{size:.3g} on regimes that are inactive in period {period + 1} (see their "
-            "`active` periods)."
-        )
-    elif detail == "unreachable":
-        message = (
-            f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "
-            f"{size:.3g} on regimes it cannot reach (their states are not all produced by "
-            f"this regime's state_transitions)."
-        )
-    elif detail == "finite":
-        message = (
-            f"Regime {regime!r}, function {function!r}, period {period}: returns NaN or an "
-            "infinite value at a feasible state-action point, so next period's value "
-            "cannot be interpolated there. Check the function and its parameters (points "
-            "that a constraint rules out may return anything)."
-        )
-        if validate == "raise":
-            raise NaNError(message)
-        warnings.warn(message, stacklevel=3)
-        return solution
-    else:
-        message = (
-            f"Regime {regime!r}, function {function!r}, period {period}: invalid transition "
-            f"(probabilities outside [0, 1], not summing to 1, or a discrete state code out "
-            f"of range; violation {size:.3g}). Nothing is renormalised."
-        )
-    if validate == "raise":
-        raise InvalidTransitionProbabilitiesError(message)
-    warnings.warn(message, stacklevel=3)
-    return solution
 
 
 def _initial_conditions(plan: ModelPlan, initial_conditions):
