@@ -156,9 +156,12 @@ def first_failures(
     return found
 
 
-def describe(failure: Failure, nan_detail: Callable[[], str | None] | None = None):
+def describe(
+    failure: Failure, nan_detail: Callable[[], str | None] | None = None, context: str = ""
+):
     """The error class and message of a failure (`nan_detail`: an eager, more precise
-    message for a NaN in the value arrays, e.g. from `diagnose_nan`)."""
+    message for a NaN in the value arrays, e.g. from `diagnose_nan`; `context` is
+    appended, e.g. that the check failed in simulation)."""
     kind = CHECKS[failure.kind]
     message = None
     if failure.check == NAN_CHECK and nan_detail is not None:
@@ -168,7 +171,7 @@ def describe(failure: Failure, nan_detail: Callable[[], str | None] | None = Non
     if failure.batch:
         member = ", ".join(str(i) for i in failure.batch)
         message += f" (batch member {member} of a jax.vmap)"
-    return kind.error, message
+    return kind.error, message + context
 
 
 def report(
@@ -177,11 +180,12 @@ def report(
     checks: Mapping[str, tuple[str, ...]],
     *,
     nan_detail: Callable[[], str | None] | None = None,
+    context: str = "",
     stacklevel: int = 2,
 ) -> None:
     """Raise (`validate="raise"`) or warn (`"warn"`) on failed checks; host side."""
     for failure in first_failures(violations, checks):
-        error, message = describe(failure, nan_detail)
+        error, message = describe(failure, nan_detail, context)
         if validate == "raise":
             raise error(message)
         warnings.warn(message, stacklevel=stacklevel + 1)
@@ -197,6 +201,7 @@ def enforce(
     checks: Mapping[str, tuple[str, ...]],
     *,
     nan_detail: Callable[[], str | None] | None = None,
+    context: str = "",
     stacklevel: int = 2,
 ) -> None:
     """`report` the flags: on the host now if they are concrete, else inside the caller's
@@ -204,15 +209,24 @@ def enforce(
     if validate == "off" or not any(np.size(v) for v in violations.values()):
         return
     if not is_traced(violations):
-        report(validate, violations, checks, nan_detail=nan_detail, stacklevel=stacklevel + 1)
+        report(
+            validate,
+            violations,
+            checks,
+            nan_detail=nan_detail,
+            context=context,
+            stacklevel=stacklevel + 1,
+        )
         return
     flags = {r: jax.lax.stop_gradient(v) for r, v in violations.items() if np.size(v)}
-    _report_in_graph(flags, validate=validate, checks=dict(checks))
+    _report_in_graph(flags, validate=validate, checks=dict(checks), context=context)
 
 
-def _report_in_graph(flags, *, validate: str, checks: dict[str, tuple[str, ...]]) -> None:
+def _report_in_graph(
+    flags, *, validate: str, checks: dict[str, tuple[str, ...]], context: str
+) -> None:
     def host(flags):
-        report(validate, flags, checks, stacklevel=1)
+        report(validate, flags, checks, context=context, stacklevel=1)
 
     # Under jax.vmap the callback sees the whole batch at once (leading axes of the
     # flags), instead of one callback per member that `jax.debug.callback` would unroll.

@@ -74,14 +74,32 @@ def checked_collectives(model, params):
     }
 
 
-def simulate(model, params, solution, batch):
+def initial_conditions():
     n = 10
-    initial = {
+    return {
         "regime": jnp.array([0] * 8 + [1] * 2),
         "wealth": jnp.linspace(2.0, 30.0, n),
         "income": jnp.arange(n) % 4,
         "skill": (jnp.arange(n) * 3) % 4,
     }
+
+
+def checked_simulate_collectives(model, params):
+    """The collectives of `jax.jit(model.simulate)` (solving inside), validated and not."""
+    initial = initial_conditions()
+
+    def simulate_with(validate):
+        return lambda p: model.simulate(p, initial, key=jax.random.key(3), validate=validate)
+
+    return {
+        "raise": user_collectives(simulate_with("raise"), params),
+        "off": user_collectives(simulate_with("off"), params),
+        "n_checks": sum(len(c) for c in model.solve(params).checks.values()),
+    }
+
+
+def simulate(model, params, solution, batch):
+    initial = initial_conditions()
     frame = model.simulate(
         params, initial, solution, key=jax.random.key(3), subject_batch_size=batch
     ).to_dataframe()
@@ -117,6 +135,7 @@ def main(out):
         if name == "skill":
             report[name]["collectives"] = collectives(model, params, validate=False)
             report[name]["validated_collectives"] = collectives(model, params)
+            report[name]["simulate_user"] = checked_simulate_collectives(model, params)
             frames = [simulate(model, params, solution, b) for b in (0, 4)]
             report["simulate"] = {"batch_invariant": bool(frames[0].equals(frames[1]))}
             frames[0].to_pickle(out + ".simulated.pkl")

@@ -169,6 +169,10 @@ def params_with(**changes):
     return params
 
 
+# Bad health probabilities in bad health (row 0 sums to 0.99).
+BAD_PROBABILITIES = params_with(health_transition=jnp.array([[0.6, 0.39], [0.2, 0.8]]))
+
+
 @functools.cache
 def model():
     return lcm.Model(**model_kwargs())
@@ -194,11 +198,17 @@ def initial_conditions(**changes):
     return conditions
 
 
-def simulate(conditions, **kwargs):
-    """The failing call: simulate with a valid solution, so only the conditions are at fault."""
+def simulate(conditions, params=None, **kwargs):
+    """The failing call: simulate with a valid solution, so only the conditions (or the
+    `params` of the draws) are at fault; a partial, like `solve`'s."""
     the_model, the_solution = model(), solution()
-    return lambda: the_model.simulate(
-        PARAMS, conditions, solution=the_solution, key=jax.random.key(0), **kwargs
+    return functools.partial(
+        the_model.simulate,
+        PARAMS if params is None else params,
+        conditions,
+        solution=the_solution,
+        key=jax.random.key(0),
+        **kwargs,
     )
 
 
@@ -1064,6 +1074,12 @@ CASES = [
         id="simulate-no-subjects",
     ),
     pytest.param(
+        lambda: simulate(initial_conditions(), BAD_PROBABILITIES),
+        T,
+        ["'working'", "'next_health'", "period 1", "in simulate"],
+        id="simulate-draw-probabilities-sum-to-0.99",
+    ),
+    pytest.param(
         lambda: simulate([(0, 5.0, "good")]),
         I,
         ["initial_conditions", "dict", "list"],
@@ -1105,6 +1121,7 @@ JITTED = {
     "solve-discrete-next-state-out-of-range": None,
     "solve-mass-on-regime-inactive-next-period": None,
     "solve-nan-next-state-at-feasible-point": None,
+    "simulate-draw-probabilities-sum-to-0.99": None,
     "solve-nan-in-utility": [
         "Regime 'working', period 1: the value array contains NaN",
         "model.diagnose_nan(params)",
@@ -1114,10 +1131,12 @@ JITTED_CASES = [p for p in CASES if p.id in JITTED]
 
 
 def _jitted(call, **changes):
-    """`call` (a partial of `model.solve`) under `jax.jit`, run to completion."""
+    """`call` (a partial of `model.solve` or `model.simulate`) under `jax.jit`, traced in
+    its parameters, run to completion."""
     keywords = {**call.keywords, **changes}
-    solve = jax.jit(lambda params: call.func(params, **keywords))
-    return lambda: jax.block_until_ready(solve(*call.args))
+    params, *rest = call.args
+    run = jax.jit(lambda params: call.func(params, *rest, **keywords))
+    return lambda: jax.block_until_ready(run(params))
 
 
 def _lcm_warnings(record) -> list[str]:
@@ -1160,7 +1179,7 @@ def test_bad_values_warn_the_same_under_jit(case, error, substrings):
         assert _lcm_warnings(jitted) == expected
     else:
         assert len(_lcm_warnings(jitted)) == len(expected)
-    assert isinstance(solution, lcm.Solution)
+    assert isinstance(solution, lcm.Solution | lcm.SimulationResult)
 
 
 @pytest.mark.parametrize(("case", "error", "substrings"), JITTED_CASES[:1])
@@ -1213,8 +1232,6 @@ def test_grad_raises_the_same():
 # validate= "warn" and "off" for the same bad probabilities
 # ---------------------------------------------------------------------------------------
 
-BAD_PROBABILITIES = params_with(health_transition=jnp.array([[0.6, 0.39], [0.2, 0.8]]))
-
 
 def test_bad_probabilities_warn_under_validate_warn():
     with pytest.warns(UserWarning, match="next_health") as record:
@@ -1265,3 +1282,16 @@ def test_mass_on_a_regime_inactive_next_period_is_caught():
         n_periods=4,
     )
     fixed.solve({"discount_factor": 0.9})
+
+
+def test_simulate_under_jit_matches_eager():
+    """`jax.jit(model.simulate)` returns the panel as arrays; the same frame as eagerly."""
+    conditions = initial_conditions(health=np.array([1, 0]))
+
+    def run(params):
+        return model().simulate(params, conditions, key=jax.random.key(0))
+
+    eager = run(PARAMS).to_dataframe()
+    jitted = jax.jit(run)(PARAMS)
+    assert isinstance(jitted.value, jax.Array)
+    assert jitted.to_dataframe().equals(eager)

@@ -279,6 +279,18 @@ def test_validation_moves_only_its_flags_across_devices(case, background):
         assert result["validated_collectives"] == ["all-reduce"]
 
 
+def test_validated_simulate_moves_only_flags_across_devices(background):
+    """`jax.jit(model.simulate)` solving inside: the simulation reads the sharded value
+    arrays (gathers that are there without validation too); validation of the solve and
+    of the draws adds only an all-reduce of the per-period flags."""
+    result = background.report()["skill"]["simulate_user"]
+    added = list(result["raise"])
+    for collective in result["off"]:
+        added.remove(collective)
+    assert added and all(kind == "all-reduce" for kind, _ in added)
+    assert _small(added, result)
+
+
 def test_transitioning_sharded_axis_only_all_reduces(background):
     result = background.report()["income"]
     assert "all-gather" not in result["collectives"]

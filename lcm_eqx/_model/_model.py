@@ -23,11 +23,16 @@ from .._pandas import coerce_params
 from .._persistence import model_structure, with_model_structure
 from .._progress import progress_mode
 from .._simulate._result import SimulationResult
-from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
+from .._simulate._simulate import (
+    draw_checks,
+    prepare_next_values,
+    simulate_chunk,
+    variable_kinds,
+)
 from .._solve._backward import solve_model
 from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch
-from .._validation import enforce
+from .._validation import enforce, is_traced
 from ._params import check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
@@ -95,7 +100,7 @@ class Model(eqx.Module):
         )
         self._simulate = jax.jit(
             functools.partial(_simulate_chunk_with_params, plan, solver, ages),
-            static_argnames="progress",
+            static_argnames=("progress", "validate"),
         )
         logger.info(
             "build: %d regimes, %d periods, %d segments in %.3f s",
@@ -207,11 +212,18 @@ class Model(eqx.Module):
             key: a `jax.random.key` for the draws; same key, same draws.
             subject_batch_size: simulate in chunks of this many subjects (0: one pass);
                 results do not depend on it.
-            validate: passed to `solve` when `solution` is None.
+            validate: `"raise"` (default) raises `InvalidTransitionProbabilitiesError`
+                (or `NaNError`) when a transition at a simulated state and choice fails
+                the checks of `solve` (probabilities outside [0, 1] or not summing to 1,
+                a discrete next state out of range, a NaN or infinite continuous next
+                state); `"warn"` warns, `"off"` skips the checks. Also passed to `solve`
+                when `solution` is None. Invalid initial conditions always raise
+                `InvalidInitialConditionsError`.
             progress: `False` (default), `True` / `"text"` or `"tqdm"`: a meter over
                 periods and subject chunks (and over the solve when `solution` is None).
         """
         params = _plain_dicts(coerce_params(params))
+        _check_validate(validate)
         mode = progress_mode(progress)
         check_params(self.plan, params)
         if (
@@ -232,6 +244,7 @@ class Model(eqx.Module):
                 f"{key!r}."
             )
         regime, states = _initial_conditions(self.plan, initial_conditions)
+        traced = is_traced((params, regime, states, solution, key))
         if solution is None:
             solution = self.solve(params, validate=validate, progress=mode or False)
         elif not isinstance(solution, Solution):
@@ -242,7 +255,7 @@ class Model(eqx.Module):
         n = regime.shape[0]
         chunk = subject_batch_size if 0 < subject_batch_size < n else n
         next_values = prepare_next_values(self.plan, solution.values)
-        parts = []
+        parts, violations = [], []
         n_chunks = -(-n // chunk)
         with log_time(f"simulate ({n} subjects in {n_chunks} chunk(s), {self.n_periods} periods)"):
             for i, start in enumerate(range(0, n, chunk)):
@@ -265,10 +278,23 @@ class Model(eqx.Module):
                     level=logging.DEBUG,
                     progress=mode,
                 ) as timer:
-                    record = self._simulate(*args, progress=mode)
+                    record = self._simulate(*args, progress=mode, validate=validate != "off")
                     timer.done(record)
-                parts.append(jax.tree.map(lambda x, k=stop - start: np.asarray(x)[:, :k], record))
-        record = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
+                violations.append(record.pop("violations", {}))
+                # Eagerly each chunk's panel goes to host memory; traced, it stays an array.
+                keep = (lambda x: x) if traced else np.asarray
+                parts.append(jax.tree.map(lambda x, k=stop - start: keep(x)[:, :k], record))
+        concatenate = jnp.concatenate if traced else np.concatenate
+        record = jax.tree.map(lambda *xs: concatenate(xs, axis=1), *parts)
+        if validate != "off":
+            maximum = jnp.maximum if traced else np.maximum
+            enforce(
+                validate,
+                jax.tree.map(lambda *xs: functools.reduce(maximum, xs), *violations),
+                {name: draw_checks(self.plan, r) for name, r in self.plan.regimes.items()},
+                context=" (in simulate, at a simulated state and choice)",
+                stacklevel=2,
+            )
         return self._result(record)
 
     def _result(self, record) -> SimulationResult:
@@ -317,6 +343,7 @@ def _simulate_chunk_with_params(
     key,
     chunk=None,
     progress=None,
+    validate=False,
 ):
     resolved = resolve_params(plan, params)
     return simulate_chunk(
@@ -331,6 +358,7 @@ def _simulate_chunk_with_params(
         key,
         chunk=chunk,
         progress=progress,
+        validate=validate,
     )
 
 
