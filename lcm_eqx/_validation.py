@@ -28,7 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching
 
-from ._errors import InvalidTransitionProbabilitiesError, LcmError, NaNError
+from ._errors import (
+    InvalidInitialConditionsError,
+    InvalidTransitionProbabilitiesError,
+    LcmError,
+    NaNError,
+)
 
 NAN_CHECK = "value:nan"  # the check that a regime's value array has no NaN
 
@@ -119,6 +124,8 @@ CHECKS: dict[str, CheckKind] = {
     "inactive": CheckKind(InvalidTransitionProbabilitiesError, _inactive),
     "finite": CheckKind(NaNError, _finite),
     "nan": CheckKind(NaNError, _nan),
+    # A check whose message is fixed when it is traced (passed to `enforce` as `texts`).
+    "initial": CheckKind(InvalidInitialConditionsError, lambda f: f.check),
 }
 
 
@@ -157,14 +164,20 @@ def first_failures(
 
 
 def describe(
-    failure: Failure, nan_detail: Callable[[], str | None] | None = None, context: str = ""
+    failure: Failure,
+    nan_detail: Callable[[], str | None] | None = None,
+    context: str = "",
+    texts: Mapping[str, str] | None = None,
 ):
     """The error class and message of a failure (`nan_detail`: an eager, more precise
     message for a NaN in the value arrays, e.g. from `diagnose_nan`; `context` is
-    appended, e.g. that the check failed in simulation)."""
+    appended, e.g. that the check failed in simulation; `texts`: fixed messages by
+    check name)."""
     kind = CHECKS[failure.kind]
     message = None
-    if failure.check == NAN_CHECK and nan_detail is not None:
+    if texts and failure.check in texts:
+        message = texts[failure.check]
+    elif failure.check == NAN_CHECK and nan_detail is not None:
         message = nan_detail()
     if message is None:
         message = kind.message(failure)
@@ -181,11 +194,12 @@ def report(
     *,
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
+    texts: Mapping[str, str] | None = None,
     stacklevel: int = 2,
 ) -> None:
     """Raise (`validate="raise"`) or warn (`"warn"`) on failed checks; host side."""
     for failure in first_failures(violations, checks):
-        error, message = describe(failure, nan_detail, context)
+        error, message = describe(failure, nan_detail, context, texts)
         if validate == "raise":
             raise error(message)
         warnings.warn(message, stacklevel=stacklevel + 1)
@@ -202,6 +216,7 @@ def enforce(
     *,
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
+    texts: Mapping[str, str] | None = None,
     stacklevel: int = 2,
 ) -> None:
     """`report` the flags: on the host now if they are concrete, else inside the caller's
@@ -215,18 +230,21 @@ def enforce(
             checks,
             nan_detail=nan_detail,
             context=context,
+            texts=texts,
             stacklevel=stacklevel + 1,
         )
         return
     flags = {r: jax.lax.stop_gradient(v) for r, v in violations.items() if np.size(v)}
-    _report_in_graph(flags, validate=validate, checks=dict(checks), context=context)
+    _report_in_graph(
+        flags, validate=validate, checks=dict(checks), context=context, texts=dict(texts or {})
+    )
 
 
 def _report_in_graph(
-    flags, *, validate: str, checks: dict[str, tuple[str, ...]], context: str
+    flags, *, validate: str, checks: dict[str, tuple[str, ...]], context: str, texts
 ) -> None:
     def host(flags):
-        report(validate, flags, checks, context=context, stacklevel=1)
+        report(validate, flags, checks, context=context, texts=texts, stacklevel=1)
 
     # Under jax.vmap the callback sees the whole batch at once (leading axes of the
     # flags), instead of one callback per member that `jax.debug.callback` would unroll.

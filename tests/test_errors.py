@@ -1196,6 +1196,39 @@ def test_off_traces_no_check(case, error, substrings):
     assert validated.count("debug_callback[") == 1  # one host callback for every check
 
 
+# Rows whose initial conditions are checked by value: under `jax.jit` with the conditions
+# as traced arguments, the same message (the checks run inside the program).
+JITTED_CONDITIONS = [
+    p
+    for p in CASES
+    if p.id
+    in {
+        "simulate-regime-id-out-of-range",
+        "simulate-discrete-code-out-of-range",
+        "simulate-missing-state",
+        "simulate-nan-continuous-state",
+    }
+]
+
+
+@pytest.mark.parametrize(("case", "error", "substrings"), JITTED_CONDITIONS)
+def test_bad_initial_conditions_raise_the_same_under_jit(case, error, substrings):
+    assert len(JITTED_CONDITIONS) == 4
+    call = case()
+    with pytest.raises(error) as eager:
+        call()
+    params, conditions = call.args
+    traced = {k: v for k, v in conditions.items() if np.asarray(v).dtype.kind in "biuf"}
+    fixed = {k: v for k, v in conditions.items() if k not in traced}
+
+    def run(traced):
+        return call.func(params, {**fixed, **traced}, **call.keywords)
+
+    with pytest.raises(jax.errors.JaxRuntimeError) as jitted:
+        jax.block_until_ready(jax.jit(run)(traced))
+    assert f"{error.__name__}: {eager.value}" in str(jitted.value)
+
+
 def _batch(*params):
     return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *params)
 

@@ -374,7 +374,41 @@ def _check_validate(validate: str) -> None:
         raise LcmError(f"validate must be one of {VALIDATE_OPTIONS}, got {validate!r}.")
 
 
+class _ValueChecks:
+    """Checks on the values of initial conditions: raised at once when the values are
+    concrete; when they are traced (arguments of the caller's `jax.jit`), collected as
+    flags and reported by `enforce` inside the program, with the same messages."""
+
+    def __init__(self):
+        self.failed: list[jax.Array] = []
+        self.messages: list[str] = []
+
+    def require(self, ok, message: str) -> None:
+        if isinstance(ok, jax.core.Tracer):
+            self.failed.append(~ok)
+            self.messages.append(message)
+        elif not bool(ok):
+            raise InvalidInitialConditionsError(message)
+
+    def enforce(self) -> None:
+        if not self.failed:
+            return
+        names = tuple(f"{i}:initial" for i in range(len(self.failed)))
+        enforce(
+            "raise",  # like the eager checks: bad initial conditions always raise
+            {"initial_conditions": jnp.stack(self.failed).astype(jnp.zeros(()).dtype)[None]},
+            {"initial_conditions": names},
+            texts=dict(zip(names, self.messages, strict=True)),
+        )
+
+
+def _xp(*arrays):
+    """`jax.numpy` if any of the arrays is traced, else `numpy`."""
+    return jnp if any(isinstance(a, jax.core.Tracer) for a in arrays) else np
+
+
 def _initial_conditions(plan: ModelPlan, initial_conditions):
+    checks = _ValueChecks()
     try:
         import pandas as pd
 
@@ -415,29 +449,31 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
             )
         regime = np.array([ids[str(r)] for r in raw_regime], dtype=np.int32)
     else:
+        xp = _xp(raw_regime)
         regime = raw_regime.astype(np.int32)
-        if np.any(regime != raw_regime) or np.any((regime < 0) | (regime >= len(names))):
-            raise InvalidInitialConditionsError(
-                f"simulate: initial_conditions['regime'] must hold regime ids 0..{len(names) - 1} "
-                "or regime names."
-            )
+        checks.require(
+            xp.all(regime == raw_regime) & xp.all((regime >= 0) & (regime < len(names))),
+            f"simulate: initial_conditions['regime'] must hold regime ids 0..{len(names) - 1} "
+            "or regime names.",
+        )
+    xp = _xp(regime)
     for name, regime_plan in plan.regimes.items():
-        if np.any(regime == regime_plan.id) and 0 not in regime_plan.active:
-            raise InvalidInitialConditionsError(
-                f"simulate: regime {name!r} is not active in period 0, but subjects start in it."
+        if 0 not in regime_plan.active:
+            checks.require(
+                ~xp.any(regime == regime_plan.id),
+                f"simulate: regime {name!r} is not active in period 0, but subjects start in it.",
             )
     dtype = jnp.zeros(()).dtype
     states = {}
     for state, discrete in state_kinds.items():
-        needed_by = [
-            n for n, r in plan.regimes.items() if state in r.states and np.any(regime == r.id)
-        ]
         if state not in initial_conditions:
-            if needed_by:
-                raise InvalidInitialConditionsError(
-                    f"simulate: initial_conditions lacks state {state!r}, which regime "
-                    f"{needed_by[0]!r} needs."
-                )
+            for name, regime_plan in plan.regimes.items():
+                if state in regime_plan.states:
+                    checks.require(
+                        ~xp.any(regime == regime_plan.id),
+                        f"simulate: initial_conditions lacks state {state!r}, which regime "
+                        f"{name!r} needs.",
+                    )
             states[state] = np.zeros(n, np.int32 if discrete else dtype)
             continue
         values = _as_array(state, initial_conditions[state])
@@ -448,17 +484,20 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
             )
         grid = plan.state_grid(state)
         if discrete:
-            states[state] = _codes(state, grid, values)
+            states[state] = _codes(state, grid, values, checks)
         else:
-            if values.dtype.kind not in "fiu" or not np.all(np.isfinite(values)):
-                raise InvalidInitialConditionsError(
-                    f"simulate: initial_conditions[{state!r}] must be finite numbers."
-                )
+            message = f"simulate: initial_conditions[{state!r}] must be finite numbers."
+            if values.dtype.kind not in "fiu":
+                raise InvalidInitialConditionsError(message)
+            checks.require(_xp(values).all(_xp(values).isfinite(values)), message)
             states[state] = values.astype(dtype)
+    checks.enforce()
     return regime, states
 
 
 def _as_array(name: str, values) -> np.ndarray:
+    if isinstance(values, jax.core.Tracer):
+        return values
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
@@ -467,7 +506,7 @@ def _as_array(name: str, values) -> np.ndarray:
         ) from error
 
 
-def _codes(state, grid, values) -> np.ndarray:
+def _codes(state, grid, values, checks: _ValueChecks) -> np.ndarray:
     n_points = grid.n_points
     if values.dtype.kind in "OUS":
         if not isinstance(grid, DiscreteGrid):
@@ -483,12 +522,15 @@ def _codes(state, grid, values) -> np.ndarray:
                 f"{list(grid.labels)}."
             )
         return np.array([lookup[str(v)] for v in values], dtype=np.int32)
-    codes = values.astype(np.int32) if values.dtype.kind in "iub" else None
-    if codes is None or np.any((codes < 0) | (codes >= n_points)):
-        kind = "codes" if not isinstance(grid, AbstractProcessGrid) else "grid indices"
-        raise InvalidInitialConditionsError(
-            f"simulate: initial_conditions[{state!r}] must hold {kind} 0..{n_points - 1}"
-            + (f" or labels {list(grid.labels)}" if isinstance(grid, DiscreteGrid) else "")
-            + "."
-        )
+    kind = "codes" if not isinstance(grid, AbstractProcessGrid) else "grid indices"
+    message = (
+        f"simulate: initial_conditions[{state!r}] must hold {kind} 0..{n_points - 1}"
+        + (f" or labels {list(grid.labels)}" if isinstance(grid, DiscreteGrid) else "")
+        + "."
+    )
+    if values.dtype.kind not in "iub":
+        raise InvalidInitialConditionsError(message)
+    codes = values.astype(np.int32)
+    xp = _xp(codes)
+    checks.require(xp.all((codes >= 0) & (codes < n_points)), message)
     return codes
