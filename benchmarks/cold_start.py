@@ -7,11 +7,15 @@ seconds spent compiling each, then the second-call time. A validated solve shoul
 compile exactly one program, the same count as the unvalidated one: the checks are
 reduced inside the solve's program, so nothing is compiled after it.
 
-    python benchmarks/cold_start.py
+    python benchmarks/cold_start.py [--compare OTHER_CHECKOUT]
+
+`--compare` runs the same children on another checkout of lcm_eqx too (e.g. the main
+branch), interleaved, so that the two are measured under the same machine load.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -47,9 +51,9 @@ print(json.dumps({"first_s": first, "second_s": second, "compiles": first_compil
 """
 
 
-def measure(validate: str) -> dict:
+def measure(validate: str, root: Path = ROOT) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT), validate],
+        [sys.executable, "-c", CHILD, str(root), validate],
         capture_output=True,
         text=True,
         check=True,
@@ -58,15 +62,24 @@ def measure(validate: str) -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--compare", type=Path, default=None)
+    args = parser.parse_args()
+    roots = [ROOT] if args.compare is None else [ROOT, args.compare]
     for validate in ("raise", "off"):
-        row = measure(validate)
-        compiles = ", ".join(f"{s:.3f}" for s in row["compiles"])
-        print(
-            f"validate={validate!r:8} first call {row['first_s']:.2f} s, "
-            f"{len(row['compiles'])} program(s) compiled ({compiles} s), "
-            f"second call {1e3 * row['second_s']:.1f} ms, "
-            f"{row['later_compiles']} compiled on the second call"
-        )
+        for root in roots:
+            report(validate, root)
+
+
+def report(validate: str, root: Path) -> None:
+    row = measure(validate, root)
+    compiles = ", ".join(f"{s:.3f}" for s in row["compiles"])
+    print(
+        f"{root.name}: validate={validate!r:8} first call {row['first_s']:.2f} s, "
+        f"{len(row['compiles'])} program(s) compiled ({compiles} s), "
+        f"second call {1e3 * row['second_s']:.1f} ms, "
+        f"{row['later_compiles']} compiled on the second call"
+    )
 
 
 if __name__ == "__main__":
