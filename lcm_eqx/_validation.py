@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching
+from jax.typing import ArrayLike
 
 from ._errors import (
     InvalidInitialConditionsError,
@@ -130,7 +131,7 @@ CHECKS: dict[str, CheckKind] = {
 
 
 def first_failures(
-    violations: Mapping[str, np.ndarray], checks: Mapping[str, tuple[str, ...]]
+    violations: Mapping[str, ArrayLike], checks: Mapping[str, tuple[str, ...]]
 ) -> list[Failure]:
     """The failures to report, most important first (at most two).
 
@@ -189,7 +190,7 @@ def describe(
 
 def report(
     validate: str,
-    violations: Mapping[str, np.ndarray],
+    violations: Mapping[str, ArrayLike],
     checks: Mapping[str, tuple[str, ...]],
     *,
     nan_detail: Callable[[], str | None] | None = None,
@@ -211,7 +212,7 @@ def is_traced(tree) -> bool:
 
 def enforce(
     validate: str,
-    violations: Mapping[str, jax.Array],
+    violations: Mapping[str, ArrayLike],
     checks: Mapping[str, tuple[str, ...]],
     *,
     nan_detail: Callable[[], str | None] | None = None,

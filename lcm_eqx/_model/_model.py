@@ -495,7 +495,7 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
     return regime, states
 
 
-def _as_array(name: str, values) -> np.ndarray:
+def _as_array(name: str, values) -> np.ndarray | jax.Array:
     if isinstance(values, jax.core.Tracer):
         return values
     try:
@@ -506,7 +506,7 @@ def _as_array(name: str, values) -> np.ndarray:
         ) from error
 
 
-def _codes(state, grid, values, checks: _ValueChecks) -> np.ndarray:
+def _codes(state, grid, values, checks: _ValueChecks) -> np.ndarray | jax.Array:
     n_points = grid.n_points
     if values.dtype.kind in "OUS":
         if not isinstance(grid, DiscreteGrid):

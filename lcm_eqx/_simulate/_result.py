@@ -28,11 +28,12 @@ class SimulationResult(eqx.Module):
     it back.
     """
 
-    regime: np.ndarray
-    present: np.ndarray
-    value: np.ndarray
-    states: dict[str, np.ndarray]
-    actions: dict[str, np.ndarray]
+    # NumPy arrays; JAX arrays when `simulate` ran under `jax.jit`.
+    regime: np.ndarray | jax.Array
+    present: np.ndarray | jax.Array
+    value: np.ndarray | jax.Array
+    states: dict[str, np.ndarray | jax.Array]
+    actions: dict[str, np.ndarray | jax.Array]
     regime_names: tuple[str, ...] = eqx.field(static=True)
     has_variable: dict[str, tuple[str, ...]] = eqx.field(static=True)  # regime -> variables
     labels: dict[str, tuple[str, ...]] = eqx.field(static=True)  # discrete variable -> labels
