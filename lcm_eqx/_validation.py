@@ -174,7 +174,8 @@ def describe(
     message for a NaN in the value arrays, e.g. from `diagnose_nan`; `context` is
     appended, e.g. that the check failed in simulation; `texts`: fixed messages by
     check name)."""
-    kind = CHECKS[failure.kind]
+    # A kind without an entry (e.g. a solver's own check) reads as a transition check.
+    kind = CHECKS.get(failure.kind, CHECKS[""])
     message = None
     if texts and failure.check in texts:
         message = texts[failure.check]

@@ -1,0 +1,85 @@
+"""The check table and the order in which failed checks are reported (host side, no JAX
+program): the first failed transition check is the earliest period's; a NaN is reported
+in the latest period that has one (NaN propagates backwards, so it first appears there);
+transition checks come before NaN; under `jax.vmap` the first failing batch member."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import lcm_eqx as lcm
+from lcm_eqx import _validation
+
+CHECKS = {
+    "working": ("next_health", "next_wealth:finite", "next_regime:inactive", "value:nan"),
+    "retired": ("next_regime", "value:nan"),
+}
+
+
+def flags(**failed):
+    """Violations of `CHECKS` for 3 periods, with `(regime, period, column, size)` set."""
+    arrays = {r: np.zeros((3, len(c))) for r, c in CHECKS.items()}
+    for regime, period, column, size in failed.values():
+        arrays[regime][period, column] = size
+    return arrays
+
+
+def test_nothing_failed_reports_nothing():
+    assert _validation.first_failures(flags(), CHECKS) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _validation.report("warn", flags(), CHECKS)
+
+
+def test_earliest_transition_failure_across_regimes():
+    found = _validation.first_failures(
+        flags(a=("working", 2, 0, 0.1), b=("retired", 1, 0, 0.3)), CHECKS
+    )
+    assert [(f.regime, f.period, f.check) for f in found] == [("retired", 1, "next_regime")]
+    assert found[0].size == pytest.approx(0.3)
+
+
+def test_nan_in_latest_period_after_transition_failures():
+    found = _validation.first_failures(
+        flags(a=("working", 0, 3, 1.0), b=("retired", 2, 1, 1.0), c=("working", 1, 2, 0.5)),
+        CHECKS,
+    )
+    assert [(f.regime, f.period, f.check) for f in found] == [
+        ("working", 1, "next_regime:inactive"),
+        ("retired", 2, "value:nan"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("column", "error", "text"),
+    [
+        (0, lcm.InvalidTransitionProbabilitiesError, "function 'next_health', period 1"),
+        (1, lcm.NaNError, "function 'next_wealth', period 1: returns NaN or an infinite"),
+        (2, lcm.InvalidTransitionProbabilitiesError, "inactive in period 2"),
+        (3, lcm.NaNError, "period 1: the value array contains NaN"),
+    ],
+)
+def test_each_kind_raises_its_error(column, error, text):
+    with pytest.raises(error, match="Regime 'working', ") as raised:
+        _validation.report("raise", flags(a=("working", 1, column, 0.5)), CHECKS)
+    assert text in str(raised.value)
+    with pytest.warns(UserWarning) as warned:
+        _validation.report("warn", flags(a=("working", 1, column, 0.5)), CHECKS)
+    assert [str(w.message) for w in warned] == [str(raised.value)]
+
+
+def test_nan_counts_as_failed_and_batches_name_their_member():
+    batch = {r: np.stack([v, v]) for r, v in flags().items()}
+    batch["working"][1, 0, 0] = np.nan
+    (found,) = _validation.first_failures(batch, CHECKS)
+    assert (found.batch, found.regime, found.period) == ((1,), "working", 0)
+    assert _validation.describe(found)[1].endswith("(batch member 1 of a jax.vmap)")
+
+
+def test_a_kind_without_an_entry_reads_as_a_transition_check():
+    checks = {"working": ("next_wealth:solver_specific",)}
+    (found,) = _validation.first_failures({"working": np.array([[0.0], [2.0]])}, checks)
+    error, message = _validation.describe(found)
+    assert error is lcm.InvalidTransitionProbabilitiesError
+    assert "Regime 'working', function 'next_wealth', period 1" in message
