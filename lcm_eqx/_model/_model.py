@@ -154,7 +154,11 @@ class Model(eqx.Module):
                 a transition probability vector is outside [0, 1] or does not sum to 1
                 on the grid, and `NaNError` if a value is NaN or a continuous next state
                 is NaN or infinite at a feasible point; `"warn"` warns instead; `"off"`
-                skips the checks (results are then unvalidated).
+                skips the checks (results are then unvalidated). The checks are reduced
+                inside the compiled solve; when the call is traced (`jax.jit`, `grad`,
+                `vmap`) a host callback raises or warns with the same message (a raise
+                under `jax.jit` reaches the caller as `jax.errors.JaxRuntimeError`
+                holding the `LcmError` class name and message).
             progress: `False` (default), `True` / `"text"` (a line per period on stderr)
                 or `"tqdm"` (a tqdm bar; text if tqdm is missing). Works under `jax.jit`
                 (pass it as a static argument), `jax.vmap` and `jax.grad`.
