@@ -5,6 +5,8 @@ transition checks come before NaN; under `jax.vmap` the first failing batch memb
 
 import warnings
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -83,3 +85,56 @@ def test_a_kind_without_an_entry_reads_as_a_transition_check():
     error, message = _validation.describe(found)
     assert error is lcm.InvalidTransitionProbabilitiesError
     assert "Regime 'working', function 'next_wealth', period 1" in message
+
+
+# --------------------------------------------------------------------------------------
+# Compile time: the checks add no program after the solve
+# --------------------------------------------------------------------------------------
+
+COMPILES: list[str] = []  # programs compiled (or read from the persistent cache)
+
+
+def _count(event, seconds, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        COMPILES.append(kwargs.get("fun_name", ""))
+
+
+jax.monitoring.register_event_duration_secs_listener(_count)
+
+
+def _fresh_model():
+    """A new model (so nothing of it is compiled yet) with a Markov state and a NaN check."""
+    regime = lcm.Regime(
+        states={"wealth": lcm.LinSpacedGrid(1.0, 5.0, 4), "health": lcm.DiscreteGrid(["b", "g"])},
+        actions={"consumption": lcm.LinSpacedGrid(0.5, 5.0, 3)},
+        functions={"utility": lambda consumption, health: jnp.log(consumption) + 0.1 * health},
+        state_transitions={
+            "wealth": lambda wealth, consumption: wealth - consumption + 1.0,
+            "health": lcm.MarkovTransition(lambda health, p: p[health]),
+        },
+        transition=lambda: 0,
+        constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
+    )
+    return lcm.Model({"alive": regime}, n_periods=3)
+
+
+PARAMS = {"discount_factor": 0.9, "p": jnp.array([[0.7, 0.3], [0.2, 0.8]])}
+
+
+@pytest.mark.parametrize("validate", ["raise", "warn", "off"])
+def test_a_first_solve_compiles_one_program(validate):
+    model = _fresh_model()
+    params = jax.tree.map(jnp.asarray, PARAMS)
+    bad = {**params, "p": params["p"] * 0.9}
+    jax.block_until_ready((params, bad))
+    COMPILES.clear()
+    jax.block_until_ready(model.solve(params, validate=validate))
+    assert len(COMPILES) == 1, COMPILES
+    COMPILES.clear()
+    with (
+        pytest.raises(lcm.InvalidTransitionProbabilitiesError)
+        if validate == "raise"
+        else (pytest.warns(UserWarning) if validate == "warn" else warnings.catch_warnings())
+    ):
+        jax.block_until_ready(model.solve(bad, validate=validate))
+    assert COMPILES == []  # failing checks are reported from the same program's flags
