@@ -1,7 +1,10 @@
 """The check table and the order in which failed checks are reported (host side, no JAX
 program): the first failed transition check is the earliest period's; a NaN is reported
 in the latest period that has one (NaN propagates backwards, so it first appears there);
-transition checks come before NaN; under `jax.vmap` the first failing batch member."""
+transition checks come before NaN; under `jax.vmap` the first failing batch member.
+And the compile-time property: a validated solve compiles one program, nothing after it.
+(The raise/warn behaviour eagerly and under jit, vmap and grad is in test_errors.py; the
+sharded HLO in test_knobs.py.)"""
 
 import warnings
 
