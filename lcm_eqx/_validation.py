@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable, Mapping
 
 import jax
+import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
 import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching

@@ -451,7 +451,7 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
                 f"simulate: initial_conditions['regime'] has unknown regime names {bad}; "
                 f"the regimes are {list(names)}."
             )
-        regime = np.array([ids[str(r)] for r in raw_regime], dtype=np.int32)
+        regime: np.ndarray | jax.Array = np.array([ids[str(r)] for r in raw_regime], dtype=np.int32)
     else:
         xp = _xp(raw_regime)
         regime = raw_regime.astype(np.int32)
@@ -468,7 +468,7 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
                 f"simulate: regime {name!r} is not active in period 0, but subjects start in it.",
             )
     dtype = jnp.zeros(()).dtype
-    states = {}
+    states: dict[str, np.ndarray | jax.Array] = {}
     for state, discrete in state_kinds.items():
         if state not in initial_conditions:
             for name, regime_plan in plan.regimes.items():
