@@ -151,15 +151,21 @@ def first_failures(
             columns = [i for i, c in enumerate(checks[regime]) if (c == NAN_CHECK) == nan]
             if not columns:
                 continue
-            failed = ~(array[..., columns] <= 0)  # NaN counts as failed
-            for index in np.argwhere(failed):
-                *batch, period, column = (int(i) for i in index)
-                period_key = -period if nan else period
-                key = (tuple(batch), period_key)
-                if best is None or key < best[0]:
-                    check = checks[regime][columns[column]]
-                    size = float(array[(*batch, period, columns[column])])
-                    best = (key, Failure(regime, period, check, size, tuple(batch)))
+            failed = np.argwhere(~(array[..., columns] <= 0))  # NaN counts as failed
+            if not len(failed):
+                continue
+            # Rows are in row-major order: the first is the first batch member's earliest
+            # period; for NaN take that member's latest period instead.
+            row = failed[0]
+            if nan:
+                member = failed[np.all(failed[:, :-2] == row[:-2], axis=1)]
+                row = member[np.argmax(member[:, -2])]
+            *batch, period, column = (int(i) for i in row)
+            key = (tuple(batch), -period if nan else period)
+            if best is None or key < best[0]:
+                check = checks[regime][columns[column]]
+                size = float(array[(*batch, period, columns[column])])
+                best = (key, Failure(regime, period, check, size, tuple(batch)))
         if best is not None:
             found.append(best[1])
     return found

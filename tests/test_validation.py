@@ -74,6 +74,19 @@ def test_each_kind_raises_its_error(column, error, text):
     assert [str(w.message) for w in warned] == [str(raised.value)]
 
 
+def test_nan_in_latest_period_within_a_regime_and_batch_member():
+    batch = {r: np.stack([v, v, v]) for r, v in flags().items()}
+    batch["working"][2, 2, 3] = 1.0  # a later member: not reported
+    batch["working"][1, 0, 3] = 1.0
+    batch["working"][1, 1, 3] = 1.0
+    batch["working"][1, 1, 0] = 0.2  # and a transition failure of the same member
+    found = _validation.first_failures(batch, CHECKS)
+    assert [(f.batch, f.period, f.check) for f in found] == [
+        ((1,), 1, "next_health"),
+        ((1,), 1, "value:nan"),
+    ]
+
+
 def test_nan_counts_as_failed_and_batches_name_their_member():
     batch = {r: np.stack([v, v]) for r, v in flags().items()}
     batch["working"][1, 0, 0] = np.nan
