@@ -6,6 +6,7 @@ and writes the sharded value arrays to OUT.npz (and a simulated panel next to it
 tests/test_knobs.py asserts on them.
 """
 
+import functools
 import json
 import os
 import re
@@ -36,6 +37,13 @@ def sharded_axes(solution):
     }
 
 
+# A collective's HLO line: `%name = <result shape(s)> all-reduce(...)` (or `-start(`).
+COLLECTIVE_LINES = re.compile(
+    r"= (.*?) \b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
+    r"(?:-start)?\("
+)
+
+
 def collectives(model, params, validate=True):
     """Cross-device collectives in the compiled solve (validate=True: the default solve,
     whose executable is already cached by `model.solve`)."""
@@ -43,14 +51,55 @@ def collectives(model, params, validate=True):
     return sorted(set(re.findall(COLLECTIVES, text)))
 
 
-def simulate(model, params, solution, batch):
+def user_collectives(fn, params):
+    """The collectives of `jax.jit(fn)(params)` as the user compiles it: `[kind, number of
+    elements of its largest operand]`, one per collective in the program."""
+    text = jax.jit(fn).lower(params).compile().as_text()
+    found = []
+    for shapes, kind in COLLECTIVE_LINES.findall(text):
+        sizes = [
+            int(np.prod([int(d) for d in dims.split(",") if d]))
+            for dims in re.findall(r"\w+\[([\d,]*)\]", shapes)
+        ]
+        found.append([kind, max(sizes, default=0)])
+    return found
+
+
+def checked_collectives(model, params):
+    """The user-level collectives of `jax.jit(model.solve)`, validated and not."""
+    return {
+        "raise": user_collectives(model.solve, params),
+        "off": user_collectives(functools.partial(model.solve, validate="off"), params),
+        "n_checks": sum(len(c) for c in model.solve(params).checks.values()),
+    }
+
+
+def initial_conditions():
     n = 10
-    initial = {
+    return {
         "regime": jnp.array([0] * 8 + [1] * 2),
         "wealth": jnp.linspace(2.0, 30.0, n),
         "income": jnp.arange(n) % 4,
         "skill": (jnp.arange(n) * 3) % 4,
     }
+
+
+def checked_simulate_collectives(model, params):
+    """The collectives of `jax.jit(model.simulate)` (solving inside), validated and not."""
+    initial = initial_conditions()
+
+    def simulate_with(validate):
+        return lambda p: model.simulate(p, initial, key=jax.random.key(3), validate=validate)
+
+    return {
+        "raise": user_collectives(simulate_with("raise"), params),
+        "off": user_collectives(simulate_with("off"), params),
+        "n_checks": sum(len(c) for c in model.solve(params).checks.values()),
+    }
+
+
+def simulate(model, params, solution, batch):
+    initial = initial_conditions()
     frame = model.simulate(
         params, initial, solution, key=jax.random.key(3), subject_batch_size=batch
     ).to_dataframe()
@@ -81,8 +130,12 @@ def main(out):
             "shapes": {r: list(v.shape) for r, v in solution.values.items()},
             "period_value_devices": len(solution.value("working", 0).sharding.device_set),
         }
+        if name in ("skill", "income"):
+            report[name]["user"] = checked_collectives(model, params)
         if name == "skill":
-            report[name]["collectives"] = collectives(model, params)
+            report[name]["collectives"] = collectives(model, params, validate=False)
+            report[name]["validated_collectives"] = collectives(model, params)
+            report[name]["simulate_user"] = checked_simulate_collectives(model, params)
             frames = [simulate(model, params, solution, b) for b in (0, 4)]
             report["simulate"] = {"batch_invariant": bool(frames[0].equals(frames[1]))}
             frames[0].to_pickle(out + ".simulated.pkl")

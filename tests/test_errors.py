@@ -169,6 +169,10 @@ def params_with(**changes):
     return params
 
 
+# Bad health probabilities in bad health (row 0 sums to 0.99).
+BAD_PROBABILITIES = params_with(health_transition=jnp.array([[0.6, 0.39], [0.2, 0.8]]))
+
+
 @functools.cache
 def model():
     return lcm.Model(**model_kwargs())
@@ -194,17 +198,25 @@ def initial_conditions(**changes):
     return conditions
 
 
-def simulate(conditions, **kwargs):
-    """The failing call: simulate with a valid solution, so only the conditions are at fault."""
+def simulate(conditions, params=None, **kwargs):
+    """The failing call: simulate with a valid solution, so only the conditions (or the
+    `params` of the draws) are at fault; a partial, like `solve`'s."""
     the_model, the_solution = model(), solution()
-    return lambda: the_model.simulate(
-        PARAMS, conditions, solution=the_solution, key=jax.random.key(0), **kwargs
+    return functools.partial(
+        the_model.simulate,
+        PARAMS if params is None else params,
+        conditions,
+        solution=the_solution,
+        key=jax.random.key(0),
+        **kwargs,
     )
 
 
 def solve(params, the_model=None, **kwargs):
+    """The failing call `the_model.solve(params, **kwargs)`, as a `functools.partial` so
+    that the jitted variants below can call the same solve under `jax.jit`."""
     the_model = model() if the_model is None else the_model
-    return lambda: the_model.solve(params, **kwargs)
+    return functools.partial(the_model.solve, params, **kwargs)
 
 
 def build_model(**kwargs):
@@ -274,6 +286,32 @@ def _unreachable_target_model():
     )
     the_model = lcm.Model(**model_kwargs(retired=retired))
     return solve(PARAMS, the_model)
+
+
+def _discrete_next_state_out_of_range():
+    """`next_health` is deterministic and moves good health (code 1) to code 2."""
+    working = working_regime(
+        state_transitions={"wealth": next_wealth, "health": lambda health: health + 1}
+    )
+    return solve(params_with(health_transition=None), lcm.Model(**model_kwargs(working=working)))
+
+
+def _inactive_target_model():
+    """`early` always moves to `late`, which only starts in period 2."""
+
+    def regime(active):
+        return lcm.Regime(
+            states={"wealth": wealth_grid()},
+            actions={"consumption": consumption_grid()},
+            functions={"utility": lambda consumption: jnp.log(consumption)},
+            state_transitions={"wealth": lambda wealth, consumption: wealth - consumption + 1},
+            transition=lambda: 1,
+            constraints={"borrowing": borrowing},
+            active=active,
+        )
+
+    the_model = lcm.Model({"early": regime(range(0, 2)), "late": regime(range(2, 4))}, n_periods=4)
+    return solve({"discount_factor": 0.9}, the_model)
 
 
 def _inconsistent_state(categories):
@@ -942,6 +980,31 @@ CASES = [
         id="solve-mass-on-unreachable-regime",
     ),
     pytest.param(
+        _discrete_next_state_out_of_range,
+        T,
+        ["'working'", "'next_health'", "period 0", "out of range"],
+        id="solve-discrete-next-state-out-of-range",
+    ),
+    pytest.param(
+        _inactive_target_model,
+        T,
+        ["'early'", "'next_regime'", "period 0", "inactive in period 1"],
+        id="solve-mass-on-regime-inactive-next-period",
+    ),
+    # --------------------------------------------------------- NaN (validate=)
+    pytest.param(
+        lambda: solve(params_with(wage=jnp.nan)),
+        lcm.NaNError,
+        ["'working'", "'next_wealth'", "period 0", "NaN"],
+        id="solve-nan-next-state-at-feasible-point",
+    ),
+    pytest.param(
+        lambda: solve(params_with(disutility_of_work=jnp.nan)),
+        lcm.NaNError,
+        ["'working'", "period 1", "function 'utility'"],
+        id="solve-nan-in-utility",
+    ),
+    pytest.param(
         lambda: solve(PARAMS, validate="loud"),
         lcm.LcmError,
         ["validate", "'loud'"],
@@ -1036,6 +1099,12 @@ CASES = [
         I,
         ["'regime'", "non-empty"],
         id="simulate-no-subjects",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(), BAD_PROBABILITIES),
+        T,
+        ["'working'", "'next_health'", "period 1", "in simulate"],
+        id="simulate-draw-probabilities-sum-to-0.99",
     ),
     pytest.param(
         lambda: simulate([(0, 5.0, "good")]),
@@ -1135,10 +1204,165 @@ def test_table_is_large_enough():
 
 
 # ---------------------------------------------------------------------------------------
-# validate= "warn" and "off" for the same bad probabilities
+# The value checks under jax.jit, jax.vmap and jax.grad
 # ---------------------------------------------------------------------------------------
 
-BAD_PROBABILITIES = params_with(health_transition=jnp.array([[0.6, 0.39], [0.2, 0.8]]))
+# The rows whose check needs traced values, with what a jitted call must say instead of
+# the eager message (None: exactly the eager message). The eager NaN-in-a-value-array
+# message comes from `diagnose_nan`, which runs outside the compiled program; inside it
+# only the regime and period are known.
+JITTED = {
+    "solve-state-probabilities-sum-to-0.99": None,
+    "solve-state-probability-negative": None,
+    "solve-regime-probabilities-sum-to-0.99": None,
+    "solve-regime-probability-negative": None,
+    "solve-mass-on-unreachable-regime": None,
+    "solve-discrete-next-state-out-of-range": None,
+    "solve-mass-on-regime-inactive-next-period": None,
+    "solve-nan-next-state-at-feasible-point": None,
+    "simulate-draw-probabilities-sum-to-0.99": None,
+    "solve-nan-in-utility": [
+        "Regime 'working', period 1: the value array contains NaN",
+        "model.diagnose_nan(params)",
+    ],
+}
+JITTED_CASES = [p for p in CASES if p.id in JITTED]
+
+
+def _jitted(call, **changes):
+    """`call` (a partial of `model.solve` or `model.simulate`) under `jax.jit`, traced in
+    its parameters, run to completion."""
+    keywords = {**call.keywords, **changes}
+    params, *rest = call.args
+    run = jax.jit(lambda params: call.func(params, *rest, **keywords))
+    return lambda: jax.block_until_ready(run(params))
+
+
+def _lcm_warnings(record) -> list[str]:
+    return [str(w.message) for w in record if str(w.message).startswith("Regime ")]
+
+
+def test_every_jitted_row_is_in_the_table():
+    assert len(JITTED_CASES) == len(JITTED)
+
+
+@pytest.mark.parametrize(("case", "error", "substrings"), JITTED_CASES)
+def test_bad_values_raise_the_same_under_jit(case, error, substrings):
+    """Under `jax.jit` the error surfaces as `JaxRuntimeError` (a raise inside a compiled
+    program always does), and its text holds the LcmError class and the eager message."""
+    call = case()
+    with pytest.raises(error) as eager:
+        call()
+    with pytest.raises(jax.errors.JaxRuntimeError) as jitted:
+        _jitted(call)()
+    text = str(jitted.value)
+    expected = JITTED[next(p.id for p in JITTED_CASES if p.values[0] is case)]
+    if expected is None:
+        assert f"{error.__name__}: {eager.value}" in text, text
+    else:
+        assert f"{error.__name__}: " in text
+        missing = [s for s in expected if s not in text]
+        assert not missing, f"message lacks {missing}: {text}"
+
+
+@pytest.mark.parametrize(("case", "error", "substrings"), JITTED_CASES)
+def test_bad_values_warn_the_same_under_jit(case, error, substrings):
+    call = case()
+    with pytest.warns(UserWarning) as eager:
+        functools.partial(call, validate="warn")()
+    with pytest.warns(UserWarning) as jitted:
+        solution = _jitted(call, validate="warn")()  # the solve carries on
+    expected = _lcm_warnings(eager)
+    assert len(expected) >= 1
+    if JITTED[next(p.id for p in JITTED_CASES if p.values[0] is case)] is None:
+        assert _lcm_warnings(jitted) == expected
+    else:
+        assert len(_lcm_warnings(jitted)) == len(expected)
+    assert isinstance(solution, lcm.Solution | lcm.SimulationResult)
+
+
+@pytest.mark.parametrize(("case", "error", "substrings"), JITTED_CASES[:1])
+def test_off_traces_no_check(case, error, substrings):
+    call = case()
+    keywords = {**call.keywords, "validate": "off"}
+    jaxpr = str(jax.make_jaxpr(lambda p: call.func(p, **keywords))(*call.args))
+    assert "callback" not in jaxpr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        solution = _jitted(call, validate="off")()
+    assert all(v.shape[-1] == 0 for v in solution.violations.values())
+    validated = str(jax.make_jaxpr(lambda p: call.func(p, **call.keywords))(*call.args))
+    assert validated.count("debug_callback[") == 1  # one host callback for every check
+
+
+# Rows whose initial conditions are checked by value: under `jax.jit` with the conditions
+# as traced arguments, the same message (the checks run inside the program).
+JITTED_CONDITIONS = [
+    p
+    for p in CASES
+    if p.id
+    in {
+        "simulate-regime-id-out-of-range",
+        "simulate-discrete-code-out-of-range",
+        "simulate-missing-state",
+        "simulate-nan-continuous-state",
+    }
+]
+
+
+@pytest.mark.parametrize(("case", "error", "substrings"), JITTED_CONDITIONS)
+def test_bad_initial_conditions_raise_the_same_under_jit(case, error, substrings):
+    assert len(JITTED_CONDITIONS) == 4
+    call = case()
+    with pytest.raises(error) as eager:
+        call()
+    params, conditions = call.args
+    traced = {k: v for k, v in conditions.items() if np.asarray(v).dtype.kind in "biuf"}
+    fixed = {k: v for k, v in conditions.items() if k not in traced}
+
+    def run(traced):
+        return call.func(params, {**fixed, **traced}, **call.keywords)
+
+    with pytest.raises(jax.errors.JaxRuntimeError) as jitted:
+        jax.block_until_ready(jax.jit(run)(traced))
+    assert f"{error.__name__}: {eager.value}" in str(jitted.value)
+
+
+def _batch(*params):
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *params)
+
+
+def test_vmap_raises_if_any_member_fails():
+    batch = _batch(PARAMS, BAD_PROBABILITIES, PARAMS)
+    with pytest.raises(T, match=r"'next_health', period 0.*batch member 1 of a jax.vmap"):
+        jax.vmap(lambda p: model().solve(p).values)(batch)
+    with pytest.warns(UserWarning, match="batch member 1 of") as record:
+        values = jax.block_until_ready(
+            jax.jit(jax.vmap(lambda p: model().solve(p, validate="warn").values))(batch)
+        )
+    assert len(_lcm_warnings(record)) == 1  # one callback sees the whole batch
+    assert values["working"].shape[0] == 3
+    good = jax.vmap(lambda p: model().solve(p).values)(_batch(PARAMS, PARAMS))
+    np.testing.assert_array_equal(good["working"][0], good["working"][1])
+
+
+def test_grad_raises_the_same():
+    def loss(params):
+        return jnp.sum(model().solve(params).values["working"][0])
+
+    with pytest.raises(T) as eager:
+        model().solve(BAD_PROBABILITIES)
+    with pytest.raises(T) as under_grad:  # no jit: the callback's error reaches the caller
+        jax.grad(loss)(BAD_PROBABILITIES)
+    assert str(under_grad.value) == str(eager.value)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="InvalidTransitionProbabilitiesError"):
+        jax.block_until_ready(jax.jit(jax.grad(loss))(BAD_PROBABILITIES))
+    assert np.isfinite(jax.jit(jax.grad(loss))(PARAMS)["wage"])
+
+
+# ---------------------------------------------------------------------------------------
+# validate= "warn" and "off" for the same bad probabilities
+# ---------------------------------------------------------------------------------------
 
 
 def test_bad_probabilities_warn_under_validate_warn():
@@ -1190,3 +1414,16 @@ def test_mass_on_a_regime_inactive_next_period_is_caught():
         n_periods=4,
     )
     fixed.solve({"discount_factor": 0.9})
+
+
+def test_simulate_under_jit_matches_eager():
+    """`jax.jit(model.simulate)` returns the panel as arrays; the same frame as eagerly."""
+    conditions = initial_conditions(health=np.array([1, 0]))
+
+    def run(params):
+        return model().simulate(params, conditions, key=jax.random.key(0))
+
+    eager = run(PARAMS).to_dataframe()
+    jitted = jax.jit(run)(PARAMS)
+    assert isinstance(jitted.value, jax.Array)
+    assert jitted.to_dataframe().equals(eager)

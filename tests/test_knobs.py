@@ -7,8 +7,10 @@ module asks for them and run while the in-process tests do:
 - `tests/knobs_devices.py`: 4 host CPU devices; sharded (a permanent type, a Markov
   chain, a process state, an action-dependent deterministic state), and sharded +
   splayed, solves against the plain one; value arrays span all devices; the compiled
-  HLO of a solve with a never-transitioning sharded axis has no cross-device collective,
-  one with a transitioning (Markov or process) sharded axis only all-reduces; simulation
+  HLO of a solve with a never-transitioning sharded axis has no cross-device collective
+  unvalidated, and validated (`jax.jit(model.solve)` as a user compiles it) only an
+  all-reduce of the per-period check flags; one with a transitioning (Markov or
+  process) sharded axis only all-reduces; simulation
   with a sharded solution; the indivisible-grid error.
 - `tests/knobs_multiprocess.py` twice: 2 processes x 2 CPU devices under
   `jax.distributed` (gloo collectives) solve with a sharded axis; the gathered values
@@ -252,7 +254,41 @@ def test_sharded_solve_matches_plain(case, background, plain):
 
 def test_never_transitioning_sharded_axis_needs_no_collective(background):
     result = background.report()["skill"]
-    assert result["collectives"] == []  # with the probability checks (the default solve)
+    assert result["collectives"] == []  # the solve without checks
+    assert result["user"]["off"] == []  # jax.jit(partial(model.solve, validate="off"))
+
+
+def _small(collectives, user):
+    """At most `n_periods x n_checks` elements: the reduced check flags."""
+    return all(size <= knobs_model.N_PERIODS * user["n_checks"] for _, size in collectives)
+
+
+@pytest.mark.parametrize("case", ["skill", "income"])
+def test_validation_moves_only_its_flags_across_devices(case, background):
+    """`jax.jit(model.solve)` as a user compiles it (default validation): the checks add
+    only an all-reduce of the per-period flags, never a gather or anything value-sized."""
+    result = background.report()[case]
+    validated, unvalidated = result["user"]["raise"], result["user"]["off"]
+    assert all(kind != "all-gather" for kind, _ in validated)
+    added = list(validated)
+    for collective in unvalidated:
+        added.remove(collective)  # everything the unvalidated solve has is still there
+    assert added and all(kind == "all-reduce" for kind, _ in added)
+    assert _small(added, result["user"])
+    if case == "skill":
+        assert result["validated_collectives"] == ["all-reduce"]
+
+
+def test_validated_simulate_moves_only_flags_across_devices(background):
+    """`jax.jit(model.simulate)` solving inside: the simulation reads the sharded value
+    arrays (gathers that are there without validation too); validation of the solve and
+    of the draws adds only an all-reduce of the per-period flags."""
+    result = background.report()["skill"]["simulate_user"]
+    added = list(result["raise"])
+    for collective in result["off"]:
+        added.remove(collective)
+    assert added and all(kind == "all-reduce" for kind, _ in added)
+    assert _small(added, result)
 
 
 def test_transitioning_sharded_axis_only_all_reduces(background):

@@ -6,7 +6,6 @@ import enum
 import functools
 import logging
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,10 +17,8 @@ import numpy as np
 
 from .._errors import (
     InvalidInitialConditionsError,
-    InvalidTransitionProbabilitiesError,
     LcmError,
     ModelInitializationError,
-    NaNError,
 )
 from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from .._logging import log_time, logger, timed
@@ -29,11 +26,17 @@ from .._pandas import coerce_params
 from .._persistence import model_structure, with_model_structure
 from .._progress import progress_mode
 from .._simulate._result import SimulationResult
-from .._simulate._simulate import prepare_next_values, simulate_chunk, variable_kinds
-from .._solve._backward import reduce_violations, solve_model
+from .._simulate._simulate import (
+    draw_checks,
+    prepare_next_values,
+    simulate_chunk,
+    variable_kinds,
+)
+from .._solve._backward import solve_model
 from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch, assign_solvers
 from .._typing import InitialConditions, Params
+from .._validation import enforce, is_traced
 from ._params import check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
@@ -104,7 +107,7 @@ class Model(eqx.Module):
         )
         self._simulate = jax.jit(
             functools.partial(_simulate_chunk_with_params, plan, self.solvers, ages),
-            static_argnames="progress",
+            static_argnames=("progress", "validate"),
         )
         logger.info(
             "build: %d regimes, %d periods, %d segments in %.3f s",
@@ -166,7 +169,11 @@ class Model(eqx.Module):
                 a transition probability vector is outside [0, 1] or does not sum to 1
                 on the grid, and `NaNError` if a value is NaN or a continuous next state
                 is NaN or infinite at a feasible point; `"warn"` warns instead; `"off"`
-                skips the checks (results are then unvalidated).
+                skips the checks (results are then unvalidated). The checks are reduced
+                inside the compiled solve; when the call is traced (`jax.jit`, `grad`,
+                `vmap`) a host callback raises or warns with the same message (a raise
+                under `jax.jit` reaches the caller as `jax.errors.JaxRuntimeError`
+                holding the `LcmError` class name and message).
             progress: `False` (default), `True` / `"text"` (a line per period on stderr)
                 or `"tqdm"` (a tqdm bar; text if tqdm is missing). Works under `jax.jit`
                 (pass it as a static argument), `jax.vmap` and `jax.grad`.
@@ -177,12 +184,16 @@ class Model(eqx.Module):
         check_params(self.plan, params)
         options: dict[str, Any] = {"validate": validate != "off", "progress": mode}
         with timed(self._solve, "solve", params, **options) as timer:
-            raw = reduce_violations(self._solve(params, **options))
+            raw = self._solve(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = with_model_structure(raw, self)
-        if validate != "off":
-            solution = _enforce(solution, validate)
-            solution = _check_nan(self, params, solution, validate)
+        enforce(
+            validate,
+            solution.violations,
+            solution.checks,
+            nan_detail=lambda: self.diagnose_nan(params, solution),
+            stacklevel=2,
+        )
         return solution
 
     def diagnose_nan(self, params: Params, solution: Solution | None = None) -> str | None:
@@ -220,11 +231,18 @@ class Model(eqx.Module):
             key: a `jax.random.key` for the draws; same key, same draws.
             subject_batch_size: simulate in chunks of this many subjects (0: one pass);
                 results do not depend on it.
-            validate: passed to `solve` when `solution` is None.
+            validate: `"raise"` (default) raises `InvalidTransitionProbabilitiesError`
+                (or `NaNError`) when a transition at a simulated state and choice fails
+                the checks of `solve` (probabilities outside [0, 1] or not summing to 1,
+                a discrete next state out of range, a NaN or infinite continuous next
+                state); `"warn"` warns, `"off"` skips the checks. Also passed to `solve`
+                when `solution` is None. Invalid initial conditions always raise
+                `InvalidInitialConditionsError`.
             progress: `False` (default), `True` / `"text"` or `"tqdm"`: a meter over
                 periods and subject chunks (and over the solve when `solution` is None).
         """
         params = _plain_dicts(coerce_params(params))
+        _check_validate(validate)
         mode = progress_mode(progress)
         check_params(self.plan, params)
         if (
@@ -245,6 +263,7 @@ class Model(eqx.Module):
                 f"{key!r}."
             )
         regime, states = _initial_conditions(self.plan, initial_conditions)
+        traced = is_traced((params, regime, states, solution, key))
         if solution is None:
             solution = self.solve(params, validate=validate, progress=mode or False)
         elif not isinstance(solution, Solution):
@@ -255,7 +274,7 @@ class Model(eqx.Module):
         n = regime.shape[0]
         chunk = subject_batch_size if 0 < subject_batch_size < n else n
         next_values = prepare_next_values(self.plan, solution.values)
-        parts = []
+        parts, violations = [], []
         n_chunks = -(-n // chunk)
         with log_time(f"simulate ({n} subjects in {n_chunks} chunk(s), {self.n_periods} periods)"):
             for i, start in enumerate(range(0, n, chunk)):
@@ -279,10 +298,23 @@ class Model(eqx.Module):
                     level=logging.DEBUG,
                     progress=mode,
                 ) as timer:
-                    record = self._simulate(*args, progress=mode)
+                    record = self._simulate(*args, progress=mode, validate=validate != "off")
                     timer.done(record)
-                parts.append(jax.tree.map(lambda x, k=stop - start: np.asarray(x)[:, :k], record))
-        record = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
+                violations.append(record.pop("violations", {}))
+                # Eagerly each chunk's panel goes to host memory; traced, it stays an array.
+                keep = (lambda x: x) if traced else np.asarray
+                parts.append(jax.tree.map(lambda x, k=stop - start: keep(x)[:, :k], record))
+        concatenate = jnp.concatenate if traced else np.concatenate
+        record = jax.tree.map(lambda *xs: concatenate(xs, axis=1), *parts)
+        if validate != "off":
+            maximum = jnp.maximum if traced else np.maximum
+            enforce(
+                validate,
+                jax.tree.map(lambda *xs: functools.reduce(maximum, xs), *violations),
+                {name: draw_checks(self.plan, r) for name, r in self.plan.regimes.items()},
+                context=" (in simulate, at a simulated state and choice)",
+                stacklevel=2,
+            )
         return self._result(record)
 
     def _result(self, record) -> SimulationResult:
@@ -332,6 +364,7 @@ def _simulate_chunk_with_params(
     key,
     chunk=None,
     progress=None,
+    validate=False,
 ):
     resolved = resolve_params(plan, params)
     return simulate_chunk(
@@ -346,6 +379,7 @@ def _simulate_chunk_with_params(
         key,
         chunk=chunk,
         progress=progress,
+        validate=validate,
         policies=policies,
     )
 
@@ -362,104 +396,41 @@ def _check_validate(validate: str) -> None:
         raise LcmError(f"validate must be one of {VALIDATE_OPTIONS}, got {validate!r}.")
 
 
-def _check_nan(model, params, solution: Solution, validate: str) -> Solution:
-    """Raise or warn, naming the regime, period and term, when a value array has a NaN."""
-    from .._diagnostics import diagnose_nan
+class _ValueChecks:
+    """Checks on the values of initial conditions: raised at once when the values are
+    concrete; when they are traced (arguments of the caller's `jax.jit`), collected as
+    flags and reported by `enforce` inside the program, with the same messages."""
 
-    leaves = list(solution.values.values())
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        if validate != "raise":
-            return solution
-        values = {
-            regime: eqx.error_if(
-                v,
-                jnp.any(jnp.isnan(v)),
-                f"Regime {regime!r}: the value arrays contain NaN; call "
-                "model.diagnose_nan(params) outside jit to locate the term that produced it.",
-            )
-            for regime, v in solution.values.items()
-        }
-        return eqx.tree_at(lambda s: s.values, solution, values)
-    if not any(bool(jnp.any(jnp.isnan(v))) for v in leaves):
-        return solution
-    message = diagnose_nan(model, params, solution) or "The solution has NaN values."
-    if validate == "raise":
-        raise NaNError(message)
-    warnings.warn(message, stacklevel=3)
-    return solution
+    def __init__(self):
+        self.failed: list[jax.Array] = []
+        self.messages: list[str] = []
+
+    def require(self, ok, message: str) -> None:
+        if isinstance(ok, jax.core.Tracer):
+            self.failed.append(~ok)
+            self.messages.append(message)
+        elif not bool(ok):
+            raise InvalidInitialConditionsError(message)
+
+    def enforce(self) -> None:
+        if not self.failed:
+            return
+        names = tuple(f"{i}:initial" for i in range(len(self.failed)))
+        enforce(
+            "raise",  # like the eager checks: bad initial conditions always raise
+            {"initial_conditions": jnp.stack(self.failed).astype(jnp.zeros(()).dtype)[None]},
+            {"initial_conditions": names},
+            texts=dict(zip(names, self.messages, strict=True)),
+        )
 
 
-def _enforce(solution: Solution, validate: str) -> Solution:
-    """Raise or warn on failed probability checks (in-graph when traced)."""
-    leaves = jax.tree.leaves(solution.violations)
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        if validate != "raise":
-            return solution
-        values = dict(solution.values)
-        for regime, violations in solution.violations.items():
-            if violations.size:
-                values[regime] = eqx.error_if(
-                    values[regime],
-                    jnp.any(~(violations <= 0)),
-                    f"Regime {regime!r}: a transition check failed (one of "
-                    f"{list(solution.checks[regime])}): probabilities outside [0, 1], not "
-                    "summing to 1, mass on a regime this regime cannot reach, a discrete "
-                    "next state out of range, or a continuous next state that is NaN or "
-                    "infinite at a feasible point.",
-                )
-        return eqx.tree_at(lambda s: s.values, solution, values)
-    found = solution.first_violation()
-    if found is None:
-        return solution
-    regime, period, check, size = found
-    function, _, detail = check.partition(":")
-    if detail == "inactive":
-        message = (
-            f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "
-            f"{size:.3g} on regimes that are inactive in period {period + 1} (see their "
-            "`active` periods)."
-        )
-    elif detail == "unreachable":
-        message = (
-            f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "
-            f"{size:.3g} on regimes it cannot reach (their states are not all produced by "
-            f"this regime's state_transitions)."
-        )
-    elif detail == "savings":
-        message = (
-            f"Regime {regime!r}, function {function!r}, period {period}: DCEGM needs the next "
-            "value of its state to depend on the state and the action only through their "
-            f"difference (savings), but it changes by {size:.3g} when both move by 1. Solve "
-            "this regime with GridSearch() instead."
-        )
-        if validate == "raise":
-            raise ModelInitializationError(message)
-        warnings.warn(message, stacklevel=3)
-        return solution
-    elif detail == "finite":
-        message = (
-            f"Regime {regime!r}, function {function!r}, period {period}: returns NaN or an "
-            "infinite value at a feasible state-action point, so next period's value "
-            "cannot be interpolated there. Check the function and its parameters (points "
-            "that a constraint rules out may return anything)."
-        )
-        if validate == "raise":
-            raise NaNError(message)
-        warnings.warn(message, stacklevel=3)
-        return solution
-    else:
-        message = (
-            f"Regime {regime!r}, function {function!r}, period {period}: invalid transition "
-            f"(probabilities outside [0, 1], not summing to 1, or a discrete state code out "
-            f"of range; violation {size:.3g}). Nothing is renormalised."
-        )
-    if validate == "raise":
-        raise InvalidTransitionProbabilitiesError(message)
-    warnings.warn(message, stacklevel=3)
-    return solution
+def _xp(*arrays):
+    """`jax.numpy` if any of the arrays is traced, else `numpy`."""
+    return jnp if any(isinstance(a, jax.core.Tracer) for a in arrays) else np
 
 
 def _initial_conditions(plan: ModelPlan, initial_conditions):
+    checks = _ValueChecks()
     try:
         import pandas as pd
 
@@ -498,31 +469,33 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
                 f"simulate: initial_conditions['regime'] has unknown regime names {bad}; "
                 f"the regimes are {list(names)}."
             )
-        regime = np.array([ids[str(r)] for r in raw_regime], dtype=np.int32)
+        regime: np.ndarray | jax.Array = np.array([ids[str(r)] for r in raw_regime], dtype=np.int32)
     else:
+        xp = _xp(raw_regime)
         regime = raw_regime.astype(np.int32)
-        if np.any(regime != raw_regime) or np.any((regime < 0) | (regime >= len(names))):
-            raise InvalidInitialConditionsError(
-                f"simulate: initial_conditions['regime'] must hold regime ids 0..{len(names) - 1} "
-                "or regime names."
-            )
+        checks.require(
+            xp.all(regime == raw_regime) & xp.all((regime >= 0) & (regime < len(names))),
+            f"simulate: initial_conditions['regime'] must hold regime ids 0..{len(names) - 1} "
+            "or regime names.",
+        )
+    xp = _xp(regime)
     for name, regime_plan in plan.regimes.items():
-        if np.any(regime == regime_plan.id) and 0 not in regime_plan.active:
-            raise InvalidInitialConditionsError(
-                f"simulate: regime {name!r} is not active in period 0, but subjects start in it."
+        if 0 not in regime_plan.active:
+            checks.require(
+                ~xp.any(regime == regime_plan.id),
+                f"simulate: regime {name!r} is not active in period 0, but subjects start in it.",
             )
     dtype = jnp.zeros(()).dtype
-    states = {}
+    states: dict[str, np.ndarray | jax.Array] = {}
     for state, discrete in state_kinds.items():
-        needed_by = [
-            n for n, r in plan.regimes.items() if state in r.states and np.any(regime == r.id)
-        ]
         if state not in initial_conditions:
-            if needed_by:
-                raise InvalidInitialConditionsError(
-                    f"simulate: initial_conditions lacks state {state!r}, which regime "
-                    f"{needed_by[0]!r} needs."
-                )
+            for name, regime_plan in plan.regimes.items():
+                if state in regime_plan.states:
+                    checks.require(
+                        ~xp.any(regime == regime_plan.id),
+                        f"simulate: initial_conditions lacks state {state!r}, which regime "
+                        f"{name!r} needs.",
+                    )
             states[state] = np.zeros(n, np.int32 if discrete else dtype)
             continue
         values = _as_array(state, initial_conditions[state])
@@ -533,17 +506,20 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
             )
         grid = plan.state_grid(state)
         if discrete:
-            states[state] = _codes(state, grid, values)
+            states[state] = _codes(state, grid, values, checks)
         else:
-            if values.dtype.kind not in "fiu" or not np.all(np.isfinite(values)):
-                raise InvalidInitialConditionsError(
-                    f"simulate: initial_conditions[{state!r}] must be finite numbers."
-                )
+            message = f"simulate: initial_conditions[{state!r}] must be finite numbers."
+            if values.dtype.kind not in "fiu":
+                raise InvalidInitialConditionsError(message)
+            checks.require(_xp(values).all(_xp(values).isfinite(values)), message)
             states[state] = values.astype(dtype)
+    checks.enforce()
     return regime, states
 
 
-def _as_array(name: str, values) -> np.ndarray:
+def _as_array(name: str, values) -> np.ndarray | jax.Array:
+    if isinstance(values, jax.core.Tracer):
+        return values
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
@@ -552,7 +528,7 @@ def _as_array(name: str, values) -> np.ndarray:
         ) from error
 
 
-def _codes(state, grid, values) -> np.ndarray:
+def _codes(state, grid, values, checks: _ValueChecks) -> np.ndarray | jax.Array:
     n_points = grid.n_points
     if values.dtype.kind in "OUS":
         if not isinstance(grid, DiscreteGrid):
@@ -568,12 +544,15 @@ def _codes(state, grid, values) -> np.ndarray:
                 f"{list(grid.labels)}."
             )
         return np.array([lookup[str(v)] for v in values], dtype=np.int32)
-    codes = values.astype(np.int32) if values.dtype.kind in "iub" else None
-    if codes is None or np.any((codes < 0) | (codes >= n_points)):
-        kind = "codes" if not isinstance(grid, AbstractProcessGrid) else "grid indices"
-        raise InvalidInitialConditionsError(
-            f"simulate: initial_conditions[{state!r}] must hold {kind} 0..{n_points - 1}"
-            + (f" or labels {list(grid.labels)}" if isinstance(grid, DiscreteGrid) else "")
-            + "."
-        )
+    kind = "codes" if not isinstance(grid, AbstractProcessGrid) else "grid indices"
+    message = (
+        f"simulate: initial_conditions[{state!r}] must hold {kind} 0..{n_points - 1}"
+        + (f" or labels {list(grid.labels)}" if isinstance(grid, DiscreteGrid) else "")
+        + "."
+    )
+    if values.dtype.kind not in "iub":
+        raise InvalidInitialConditionsError(message)
+    codes = values.astype(np.int32)
+    xp = _xp(codes)
+    checks.require(xp.all((codes >= 0) & (codes < n_points)), message)
     return codes

@@ -29,11 +29,12 @@ class SimulationResult(eqx.Module):
     it back.
     """
 
-    regime: np.ndarray
-    present: np.ndarray
-    value: np.ndarray
-    states: dict[str, np.ndarray]
-    actions: dict[str, np.ndarray]
+    # NumPy arrays; JAX arrays when `simulate` ran under `jax.jit`.
+    regime: np.ndarray | jax.Array
+    present: np.ndarray | jax.Array
+    value: np.ndarray | jax.Array
+    states: dict[str, np.ndarray | jax.Array]
+    actions: dict[str, np.ndarray | jax.Array]
     regime_names: tuple[str, ...] = eqx.field(static=True)
     has_variable: dict[str, tuple[str, ...]] = eqx.field(static=True)  # regime -> variables
     labels: dict[str, tuple[str, ...]] = eqx.field(static=True)  # discrete variable -> labels
@@ -92,10 +93,10 @@ class SimulationResult(eqx.Module):
             >>> df = result.to_dataframe(extra=["labor_income", "utility"], model=model,
             ...                          params=params)
         """
-        period_index, subject_index = np.nonzero(self.present)
+        period_index, subject_index = np.nonzero(np.asarray(self.present))
         order = np.lexsort((period_index, subject_index))
         period_index, subject_index = period_index[order], subject_index[order]
-        regime_ids = self.regime[period_index, subject_index]
+        regime_ids = np.asarray(self.regime)[period_index, subject_index]
         columns: dict[str, object] = {
             "subject_id": subject_index.astype(np.int64),
             "period": period_index.astype(np.int64),
@@ -105,10 +106,12 @@ class SimulationResult(eqx.Module):
         columns["regime"] = pd.Categorical.from_codes(
             regime_ids.astype(np.int64), categories=list(self.regime_names)
         )
-        columns["value"] = self.value[period_index, subject_index]
+        columns["value"] = np.asarray(self.value)[period_index, subject_index]
         for group in (self.states, self.actions):
-            for name, array in group.items():
-                values = array[period_index, subject_index]
+            # In the model's order: a panel returned from `jax.jit` has its dicts sorted.
+            ordered = [v for names in self.has_variable.values() for v in names if v in group]
+            for name in dict.fromkeys(ordered):
+                values = np.asarray(group[name])[period_index, subject_index]
                 owned = np.isin(
                     regime_ids,
                     [i for i, r in enumerate(self.regime_names) if name in self.has_variable[r]],

@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._model._plan import ModelPlan
+from .._model._plan import ModelPlan, RegimePlan
 from .._progress import simulate_tick
 from .._solve._backward import age_of
-from .._solve._kernel import RegimeProblem
+from .._solve._kernel import RegimeProblem, probability_violation
 from .._solve._solver import AbstractSolver
 
 # Purposes of the per-subject, per-period random streams (folded into the key).
@@ -46,6 +46,7 @@ def simulate_chunk(
     *,
     chunk: jax.Array | None = None,
     progress: str | None = None,
+    validate: bool = False,
     policies: dict | None = None,
 ):
     """Simulate one chunk of subjects through every period.
@@ -55,7 +56,9 @@ def simulate_chunk(
     regimes solved by endogenous-grid solvers (period t at index t), which they read
     instead of searching. Returns arrays of shape (n_periods, n).
     `progress` (`None`, `"text"`, `"tqdm"`) emits a host callback per period, labelled
-    with `chunk = [index, n_chunks]`.
+    with `chunk = [index, n_chunks]`. With `validate`, `record["violations"][regime]`
+    has shape `(n_periods, n_checks)`: the transition checks of `draw_checks` at the
+    draws of the chunk's subjects in that regime (0 when valid).
     """
     if chunk is None:
         chunk = jnp.array([0, 1], dtype=jnp.int32)
@@ -86,6 +89,11 @@ def simulate_chunk(
                     for name, discrete in action_kinds.items()
                 },
             }
+            if validate:
+                record["violations"] = {
+                    name: jnp.zeros(len(draw_checks(plan, plan.regimes[name])), dtype)
+                    for name in plan.regimes
+                }
             next_regime = regime
             next_states = dict(states)
             finished = jnp.zeros(n, dtype=bool)
@@ -99,12 +107,17 @@ def simulate_chunk(
                 in_regime = present & (regime == regime_plan.id)
 
                 def subject(state_point, subject_key, problem=problem, solver=solver):
-                    return _simulate_subject(plan, solver, problem, state_point, subject_key)
+                    return _simulate_subject(
+                        plan, solver, problem, state_point, subject_key, validate
+                    )
 
                 point = {s: states[s] for s in regime_plan.states}
-                chosen, value, moved_to, moved_states, shown = in_blocks(
+                chosen, value, moved_to, moved_states, shown, checks = in_blocks(
                     subject, (point, keys), in_regime
                 )
+                if validate and checks.shape[-1]:
+                    # Subjects outside the regime hold zeros (see `in_blocks`).
+                    record["violations"][name] = jnp.max(checks, axis=0).astype(dtype)
                 record["value"] = jnp.where(in_regime, value.astype(dtype), record["value"])
                 for action, x in chosen.items():
                     record["actions"][action] = jnp.where(
@@ -172,12 +185,50 @@ def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
     return jax.lax.fori_loop(0, n_blocks, body, init)
 
 
-def _simulate_subject(plan: ModelPlan, solver, problem: RegimeProblem, state, key):
+def draw_checks(plan: ModelPlan, regime: RegimePlan) -> tuple[str, ...]:
+    """The checks on a regime's draws in simulation: the transition checks of the
+    solve's kernel (`RegimeProblem.checks`), named alike."""
+    if regime.is_terminal:
+        return ()
+    checks = []
+    for name, transition in regime.state_transitions.items():
+        if transition.is_markov or plan.state_grid(name).is_discrete:
+            checks.append(f"next_{name}")
+        elif transition.function is not None:
+            checks.append(f"next_{name}:finite")
+    return (*checks, "next_regime", "next_regime:unreachable", "next_regime:inactive")
+
+
+def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> jax.Array:
+    """The violations of `draw_checks` at one subject's chosen action (0 when valid)."""
+    checks = draw_checks(problem.model, problem.regime)
+    assert checks == tuple(problem.checks), (checks, problem.checks)
+    deterministic, stochastic = problem.next_states(evaluate)
+    violations: dict[str, jax.Array] = {}
+    problem._record_violations(regime_probabilities, deterministic, stochastic, violations)
+    for name, p in markov.items():
+        violations[f"next_{name}"] = probability_violation(p, problem.tolerance)
+    # A subject with no feasible action (value -inf) has no next state to check.
+    feasible = value > -jnp.inf
+    return jnp.stack(
+        [
+            jnp.where(feasible, violations[c], 0.0)
+            if c.endswith(":finite")
+            else jnp.asarray(violations.get(c, 0.0))
+            for c in checks
+        ]
+    ).astype(value.dtype)
+
+
+def _simulate_subject(
+    plan: ModelPlan, solver, problem: RegimeProblem, state, key, validate: bool = False
+):
     regime = problem.regime
     chosen, value = solver.choose(problem, state, jax.random.fold_in(key, _TASTE))
     shown = {s: problem.value_of(s, x) for s, x in state.items()}
+    no_checks = jnp.zeros((0,), value.dtype)
     if regime.is_terminal:
-        return chosen, value, jnp.asarray(regime.id), {}, shown
+        return chosen, value, jnp.asarray(regime.id), {}, shown, no_checks
     evaluate = problem.evaluator({**state, **chosen})
     probabilities = problem.regime_probabilities(evaluate)
     moved_to = jax.random.categorical(
@@ -185,6 +236,7 @@ def _simulate_subject(plan: ModelPlan, solver, problem: RegimeProblem, state, ke
     ).astype(jnp.int32)
     deterministic, stochastic = problem.next_states(evaluate)
     moved_states = dict(deterministic)
+    markov = {}
     for i, (name, transition) in enumerate(regime.state_transitions.items()):
         if not transition.is_markov:
             continue
@@ -194,9 +246,13 @@ def _simulate_subject(plan: ModelPlan, solver, problem: RegimeProblem, state, ke
             p = problem.process_matrices[name][state[name]]
         else:
             p = jnp.asarray(evaluate(transition.function))
+        markov[name] = p
         state_key = jax.random.fold_in(jax.random.fold_in(key, _STATE), i)
         moved_states[name] = jax.random.categorical(state_key, jnp.log(p)).astype(jnp.int32)
-    return chosen, value, moved_to, moved_states, shown
+    checks = (
+        _draw_violations(problem, evaluate, probabilities, value, markov) if validate else no_checks
+    )
+    return chosen, value, moved_to, moved_states, shown, checks
 
 
 def prepare_next_values(plan: ModelPlan, values: dict[str, jax.Array]) -> dict[str, jax.Array]:

@@ -7,14 +7,13 @@ as traced scalars: compile time does not grow with the number of periods.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._progress import solve_tick
+from .._validation import NAN_CHECK
 from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
 from ._envelope import INACTIVE, ORDINARY, EndogenousGrid
 from ._kernel import RegimeProblem
@@ -159,8 +158,8 @@ def solve_model(
         for name in plan.regimes:
             if name in segment_values:
                 values[name].append(segment_values[name])
-                # (periods, *sharded state axes, checks): reducing the sharded axes would
-                # be a cross-device all-reduce; `reduce_violations` does it outside.
+                # (periods, *sharded state axes, checks): the sharded axes are reduced
+                # once after the scans (`_reduce_sharded`), not in every period.
                 violations[name].append(segment_violations[name])
             else:
                 values[name].append(
@@ -168,22 +167,27 @@ def solve_model(
                 )
                 violations[name].append(None)
 
+    stacked_values = {
+        name: place(name, jnp.concatenate(parts[::-1], axis=0), 1) for name, parts in values.items()
+    }
+    all_checks = {name: checks.get(name, ()) for name in plan.regimes}
     stacked_violations = {}
     for name in plan.regimes:
-        n_checks = len(checks.get(name, ()))
+        n_checks = len(all_checks[name])
         sharded = tuple(n for i, n in enumerate(shapes[name]) if i not in unsharded_axes(name))
         parts = [
             v if v is not None else jnp.zeros((p.shape[0], *sharded, n_checks), dtype)
             for v, p in zip(violations[name], values[name], strict=True)
         ]
         stacked_violations[name] = jnp.concatenate(parts[::-1], axis=0)
-    return Solution(  # violations still carry the sharded axes: see `reduce_violations`
-        values={
-            name: place(name, jnp.concatenate(parts[::-1], axis=0), 1)
-            for name, parts in values.items()
-        },
-        violations=stacked_violations,
-        checks={name: checks.get(name, ()) for name in plan.regimes},
+    if validate:
+        stacked_violations, all_checks = _with_nan_check(
+            stacked_values, stacked_violations, all_checks, unsharded_axes
+        )
+    return Solution(
+        values=stacked_values,
+        violations={name: _reduce_sharded(v) for name, v in stacked_violations.items()},
+        checks=all_checks,
         active={name: tuple(sorted(r.active)) for name, r in plan.regimes.items()},
         state_names={name: r.states for name, r in plan.regimes.items()},
         policies={
@@ -224,15 +228,25 @@ def continuation_readers(
     return readers
 
 
-def reduce_violations(solution: Solution) -> Solution:
-    """The check violations of `solve_model` reduced to `(n_periods, n_checks)`.
+def _with_nan_check(values, violations, checks, unsharded_axes):
+    """Each regime's violations with one more check: whether its value array has a NaN
+    in that period (reduced over the unsharded state axes, like the other checks)."""
+    dtype = jnp.zeros(()).dtype
+    extended = {}
+    for name, value in values.items():
+        axes = tuple(1 + i for i in unsharded_axes(name))
+        has_nan = jnp.any(jnp.isnan(value), axis=axes).astype(dtype)
+        extended[name] = jnp.concatenate([violations[name], has_nan[..., None]], axis=-1)
+    return extended, {name: (*c, NAN_CHECK) for name, c in checks.items()}
 
-    `solve_model` leaves the sharded state axes unreduced, so that the compiled solve of
-    a never-transitioning sharded axis has no cross-device communication at all; this
-    (tiny) reduction runs after it.
+
+def _reduce_sharded(violations):
+    """`(periods, *sharded state axes, checks)` reduced to `(periods, checks)`.
+
+    The period step reduces the checks over the unsharded state axes only, so that it
+    stays device-local; this reduction, once after the scans, is the only cross-device
+    step of validation: an all-reduce of `n_periods x n_checks` numbers.
     """
-    reduced = {
-        name: jnp.max(v, axis=tuple(range(1, v.ndim - 1))) if v.ndim > 2 else v
-        for name, v in solution.violations.items()
-    }
-    return dataclasses.replace(solution, violations=reduced)
+    if violations.ndim == 2:
+        return violations
+    return jnp.max(violations, axis=tuple(range(1, violations.ndim - 1)))

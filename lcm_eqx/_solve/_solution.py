@@ -19,8 +19,10 @@ class Solution(eqx.Module):
     declaration order; periods in which the regime is inactive hold `-inf`.
     `policies[regime]` holds, for regimes solved by `DCEGM`, the choice-specific
     consumption and value functions on their endogenous grids.
-    `violations[regime]` has shape `(n_periods, n_checks)`: how far each probability
-    check named in `checks[regime]` was from valid (0 when valid). `solution.save(path)`
+    `violations[regime]` has shape `(n_periods, n_checks)`: how far each check named in
+    `checks[regime]` was from valid (0 when valid; the transition checks, and
+    `"value:nan"`, 1 when that period's value array has a NaN). Without validation it has
+    no checks. `solution.save(path)`
     writes it to a file; `lcm.load_solution(path, model)` reads it back.
 
     Example:
@@ -79,13 +81,16 @@ class Solution(eqx.Module):
         return self.values[regime][period]
 
     def first_violation(self, tolerance: float = 0.0) -> tuple[str, int, str, float] | None:
-        """The first (regime, period, check, size) whose probability check failed, if any."""
-        for regime, violations in self.violations.items():
-            array = np.asarray(violations)
-            if array.size == 0:
-                continue
-            bad = np.argwhere(~(array <= tolerance))
-            if bad.size:
-                period, check = (int(i) for i in bad[0])
-                return regime, period, self.checks[regime][check], float(array[period, check])
-        return None
+        """The first (regime, period, check, size) whose check failed, if any.
+
+        A failed transition check comes first (its earliest period); then a NaN in a value
+        array (check `"value:nan"`, in the latest period that has one, where it appears).
+        """
+        from .._validation import first_failures
+
+        violations = {r: np.asarray(v) - tolerance for r, v in self.violations.items()}
+        failures = first_failures(violations, self.checks)
+        if not failures:
+            return None
+        found = failures[0]
+        return found.regime, found.period, found.check, found.size + tolerance

@@ -1,0 +1,118 @@
+"""What validation costs under `jax.jit(model.solve)`: compile and run time of the ways to report.
+
+- `off`: `validate="off"`, no check traced;
+- `flags`: the checks computed and reduced to flags, nothing reported (the difference to
+  the next two is the cost of reporting);
+- `callback` (what lcm_eqx does): the checks reduced to flags in the program, then one
+  host callback that formats the `LcmError` message and raises or warns;
+- `error_if`: the same flags, then `equinox.branched_error_if` with one message per
+  (regime, period, check), chosen with the index of the first failure (an alternative
+  that was measured: it cannot warn per call, raises equinox's error type, and cannot
+  put the size of the violation in the message).
+
+Compile (lower + compile in a fresh process, best of 2) and run (median of 15 calls,
+interleaved over the variants) are measured separately.
+
+    python benchmarks/validation.py
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._timing import interleaved
+
+
+def error_if_solve(model, params):
+    solution = model._solve(params, validate=True)
+    messages, conditions = [], []
+    for regime, checks in solution.checks.items():
+        for period in range(model.n_periods):
+            for check in checks:
+                messages.append(f"Regime {regime!r}, check {check!r}, period {period} failed.")
+        conditions.append(~(solution.violations[regime] <= 0).reshape(-1))
+    failed = jnp.concatenate(conditions)
+    values = {
+        r: eqx.branched_error_if(v, jnp.any(failed), jnp.argmax(failed), messages)
+        for r, v in solution.values.items()
+    }
+    return eqx.tree_at(lambda s: s.values, solution, values)
+
+
+def variants(model) -> dict:
+    return {
+        "off": functools.partial(model.solve, validate="off"),
+        "flags": functools.partial(model._solve, validate=True),
+        "callback": model.solve,
+        "error_if": functools.partial(error_if_solve, model),
+    }
+
+
+def build():
+    from benchmarks._models import RETIREMENT_PARAMS, _retirement
+
+    return _retirement(10, n_wealth=200, n_consumption=1000), RETIREMENT_PARAMS
+
+
+def compile_in_fresh_process(name: str) -> float:
+    """Lower + compile of one variant in a fresh process (JAX caches compiled programs
+    in memory by their text, so a second compile in one process would be free)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--compile", name],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def compile_child(name: str) -> None:
+    jax.config.update("jax_enable_compilation_cache", False)
+    jax.block_until_ready(jax.jit(lambda x: x + 1)(1.0))  # JAX start-up
+    model, params = build()
+    fn = variants(model)[name]
+    start = time.perf_counter()
+    jax.jit(fn).lower(params).compile()
+    print(time.perf_counter() - start)
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--compile":
+        compile_child(sys.argv[2])
+        return
+    model, params = build()
+    names = list(variants(model))
+    compiles = {name: [] for name in names}
+    for _ in range(2):  # interleaved, best of 2: the machine's load drifts
+        for name in names:
+            compiles[name].append(compile_in_fresh_process(name))
+    calls = {name: functools.partial(jax.jit(fn), params) for name, fn in variants(model).items()}
+    for call in calls.values():
+        jax.block_until_ready(call())
+    runs = interleaved(calls, 15)
+    rows = {
+        name: {"compile_s": min(compiles[name]), "run_s": statistics.median(runs[name])}
+        for name in names
+    }
+    base = rows["off"]
+    print(f"{'variant':>10} {'compile s':>10} {'ratio':>6} {'run ms':>8} {'ratio':>6}")
+    for name, row in rows.items():
+        print(
+            f"{name:>10} {row['compile_s']:>10.3f} {row['compile_s'] / base['compile_s']:>6.2f} "
+            f"{1e3 * row['run_s']:>8.2f} {row['run_s'] / base['run_s']:>6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""Reporting failed validation checks: one table, one path, eager or traced.
+
+The compiled solve (and simulation) reduces every check to a few numbers per regime,
+period and check: `violations[regime]` of shape `(n_periods, n_checks)`, how far the
+check named `checks[regime][i]` was from valid (0 when valid). Nothing larger leaves the
+program. This module turns those flags into an `LcmError` or a warning:
+
+- eagerly (the flags are concrete), on the host right after the call: the error is
+  raised as itself;
+- when the caller traces (`jax.jit`, `jax.grad`, `jax.vmap` from outside), with a host
+  callback inside the caller's program that formats the same message from the flags
+  and raises or warns there. A raise inside a compiled program reaches the caller as
+  `jax.errors.JaxRuntimeError`, whose text holds the `LcmError` class name and message.
+
+A check name is `"<function>"` or `"<function>:<kind>"`; `CHECKS` maps the kind to the
+error class and the message. A new check is one entry there (and its computation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
+import jax.numpy as jnp
+import numpy as np
+from jax import custom_batching
+from jax.typing import ArrayLike
+
+from ._errors import (
+    InvalidInitialConditionsError,
+    InvalidTransitionProbabilitiesError,
+    LcmError,
+    ModelInitializationError,
+    NaNError,
+)
+
+NAN_CHECK = "value:nan"  # the check that a regime's value array has no NaN
+
+
+class _SkipLcmErrors(logging.Filter):
+    """JAX logs the traceback of an exception raised in a `jax.debug.callback` before
+    re-raising it; for our own errors that repeats the message the caller gets."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, LcmError)
+
+
+logging.getLogger("jax._src.debugging").addFilter(_SkipLcmErrors())
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A failed check: where, which, and how far from valid."""
+
+    regime: str
+    period: int
+    check: str
+    size: float
+    batch: tuple[int, ...] = ()  # the batch member under `jax.vmap` (empty otherwise)
+
+    @property
+    def function(self) -> str:
+        return self.check.partition(":")[0]
+
+    @property
+    def kind(self) -> str:
+        return self.check.partition(":")[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckKind:
+    """What a failed check of one kind raises, and its message."""
+
+    error: type[LcmError]
+    message: Callable[[Failure], str]
+
+
+def _transition(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: invalid transition "
+        f"(probabilities outside [0, 1], not summing to 1, or a discrete state code out of "
+        f"range; violation {f.size:.3g}). Nothing is renormalised."
+    )
+
+
+def _unreachable(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function 'next_regime', period {f.period}: puts probability "
+        f"{f.size:.3g} on regimes it cannot reach (their states are not all produced by "
+        "this regime's state_transitions)."
+    )
+
+
+def _inactive(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function 'next_regime', period {f.period}: puts probability "
+        f"{f.size:.3g} on regimes that are inactive in period {f.period + 1} (see their "
+        "`active` periods)."
+    )
+
+
+def _finite(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: returns NaN or an "
+        "infinite value at a feasible state-action point, so next period's value cannot be "
+        "interpolated there. Check the function and its parameters (points that a "
+        "constraint rules out may return anything)."
+    )
+
+
+def _nan(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, period {f.period}: the value array contains NaN (the latest "
+        "period with NaN, where it first appears). Call model.diagnose_nan(params) outside "
+        "jax.jit to locate the function, state and action that produced it."
+    )
+
+
+def _savings(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: DCEGM needs the next "
+        "value of its state to depend on the state and the action only through their "
+        f"difference (savings), but it changes by {f.size:.3g} when both move by 1. Solve "
+        "this regime with GridSearch() instead."
+    )
+
+
+CHECKS: dict[str, CheckKind] = {
+    "": CheckKind(InvalidTransitionProbabilitiesError, _transition),
+    "unreachable": CheckKind(InvalidTransitionProbabilitiesError, _unreachable),
+    "inactive": CheckKind(InvalidTransitionProbabilitiesError, _inactive),
+    "finite": CheckKind(NaNError, _finite),
+    "nan": CheckKind(NaNError, _nan),
+    "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
+    # A check whose message is fixed when it is traced (passed to `enforce` as `texts`).
+    "initial": CheckKind(InvalidInitialConditionsError, lambda f: f.check),
+}
+
+
+def first_failures(
+    violations: Mapping[str, ArrayLike], checks: Mapping[str, tuple[str, ...]]
+) -> list[Failure]:
+    """The failures to report, most important first (at most two).
+
+    The first failed transition check (earliest period; then regime and check order),
+    then the first NaN in a value array: NaN propagates backwards through the periods,
+    so it first appears in the *latest* period that has one. `violations[regime]` may
+    carry leading batch axes (under `jax.vmap`); the first failing member is reported.
+    """
+    found: list[Failure] = []
+    for nan in (False, True):
+        best = None
+        for regime, array in violations.items():
+            array = np.asarray(array)
+            if array.size == 0:
+                continue
+            columns = [i for i, c in enumerate(checks[regime]) if (c == NAN_CHECK) == nan]
+            if not columns:
+                continue
+            failed = np.argwhere(~(array[..., columns] <= 0))  # NaN counts as failed
+            if not len(failed):
+                continue
+            # Rows are in row-major order: the first is the first batch member's earliest
+            # period; for NaN take that member's latest period instead.
+            row = failed[0]
+            if nan:
+                member = failed[np.all(failed[:, :-2] == row[:-2], axis=1)]
+                row = member[np.argmax(member[:, -2])]
+            *batch, period, column = (int(i) for i in row)
+            key = (tuple(batch), -period if nan else period)
+            if best is None or key < best[0]:
+                check = checks[regime][columns[column]]
+                size = float(array[(*batch, period, columns[column])])
+                best = (key, Failure(regime, period, check, size, tuple(batch)))
+        if best is not None:
+            found.append(best[1])
+    return found
+
+
+def describe(
+    failure: Failure,
+    nan_detail: Callable[[], str | None] | None = None,
+    context: str = "",
+    texts: Mapping[str, str] | None = None,
+):
+    """The error class and message of a failure (`nan_detail`: an eager, more precise
+    message for a NaN in the value arrays, e.g. from `diagnose_nan`; `context` is
+    appended, e.g. that the check failed in simulation; `texts`: fixed messages by
+    check name)."""
+    # A kind without an entry (e.g. a solver's own check) reads as a transition check.
+    kind = CHECKS.get(failure.kind, CHECKS[""])
+    message = None
+    if texts and failure.check in texts:
+        message = texts[failure.check]
+    elif failure.check == NAN_CHECK and nan_detail is not None:
+        message = nan_detail()
+    if message is None:
+        message = kind.message(failure)
+    if failure.batch:
+        member = ", ".join(str(i) for i in failure.batch)
+        message += f" (batch member {member} of a jax.vmap)"
+    return kind.error, message + context
+
+
+def report(
+    validate: str,
+    violations: Mapping[str, ArrayLike],
+    checks: Mapping[str, tuple[str, ...]],
+    *,
+    nan_detail: Callable[[], str | None] | None = None,
+    context: str = "",
+    texts: Mapping[str, str] | None = None,
+    stacklevel: int = 2,
+) -> None:
+    """Raise (`validate="raise"`) or warn (`"warn"`) on failed checks; host side."""
+    for failure in first_failures(violations, checks):
+        error, message = describe(failure, nan_detail, context, texts)
+        if validate == "raise":
+            raise error(message)
+        warnings.warn(message, stacklevel=stacklevel + 1)
+
+
+def is_traced(tree) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree))
+
+
+def enforce(
+    validate: str,
+    violations: Mapping[str, ArrayLike],
+    checks: Mapping[str, tuple[str, ...]],
+    *,
+    nan_detail: Callable[[], str | None] | None = None,
+    context: str = "",
+    texts: Mapping[str, str] | None = None,
+    stacklevel: int = 2,
+) -> None:
+    """`report` the flags: on the host now if they are concrete, else inside the caller's
+    program (a host callback that raises or warns with the same message)."""
+    if validate == "off" or not any(np.size(v) for v in violations.values()):
+        return
+    if not is_traced(violations):
+        report(
+            validate,
+            violations,
+            checks,
+            nan_detail=nan_detail,
+            context=context,
+            texts=texts,
+            stacklevel=stacklevel + 1,
+        )
+        return
+    flags = {r: jax.lax.stop_gradient(v) for r, v in violations.items() if np.size(v)}
+    _report_in_graph(
+        flags, validate=validate, checks=dict(checks), context=context, texts=dict(texts or {})
+    )
+
+
+def _report_in_graph(
+    flags, *, validate: str, checks: dict[str, tuple[str, ...]], context: str, texts
+) -> None:
+    def host(flags):
+        report(validate, flags, checks, context=context, texts=texts, stacklevel=1)
+
+    # Under jax.vmap the callback sees the whole batch at once (leading axes of the
+    # flags), instead of one callback per member that `jax.debug.callback` would unroll.
+    @custom_batching.custom_vmap
+    def callback(flags):
+        jax.debug.callback(host, flags)
+        return jnp.zeros((), jnp.bool_)
+
+    @callback.def_vmap
+    def _(axis_size, in_batched, flags):
+        flags = jax.tree.map(
+            lambda x, batched: x if batched else jnp.broadcast_to(x, (axis_size, *x.shape)),
+            flags,
+            in_batched[0],
+        )
+        return callback(flags), False
+
+    callback(flags)
