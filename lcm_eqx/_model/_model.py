@@ -16,6 +16,7 @@ import numpy as np
 
 from .._errors import (
     InvalidInitialConditionsError,
+    InvalidParamsError,
     InvalidTransitionProbabilitiesError,
     LcmError,
     NaNError,
@@ -84,7 +85,7 @@ class Model(eqx.Module):
                 f"Model: solver must be an lcm_eqx solver such as GridSearch(), got {solver!r}."
             )
         start = time.perf_counter()
-        plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None)
+        plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None, ages=ages)
         self.regimes = dict(regimes)
         self.n_periods = n_periods
         self.regime_ids = plan.regime_ids
@@ -395,6 +396,18 @@ def _enforce(solution: Solution, validate: str) -> Solution:
         return solution
     regime, period, check, size = found
     function, _, detail = check.partition(":")
+    if detail.startswith("index:"):
+        message = (
+            f"Regime {regime!r}, function {function!r}, period {period}: indexes an array "
+            f"out of bounds; its array parameters: {detail[6:]}. JAX would silently read "
+            "the nearest element instead. Check the array's length against the periods "
+            "(or codes) it is indexed with; to clamp on purpose, write "
+            "`x.at[i].get(mode='clip')`."
+        )
+        if validate == "raise":
+            raise InvalidParamsError(message)
+        warnings.warn(message, stacklevel=3)
+        return solution
     if detail == "inactive":
         message = (
             f"Regime {regime!r}, function 'next_regime', period {period}: puts probability "

@@ -17,7 +17,7 @@ from jaxtyping import Array
 
 from .._errors import InvalidParamsError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
-from .._model._dag import Evaluator
+from .._model._dag import Evaluator, has_array_parameter
 from .._model._plan import ModelPlan, RegimePlan
 from ._axes import Axis, Carried, lift
 from ._continuation import (
@@ -109,6 +109,9 @@ class RegimeProblem:
         self.target_points: dict[str, dict[str, Array]] = {}
         if not regime.is_terminal:
             self._register_checks()
+        self.index_checks = self._index_checks() if validate else {}
+        self.checks.extend(self.index_checks.values())
+        if not regime.is_terminal:
             assert next_values is not None
             for target in regime.targets:
                 self.continuations[target] = self._prepare(target, next_values[target])
@@ -153,6 +156,33 @@ class RegimeProblem:
         self.checks.append("next_regime:unreachable")
         self.checks.append("next_regime:inactive")
 
+    def _index_checks(self) -> dict[str, str]:
+        """A check per function with an array-valued parameter: does it index out of bounds?
+
+        Named `<function>:index:<its array parameters and their shapes>`, so that the
+        message can name them. JAX would silently clamp such an index (e.g. survival
+        probabilities shorter than the horizon, read at `period`).
+        """
+        regime = self.regime
+        functions = [
+            regime.utility,
+            *regime.helpers.values(),
+            *regime.constraints.values(),
+            *(t.function for t in regime.state_transitions.values() if t.function is not None),
+            *([regime.next_regime] if regime.next_regime is not None else []),
+        ]
+        checks = {}
+        for function in functions:
+            values = self.params.get(function.key, {})
+            if has_array_parameter(function, values):
+                arrays = ", ".join(
+                    f"{p!r} of shape {tuple(jnp.shape(values[p]))}"
+                    for p in function.params
+                    if p in values and jnp.ndim(values[p]) > 0
+                )
+                checks[function.key] = f"{function.key}:index:{arrays}"
+        return checks
+
     def value_of(self, name: str, point: Array) -> Array:
         """The value user functions see for a state or action given its grid point."""
         if name in self.process_points:
@@ -166,7 +196,9 @@ class RegimeProblem:
         return values
 
     def evaluator(self, point: dict[str, Array]) -> Evaluator:
-        return Evaluator(self.regime.helpers, self.inputs(point), self.params)
+        return Evaluator(
+            self.regime.helpers, self.inputs(point), self.params, check_indices=self.validate
+        )
 
     def _prepare(self, target: str, values: Array) -> tuple[Array, Layout]:
         target_plan = self.model.regimes[target]
@@ -304,7 +336,18 @@ class RegimeProblem:
             probabilities = self.process_matrices[state]
         else:
             axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
-            probabilities = lift(lambda point: self.evaluator(point)(transition.function), axes)
+            key = transition.function.key
+
+            def at(point):
+                evaluate = self.evaluator(point)
+                probabilities = evaluate(transition.function)
+                return probabilities, evaluate.index_errors.get(key, jnp.asarray(False))
+
+            probabilities, index_failed = lift(at, axes)
+            if key in self.index_checks:
+                self._period_violations[self.index_checks[key]] = jnp.any(index_failed).astype(
+                    probabilities.dtype
+                )
         if self.sharding is not None:
             # Small and needed whole by every device: compute it replicated, so XLA does
             # not split its construction (e.g. a discretisation loop) across devices.
@@ -358,6 +401,12 @@ class RegimeProblem:
         for check in self.checks:
             if check.endswith(":finite") and check in violations:
                 violations[check] = jnp.where(feasible, violations[check], 0.0)
+        for key, failed in evaluate.index_errors.items():
+            # Points that a constraint rules out may index anything, except in the
+            # constraints themselves.
+            if key in self.index_checks:
+                masked = failed if key in regime.constraints else failed & feasible
+                violations[self.index_checks[key]] = masked.astype(value.dtype)
         # One scalar per check, kept apart (not stacked) so that each is reduced over the
         # grids by its own fused reduction instead of materialising a points x checks
         # array; solvers stack them per state (`stack_checks`).
