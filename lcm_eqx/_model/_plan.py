@@ -147,9 +147,7 @@ def build_plan(
     all_states = {s for regime in regimes.values() for s in regime.states}
     plans = {}
     for name in sorted(regimes, key=lambda n: ids[n]):
-        plans[name] = _regime_plan(
-            name, ids[name], regimes, all_states, n_periods, has_ages, ages
-        )
+        plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages, ages)
     segments = _segments(plans, n_periods)
     return ModelPlan(
         regimes=plans, regime_ids=ids, n_periods=n_periods, segments=segments, has_ages=has_ages
