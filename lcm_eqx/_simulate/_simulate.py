@@ -45,27 +45,32 @@ def simulate_chunk(
     *,
     chunk: jax.Array | None = None,
     progress: str | None = None,
+    entry: jax.Array | None = None,
 ):
     """Simulate one chunk of subjects through every period.
 
     `next_values[r]` has shape `(n_periods, ...)`: the value array of period t + 1 at
     index t (zeros after the last period). Returns arrays of shape (n_periods, n).
     `progress` (`None`, `"text"`, `"tqdm"`) emits a host callback per period, labelled
-    with `chunk = [index, n_chunks]`.
+    with `chunk = [index, n_chunks]`. `entry` holds each subject's first period (default
+    0): before it a subject has no rows, and its initial regime and states wait for it.
     """
     if chunk is None:
         chunk = jnp.array([0, 1], dtype=jnp.int32)
     state_kinds, action_kinds = variable_kinds(plan)
     dtype = jnp.zeros(()).dtype
     n = regime.shape[0]
+    if entry is None:
+        entry = jnp.zeros(n, jnp.int32)
     state_names = tuple(state_kinds)
-    carry = (regime, jnp.ones(n, dtype=bool), states)
+    carry = (regime, jnp.zeros(n, dtype=bool), states)
     outputs = []
     for segment in plan.segments:
 
         def step(carry, inputs, segment=segment):
             regime, present, states = carry
             period, continuation = inputs
+            present = present | (entry == period)
             simulate_tick(progress, plan.n_periods, period, chunk)
             age = age_of(ages, period)
             keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
