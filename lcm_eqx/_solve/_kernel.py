@@ -183,6 +183,17 @@ class RegimeProblem:
                 checks[function.key] = f"{function.key}:index:{arrays}"
         return checks
 
+    def _is_transition(self, key: str) -> bool:
+        return key == "next_regime" or (
+            key.startswith("next_") and key[5:] in self.regime.state_transitions
+        )
+
+    def _before_last_period(self) -> Array:
+        """Transitions are evaluated in the last period too, but nothing reads them there
+        (the continuation is 0): an array indexed by period may stop one period short,
+        as in pylcm, without an index error."""
+        return self.period < self.model.n_periods - 1
+
     def value_of(self, name: str, point: Array) -> Array:
         """The value user functions see for a state or action given its grid point."""
         if name in self.process_points:
@@ -345,9 +356,8 @@ class RegimeProblem:
 
             probabilities, index_failed = lift(at, axes)
             if key in self.index_checks:
-                self._period_violations[self.index_checks[key]] = jnp.any(index_failed).astype(
-                    probabilities.dtype
-                )
+                failed = jnp.any(index_failed) & self._before_last_period()
+                self._period_violations[self.index_checks[key]] = failed.astype(probabilities.dtype)
         if self.sharding is not None:
             # Small and needed whole by every device: compute it replicated, so XLA does
             # not split its construction (e.g. a discretisation loop) across devices.
@@ -406,6 +416,8 @@ class RegimeProblem:
             # constraints themselves.
             if key in self.index_checks:
                 masked = failed if key in regime.constraints else failed & feasible
+                if self._is_transition(key):
+                    masked = masked & self._before_last_period()
                 violations[self.index_checks[key]] = masked.astype(value.dtype)
         # One scalar per check, kept apart (not stacked) so that each is reduced over the
         # grids by its own fused reduction instead of materialising a points x checks
