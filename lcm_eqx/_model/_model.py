@@ -431,8 +431,8 @@ def _enforce(solution: Solution, validate: str) -> Solution:
             f"Regime {regime!r}, function {function!r}, period {period}: indexes an array "
             f"out of bounds; its array parameters: {detail[6:]}. JAX would silently read "
             "the nearest element instead. Check the array's length against the periods "
-            "(or codes) it is indexed with; to clamp on purpose, write "
-            "`x.at[i].get(mode='clip')`."
+            "(or codes) it is indexed with; to clamp on purpose, clip the index, e.g. "
+            "`x[jnp.minimum(period, len(x) - 1)]`."
         )
         if validate == "raise":
             raise InvalidParamsError(message)
