@@ -487,3 +487,26 @@ def test_to_dataframe_codes_only():
         expected = labelled[name].cat.codes.astype("Int64").mask(labelled[name].isna())
         pd.testing.assert_series_equal(codes[name], expected, check_names=False)
     assert codes["health"].isna().any()  # retired rows lack health: <NA>, not a code
+
+
+def test_defaults_round_trip_through_a_params_series():
+    model = mortality_model(utility=lambda consumption, k=2.0: k * jnp.log(consumption))
+    series = lcm.params_to_series({**params(SURVIVAL[:4]), "alive": {"utility": {"k": 3.0}}})
+    assert series[("alive", "utility", "k")] == 3.0
+    solution = model.solve(series)
+    np.testing.assert_allclose(
+        solution.value("alive", 0), oracle(SURVIVAL[:4], 4, k=3.0)[0], rtol=1e-12
+    )
+
+
+def test_out_of_bounds_under_vmap_raises_and_in_bounds_matches():
+    model = mortality_model(n_periods=4)
+    survival = jnp.asarray(SURVIVAL[:4])
+
+    def first_values(batch):
+        return jax.vmap(lambda s: model.solve(params(s)).value("alive", 0))(batch)
+
+    values = first_values(jnp.stack([survival, 0.9 * survival]))
+    np.testing.assert_allclose(values[1], oracle(0.9 * SURVIVAL[:4], 4)[0], rtol=1e-12)
+    with pytest.raises(Exception, match="next_regime:index:'survival_prob' of shape"):
+        jax.block_until_ready(first_values(jnp.stack([survival[:2], survival[:2]])))
