@@ -210,6 +210,21 @@ def test_out_of_bounds_in_a_precontracted_transition():
         model.solve({"discount_factor": 0.9, "p": jnp.array([[0.5, 0.5]])})
 
 
+def test_out_of_bounds_in_a_helper_of_a_precontracted_transition():
+    health = lcm.DiscreteGrid(["bad", "good"])
+    regime = lcm.Regime(
+        states={"health": health},
+        functions={"utility": lambda health: 1.0 * health, "row": lambda health, p: p[health]},
+        state_transitions={"health": lcm.MarkovTransition(lambda row: row)},
+        transition=lambda: 0,
+    )
+    model = lcm.Model({"only": regime}, n_periods=3)
+    with pytest.raises(lcm.InvalidParamsError, match=r"'row'.*'p' of shape \(1, 2\)"):
+        model.solve({"discount_factor": 0.9, "p": jnp.array([[0.5, 0.5]])})
+    solution = model.solve({"discount_factor": 0.9, "p": jnp.array([[1.0, 0.0], [0.0, 1.0]])})
+    np.testing.assert_allclose(solution.value("only", 0), [0.0, 1 + 0.9 + 0.81], rtol=1e-12)
+
+
 def test_out_of_bounds_at_infeasible_points_only_is_not_an_error():
     """Points that a constraint rules out may return anything, index errors included."""
     table = jnp.array([1.0, 2.0])  # read at consumption codes 0, 1; code 2 is infeasible

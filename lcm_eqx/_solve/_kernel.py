@@ -347,17 +347,21 @@ class RegimeProblem:
             probabilities = self.process_matrices[state]
         else:
             axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
-            key = transition.function.key
 
             def at(point):
                 evaluate = self.evaluator(point)
                 probabilities = evaluate(transition.function)
-                return probabilities, evaluate.index_errors.get(key, jnp.asarray(False))
+                return probabilities, evaluate.index_errors
 
-            probabilities, index_failed = lift(at, axes)
-            if key in self.index_checks:
-                failed = jnp.any(index_failed) & self._before_last_period()
-                self._period_violations[self.index_checks[key]] = failed.astype(probabilities.dtype)
+            probabilities, index_errors = lift(at, axes)
+            # The transition and the helpers it uses, evaluated once per period; all of
+            # it feeds a transition, which nothing reads in the last period.
+            for key, failed in index_errors.items():
+                check = self.index_checks[key]
+                failed = (jnp.any(failed) & self._before_last_period()).astype(probabilities.dtype)
+                self._period_violations[check] = jnp.maximum(
+                    self._period_violations.get(check, 0.0), failed
+                )
         if self.sharding is not None:
             # Small and needed whole by every device: compute it replicated, so XLA does
             # not split its construction (e.g. a discretisation loop) across devices.
@@ -418,7 +422,10 @@ class RegimeProblem:
                 masked = failed if key in regime.constraints else failed & feasible
                 if self._is_transition(key):
                     masked = masked & self._before_last_period()
-                violations[self.index_checks[key]] = masked.astype(value.dtype)
+                check = self.index_checks[key]
+                violations[check] = jnp.maximum(
+                    violations.get(check, 0.0), masked.astype(value.dtype)
+                )
         # One scalar per check, kept apart (not stacked) so that each is reduced over the
         # grids by its own fused reduction instead of materialising a points x checks
         # array; solvers stack them per state (`stack_checks`).
