@@ -496,7 +496,7 @@ def test_to_dataframe_codes_only():
     codes = result.to_dataframe(use_labels=False)
     assert isinstance(labelled["health"].dtype, pd.CategoricalDtype)  # the default is unchanged
     assert list(codes.columns) == list(labelled.columns)
-    assert codes["regime"].tolist() == labelled["regime"].cat.codes.tolist()
+    pd.testing.assert_series_equal(codes["regime"], labelled["regime"])  # names stay
     for name in ("health", "work"):
         assert str(codes[name].dtype) == "Int64"
         expected = labelled[name].cat.codes.astype("Int64").mask(labelled[name].isna())

@@ -88,9 +88,9 @@ class SimulationResult(eqx.Module):
             model: the model that was simulated; needed with `extra`.
             params: the parameters it was simulated with (a dict or a Series); needed
                 with `extra`.
-            use_labels: `False` gives codes instead of labels: `regime` holds regime ids
-                and every labelled column (discrete states and actions, labelled `extra`
-                columns) integer codes, as a nullable `Int64` column (`<NA>` where the
+            use_labels: `False` gives codes instead of labels: every labelled column
+                but `regime` (discrete states and actions, labelled `extra` columns)
+                holds integer codes, as a nullable `Int64` column (`<NA>` where the
                 subject's regime lacks the variable).
 
         Example:
@@ -140,8 +140,11 @@ class SimulationResult(eqx.Module):
                     taken=set(columns),
                 )
             )
-        if not use_labels:
-            columns = {name: _as_codes(column) for name, column in columns.items()}
+        if not use_labels:  # the regime keeps its name: it is not a variable
+            columns = {
+                name: column if name == "regime" else _as_codes(column)
+                for name, column in columns.items()
+            }
         return pd.DataFrame(columns)
 
 
