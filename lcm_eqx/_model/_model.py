@@ -339,9 +339,9 @@ def _simulate_chunk_with_params(
         states,
         subject_ids,
         key,
+        entry=entry,
         chunk=chunk,
         progress=progress,
-        entry=entry,
     )
 
 

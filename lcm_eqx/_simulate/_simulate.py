@@ -43,9 +43,9 @@ def simulate_chunk(
     subject_ids: jax.Array,
     key: jax.Array,
     *,
+    entry: jax.Array | None = None,
     chunk: jax.Array | None = None,
     progress: str | None = None,
-    entry: jax.Array | None = None,
 ):
     """Simulate one chunk of subjects through every period.
 
@@ -70,12 +70,12 @@ def simulate_chunk(
         def step(carry, inputs, segment=segment):
             regime, present, states = carry
             period, continuation = inputs
-            present = present | (entry == period)
             simulate_tick(progress, plan.n_periods, period, chunk)
             age = age_of(ages, period)
             keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
                 subject_ids
             )
+            present = present | (entry == period)  # subjects entering now
             record = {
                 "regime": regime,
                 "present": present,
