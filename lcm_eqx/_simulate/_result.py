@@ -66,9 +66,9 @@ class SimulationResult(eqx.Module):
         self,
         extra: Sequence[str] = (),
         *,
+        use_labels: bool = True,
         model: Model | None = None,
         params=None,
-        use_labels: bool = True,
     ) -> pd.DataFrame:
         """One row per subject and period present.
 

@@ -347,21 +347,7 @@ class RegimeProblem:
             probabilities = self.process_matrices[state]
         else:
             axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
-
-            def at(point):
-                evaluate = self.evaluator(point)
-                probabilities = evaluate(transition.function)
-                return probabilities, evaluate.index_errors
-
-            probabilities, index_errors = lift(at, axes)
-            # The transition and the helpers it uses, evaluated once per period; all of
-            # it feeds a transition, which nothing reads in the last period.
-            for key, failed in index_errors.items():
-                check = self.index_checks[key]
-                failed = (jnp.any(failed) & self._before_last_period()).astype(probabilities.dtype)
-                self._period_violations[check] = jnp.maximum(
-                    self._period_violations.get(check, 0.0), failed
-                )
+            probabilities = lift(lambda point: self.evaluator(point)(transition.function), axes)
         if self.sharding is not None:
             # Small and needed whole by every device: compute it replicated, so XLA does
             # not split its construction (e.g. a discretisation loop) across devices.
@@ -373,7 +359,32 @@ class RegimeProblem:
             flat = probabilities.reshape(-1, n_target)
             violations = jax.vmap(lambda p: probability_violation(p, self.tolerance))(flat)
             self._period_violations[f"next_{state}"] = jnp.max(violations)
+            self._precontract_index_errors(transition)
         return probabilities
+
+    def _precontract_index_errors(self, transition) -> None:
+        """The index checks of a pre-contracted transition and the helpers it uses.
+
+        Evaluated once per period, like its probabilities (XLA shares the work); all of
+        it feeds a transition, which nothing reads in the last period.
+        """
+        if transition.function is None or not self.index_checks:
+            return
+        function = transition.function
+        axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
+
+        def at(point):
+            evaluate = self.evaluator(point)
+            evaluate(function)
+            return evaluate.index_errors
+
+        dtype = jnp.zeros(()).dtype
+        for key, failed in lift(at, axes).items():
+            check = self.index_checks[key]
+            failed = (jnp.any(failed) & self._before_last_period()).astype(dtype)
+            self._period_violations[check] = jnp.maximum(
+                self._period_violations.get(check, 0.0), failed
+            )
 
     def _check_shape(self, key: str, shape, expected) -> None:
         if tuple(shape) != tuple(expected):
