@@ -345,22 +345,24 @@ def _simulate_chunk_with_params(
     )
 
 
-def _horizon(n_periods, ages: AgeGrid | None):
+def _horizon(n_periods: int | None, ages: AgeGrid | None) -> int:
     """`n_periods`, or the horizon of an `AgeGrid` with a `stop`; they must agree."""
     from .._errors import ModelInitializationError
 
     from_ages = None if ages is None else ages.n_periods
-    if n_periods is None and from_ages is None:
-        raise ModelInitializationError(
-            "Model: give n_periods, or ages=AgeGrid(start, stop, step) from which it follows."
-        )
-    if n_periods is not None and from_ages is not None and n_periods != from_ages:
+    if n_periods is None:
+        if from_ages is None:
+            raise ModelInitializationError(
+                "Model: give n_periods, or ages=AgeGrid(start, stop, step) from which it follows."
+            )
+        return from_ages
+    if ages is not None and from_ages is not None and n_periods != from_ages:
         raise ModelInitializationError(
             f"Model: n_periods={n_periods!r} disagrees with ages, which run from "
             f"{ages.start} to {ages.stop} in steps of {ages.step:g} ({from_ages} periods); "
             "give one of them."
         )
-    return from_ages if n_periods is None else n_periods
+    return n_periods
 
 
 def _plain_dicts(params):
@@ -491,7 +493,12 @@ def _process_nodes(plan: ModelPlan, params) -> dict[str, dict[str, np.ndarray]]:
 INDEX_SUFFIX = ":index"
 
 
-def _initial_conditions(plan: ModelPlan, initial_conditions, ages=None, process_nodes=None):
+def _initial_conditions(
+    plan: ModelPlan,
+    initial_conditions,
+    ages: AgeGrid | None,
+    process_nodes: Callable[[], dict[str, dict[str, np.ndarray]]],
+):
     """Regime ids, states (codes or values) and entry periods of the subjects.
 
     `process_nodes()` returns the node values of the process states by regime (called
