@@ -33,9 +33,6 @@ class ResolvedFunction:
     # Parameters with a default value, `(name, default)`: optional in `params`.
     defaults: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False)
 
-    def default(self, name: str, missing: Any = None) -> Any:
-        return dict(self.defaults).get(name, missing)
-
 
 def argument_names(fn: Callable, *, regime: str, key: str) -> tuple[str, ...]:
     """The arguments the function is called with, by name, in signature order.
