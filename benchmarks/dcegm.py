@@ -76,8 +76,8 @@ def retirement_rows(n_savings: int, n_subjects: int, repeats: int, rounds: int) 
     params = retirement.PARAMS
     egm = retirement.build(5, solver=retirement.dcegm(n_savings))
     grid = retirement.build(5)
-    solve_egm = lambda: egm.solve(params).values  # noqa: E731
-    solve_grid = lambda: grid.solve(params).values  # noqa: E731
+    solve_egm = lambda: egm.solve(params).values
+    solve_grid = lambda: grid.solve(params).values
     solve_egm(), solve_grid()
     times = interleaved({"dcegm": solve_egm, "grid": solve_grid}, repeats)
     steady = {name: statistics.median(t) for name, t in times.items()}
@@ -86,11 +86,7 @@ def retirement_rows(n_savings: int, n_subjects: int, repeats: int, rounds: int) 
         "regime": jnp.zeros(n_subjects, dtype=int),
         "wealth": jnp.linspace(1.0, 100.0, n_subjects),
     }
-    simulate = lambda: (
-        egm.simulate(  # noqa: E731
-            params, initial, solution=solution, key=jax.random.key(0)
-        ).value
-    )
+    simulate = lambda: egm.simulate(params, initial, solution=solution, key=jax.random.key(0)).value
     first_simulate = call_seconds(simulate)
     simulate_s = statistics.median(call_seconds(simulate) for _ in range(max(repeats // 3, 2)))
     compiled = jax.jit(lambda p: egm.solve(p, validate="off").values).lower(params).compile()
@@ -158,8 +154,8 @@ def main() -> None:
     for name in ("dcegm", "grid"):
         c = r[f"{name}_cold"]
         print(
-            f"  cold ({name:5s}) first solve {c['first_solve_s']:.2f} s (import {c['import_s']:.2f} s,"
-            f" total {c['total_s']:.2f} s)"
+            f"  cold ({name:5s}) first solve {c['first_solve_s']:.2f} s "
+            f"(import {c['import_s']:.2f} s, total {c['total_s']:.2f} s)"
         )
     print(
         f"  simulate {r['simulate_subjects']:,} subjects (DC-EGM) {r['dcegm_simulate_s']:.3f} s = "
@@ -170,8 +166,8 @@ def main() -> None:
     print("== stochastic model: Euler errors (log10) at solve time")
     for name, row in result["stochastic_euler_errors"].items():
         print(
-            f"  {name:10s} solve {row['solve_s'] * 1e3:8.2f} ms   mean {row['euler_mean_log10']:6.2f}"
-            f"   max {row['euler_max_log10']:6.2f}"
+            f"  {name:10s} solve {row['solve_s'] * 1e3:8.2f} ms   "
+            f"mean {row['euler_mean_log10']:6.2f}   max {row['euler_max_log10']:6.2f}"
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2, default=str))

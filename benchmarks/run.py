@@ -74,12 +74,12 @@ def _initial_conditions(name: str, n: int):
         return {
             "regime": jnp.zeros(n, dtype=jnp.int32),
             "wealth": wealth,
-            "income": jnp.full(n, 3, dtype=jnp.int32),
+            "income:index": jnp.full(n, 3, dtype=jnp.int32),
         }
     return {
         "regime": jnp.zeros(n, dtype=jnp.int32),
         "wealth": wealth,
-        "income": jnp.full(n, 3, dtype=jnp.int32),
+        "income:index": jnp.full(n, 3, dtype=jnp.int32),
         "health": jnp.ones(n, dtype=jnp.int32),
         "skill": jnp.arange(n, dtype=jnp.int32) % 4,
     }

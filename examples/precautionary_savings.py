@@ -104,7 +104,7 @@ def main() -> None:
     initial_conditions = {
         "regime": np.zeros(N_SUBJECTS, dtype=int),
         "wealth": np.full(N_SUBJECTS, 1.0),
-        "income": rng.binomial(N_INCOME - 1, 0.5, N_SUBJECTS),
+        "income:index": rng.binomial(N_INCOME - 1, 0.5, N_SUBJECTS),
     }
     result = model.simulate(params, initial_conditions, solution=solution, key=jax.random.key(0))
     df = result.to_dataframe()

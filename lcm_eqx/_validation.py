@@ -32,6 +32,7 @@ from jax.typing import ArrayLike
 
 from ._errors import (
     InvalidInitialConditionsError,
+    InvalidParamsError,
     InvalidTransitionProbabilitiesError,
     LcmError,
     ModelInitializationError,
@@ -69,7 +70,8 @@ class Failure:
 
     @property
     def kind(self) -> str:
-        return self.check.partition(":")[2]
+        # `<function>:<kind>[:<detail>]`, e.g. `survival:index:'p' of shape (3,)`.
+        return self.check.partition(":")[2].partition(":")[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +132,17 @@ def _savings(f: Failure) -> str:
     )
 
 
+def _index(f: Failure) -> str:
+    detail = f.check.partition(":")[2].partition(":")[2]
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: indexes an array "
+        f"out of bounds; its array parameters: {detail}. JAX would silently read the "
+        "nearest element instead. Check the array's length against the periods (or codes) "
+        "it is indexed with; to clamp on purpose, clip the index, e.g. "
+        "`x[jnp.minimum(period, len(x) - 1)]`."
+    )
+
+
 CHECKS: dict[str, CheckKind] = {
     "": CheckKind(InvalidTransitionProbabilitiesError, _transition),
     "unreachable": CheckKind(InvalidTransitionProbabilitiesError, _unreachable),
@@ -137,6 +150,7 @@ CHECKS: dict[str, CheckKind] = {
     "finite": CheckKind(NaNError, _finite),
     "nan": CheckKind(NaNError, _nan),
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
+    "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds
     # A check whose message is fixed when it is traced (passed to `enforce` as `texts`).
     "initial": CheckKind(InvalidInitialConditionsError, lambda f: f.check),
 }

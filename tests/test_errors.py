@@ -224,6 +224,47 @@ def build_model(**kwargs):
     return lambda: lcm.Model(**model_kwargs(**kwargs))
 
 
+def _process_simulate(**changes):
+    """The failing call: simulate a model whose `working` regime has an income process."""
+    working = working_regime(
+        states={
+            "wealth": wealth_grid(),
+            "health": lcm.DiscreteGrid(Health),
+            "income": lcm.RouwenhorstGrid(3, rho=0.5, sigma=0.1),
+        }
+    )
+    the_model = lcm.Model(**model_kwargs(working=working))
+    the_solution = the_model.solve(PARAMS)
+    conditions = initial_conditions(**{"income": np.array([0.0, 0.0]), **changes})
+    return lambda: the_model.simulate(PARAMS, conditions, solution=the_solution)
+
+
+def _aged_simulate(**changes):
+    """The failing call: simulate the base model with ages 40, 50."""
+    the_model = lcm.Model(**model_kwargs(ages=lcm.AgeGrid(start=40, step=10)))
+    the_solution = the_model.solve(PARAMS)
+    conditions = initial_conditions(**changes)
+    return lambda: the_model.simulate(PARAMS, conditions, solution=the_solution)
+
+
+def _period_indexed_utility():
+    def utility_with_bonus(consumption, labor, health, disutility_of_work, bonus, period):
+        return utility(consumption, labor, health, disutility_of_work) + bonus[period]
+
+    working = working_regime(
+        functions={"utility": utility_with_bonus, "labor_income": labor_income}
+    )
+    the_model = lcm.Model(**model_kwargs(working=working))
+    return solve({**PARAMS, "bonus": jnp.array([1.0])}, the_model)
+
+
+def _bound_keyword_given():
+    working = working_regime(
+        functions={"utility": utility, "labor_income": functools.partial(labor_income, wage=5.0)}
+    )
+    return solve(PARAMS, lcm.Model(**model_kwargs(working=working)))
+
+
 # ---------------------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------------------
@@ -353,6 +394,91 @@ def _dcegm_not_through_savings():
 
 
 CASES = [
+    # ------------------------------------------------------ porting from pylcm
+    pytest.param(
+        lambda: lambda: lcm.AgeGrid(start=40, step="10W"),
+        G,
+        ["AgeGrid", "step", "'10W'", "'Y'"],
+        id="grid-age-unknown-step-string",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.AgeGrid(start=40, stop=55, step=10),
+        G,
+        ["AgeGrid", "stop", "whole number", "10"],
+        id="grid-age-stop-not-whole-steps",
+    ),
+    pytest.param(
+        lambda: lambda: working_regime().replace(stats={}),
+        M,
+        ["Regime.replace", "'stats'", "'states'"],
+        id="regime-replace-unknown-argument",
+    ),
+    pytest.param(
+        lambda: build_model(retired=retired_regime(active=lambda t: t < 1)),
+        M,
+        ["'retired'", "active", "'t'", "'period'", "'age'"],
+        id="model-active-argument-not-period-or-age",
+    ),
+    pytest.param(
+        lambda: build_model(retired=retired_regime(active=lambda age: age < 50)),
+        M,
+        ["'retired'", "active", "'age'", "AgeGrid"],
+        id="model-active-by-age-without-ages",
+    ),
+    pytest.param(
+        lambda: build_model(ages=lcm.AgeGrid(start=40, stop=60, step="10Y")),
+        M,
+        ["n_periods=2", "3 periods", "ages"],
+        id="model-n-periods-disagrees-with-ages",
+    ),
+    pytest.param(
+        _period_indexed_utility,
+        P,
+        ["'working'", "'utility'", "'bonus'", "(1,)", "period 1"],
+        id="solve-period-indexed-parameter-too-short",
+    ),
+    pytest.param(
+        lambda: solve(params_with(regime_transition=jnp.array([[0.9, 0.1]]))),
+        P,
+        ["'working'", "'next_regime'", "'regime_transition'", "(1, 2)", "period 0"],
+        id="solve-parameter-row-read-out-of-bounds",
+    ),
+    pytest.param(
+        _bound_keyword_given,
+        P,
+        ["Unknown parameter", "'wage'"],
+        id="solve-bound-keyword-given-as-parameter",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(regime=None, regime_id=np.array([0, 1]))),
+        I,
+        ["'regime'", "'regime_id'"],
+        id="simulate-regime-id-spelling",
+    ),
+    pytest.param(
+        lambda: simulate(initial_conditions(age=np.array([40, 40]))),
+        I,
+        ["'age'", "AgeGrid"],
+        id="simulate-age-without-ages",
+    ),
+    pytest.param(
+        lambda: _aged_simulate(age=np.array([40, 45])),
+        I,
+        ["'age'", "45", "40 to 50"],
+        id="simulate-age-not-on-the-grid",
+    ),
+    pytest.param(
+        lambda: _process_simulate(income=np.array([0.01, 0.0])),
+        I,
+        ["'income'", "'working'", "0.01", "nearest nodes", "'income:index'"],
+        id="simulate-process-value-not-a-node",
+    ),
+    pytest.param(
+        lambda: _process_simulate(**{"income:index": np.array([1, 1])}),
+        I,
+        ["'income'", "'income:index'", "one of them"],
+        id="simulate-process-value-and-index",
+    ),
     # ------------------------------------------------------------------- grids
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=1),

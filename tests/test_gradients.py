@@ -169,7 +169,7 @@ def _simulated_panel(model):
     initial = {
         "regime": np.zeros(n, dtype=int),
         "wealth": rng.uniform(2.0, 25.0, n),
-        "income": rng.integers(0, 5, n),
+        "income:index": rng.integers(0, 5, n),
     }
     result = model.simulate(PARAMS, initial, key=jax.random.key(3))
     return prepare_data(model, result.to_dataframe())

@@ -247,7 +247,7 @@ def test_extra_columns_on_a_process_state_with_ages():
         {
             "regime": jnp.zeros(4, dtype=int),
             "wealth": jnp.full(4, 5.0),
-            "income": jnp.array([0, 1, 2, 1]),
+            "income:index": jnp.array([0, 1, 2, 1]),
         },
         key=jax.random.key(0),
     )

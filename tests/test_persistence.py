@@ -98,7 +98,7 @@ RICH_PARAMS = {"discount_factor": 0.95}
 RICH_INITIAL = {
     "regime": np.zeros(4, dtype=int),
     "wealth": np.full(4, 5.0),
-    "income": np.array([0, 1, 2, 1]),
+    "income:index": np.array([0, 1, 2, 1]),
     "health": np.array(["bad", "good", "good", "bad"]),
 }
 

@@ -21,7 +21,9 @@ class AbstractProcessGrid(AbstractGrid):
     the chain's transition matrix, so the regime needs no `state_transitions` entry for
     it. Each of `rho`, `sigma`, `mean` left as `None` is a parameter, looked up like the
     parameters of the function `next_<state>`: `params[regime]["next_<state>"][name]`,
-    `params[regime][name]` or `params[name]`.
+    `params[regime][name]` or `params[name]`. `mean` is the process's unconditional
+    mean, `y' = mean * (1 - rho) + rho * y + eps`; from an intercept `mu`
+    (`y' = mu + rho * y + eps`, pylcm's spelling) it is `mu / (1 - rho)`.
     """
 
     n_points_: eqx.AbstractVar[int]

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import jax.numpy as jnp
+from jax.experimental import checkify
 
 from .._errors import ModelInitializationError
 
@@ -26,17 +30,32 @@ class ResolvedFunction:
     helpers: tuple[str, ...]  # outputs of other entries of `functions`
     params: tuple[str, ...]
     arguments: tuple[str, ...]  # all arguments, in signature order
+    # Parameters with a default value, `(name, default)`: optional in `params`.
+    defaults: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False)
 
 
 def argument_names(fn: Callable, *, regime: str, key: str) -> tuple[str, ...]:
+    """The arguments the function is called with, by name, in signature order.
+
+    Keywords bound with `functools.partial` are not arguments: the partial supplies them.
+    """
+    return tuple(argument_defaults(fn, regime=regime, key=key))
+
+
+def argument_defaults(fn: Callable, *, regime: str, key: str) -> dict[str, Any]:
+    """`{argument: default}` for the arguments of `argument_names` (`inspect.Parameter.empty`
+    where there is none)."""
+    bound = set(fn.keywords) if isinstance(fn, functools.partial) else set()
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as error:
         raise ModelInitializationError(
             f"Regime {regime!r}: cannot read the signature of function {key!r}."
         ) from error
-    names = []
+    names = {}
     for parameter in signature.parameters.values():
+        if parameter.name in bound:
+            continue
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise ModelInitializationError(
                 f"Regime {regime!r}: function {key!r} takes *{parameter.name}; arguments are "
@@ -48,8 +67,8 @@ def argument_names(fn: Callable, *, regime: str, key: str) -> tuple[str, ...]:
                 "only; arguments are passed by name, so wrap it, e.g. "
                 f"`lambda consumption: fn(consumption)`."
             )
-        names.append(parameter.name)
-    return tuple(names)
+        names[parameter.name] = parameter.default
+    return names
 
 
 def resolve(
@@ -60,14 +79,19 @@ def resolve(
     inputs: frozenset[str],
     helpers: frozenset[str],
 ) -> ResolvedFunction:
-    arguments = argument_names(fn, regime=regime, key=key)
+    defaults = argument_defaults(fn, regime=regime, key=key)
+    arguments = tuple(defaults)
+    params = tuple(a for a in arguments if a not in inputs and a not in helpers)
     return ResolvedFunction(
         key=key,
         fn=fn,
         inputs=tuple(a for a in arguments if a in inputs),
         helpers=tuple(a for a in arguments if a in helpers and a not in inputs),
-        params=tuple(a for a in arguments if a not in inputs and a not in helpers),
+        params=params,
         arguments=arguments,
+        defaults=tuple(
+            (a, defaults[a]) for a in params if defaults[a] is not inspect.Parameter.empty
+        ),
     )
 
 
@@ -113,18 +137,28 @@ def transitive_helpers(
 
 
 class Evaluator:
-    """Evaluates resolved functions at one point, computing each helper at most once."""
+    """Evaluates resolved functions at one point, computing each helper at most once.
+
+    A parameter missing from `params` is left to the function's default value (the
+    parameter checks have made sure it has one). With `check_indices`, each function
+    that has an array-valued parameter runs under `checkify`'s index checks, and
+    `index_errors[key]` says whether it indexed any array out of bounds at this point.
+    """
 
     def __init__(
         self,
         helpers: Mapping[str, ResolvedFunction],
         inputs: Mapping[str, Any],
         params: Mapping[str, Mapping[str, Any]],
+        *,
+        check_indices: bool = False,
     ):
         self._helpers = helpers
         self._inputs = inputs
         self._params = params
+        self._check_indices = check_indices
         self._cache: dict[str, Any] = {}
+        self.index_errors: dict[str, Any] = {}
 
     def helper(self, name: str):
         if name not in self._cache:
@@ -139,6 +173,22 @@ class Evaluator:
                 kwargs[name] = self._inputs[name]
             elif name in function.helpers:
                 kwargs[name] = self.helper(name)
-            else:
+            elif name in function_params:
                 kwargs[name] = function_params[name]
+        if self._check_indices and has_array_parameter(function, function_params):
+            error, out = checkify.checkify(function.fn, errors=checkify.index_checks)(**kwargs)
+            self.index_errors[function.key] = index_failed(error)
+            return out
         return function.fn(**kwargs)
+
+
+def has_array_parameter(function: ResolvedFunction, values: Mapping[str, Any]) -> bool:
+    return any(jnp.ndim(values[p]) > 0 for p in function.params if p in values)
+
+
+def index_failed(error: checkify.Error):
+    """Whether a `checkify` error of index checks has fired (a traced bool)."""
+    # checkify keeps one flag per kind of error; with `index_checks` every kind is an
+    # out-of-bounds index.
+    flags = [jnp.any(flag) for flag in error._pred.values()]
+    return jnp.any(jnp.stack(flags)) if flags else jnp.asarray(False)

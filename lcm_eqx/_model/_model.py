@@ -50,6 +50,7 @@ class Model(eqx.Module):
     Args:
         regimes: the regimes by name.
         n_periods: periods are `0 ... n_periods - 1`; the continuation after the last is 0.
+            May be left out when `ages` has a `stop` (then it is `ages.n_periods`).
         regime_ids: an `IntEnum` whose member names equal the regime names; `None`
             derives one from the order of `regimes` (see `model.regime_ids`).
         ages: an `AgeGrid` labelling periods with ages and providing `age`.
@@ -78,7 +79,7 @@ class Model(eqx.Module):
     def __init__(
         self,
         regimes: Mapping[str, Regime],
-        n_periods: int,
+        n_periods: int | None = None,
         *,
         regime_ids: type[enum.IntEnum] | None = None,
         ages: AgeGrid | None = None,
@@ -87,13 +88,14 @@ class Model(eqx.Module):
 
         if ages is not None and not isinstance(ages, AgeGrid):
             raise ModelInitializationError(f"Model: ages must be an AgeGrid, got {ages!r}.")
+        n_periods = _horizon(n_periods, ages)
         solver = GridSearch() if solver is None else solver
         if not isinstance(solver, AbstractSolver):
             raise ModelInitializationError(
                 f"Model: solver must be an lcm_eqx solver such as GridSearch(), got {solver!r}."
             )
         start = time.perf_counter()
-        plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None)
+        plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None, ages=ages)
         self.regimes = dict(regimes)
         self.n_periods = n_periods
         self.regime_ids = plan.regime_ids
@@ -226,7 +228,11 @@ class Model(eqx.Module):
             params: the parameters.
             initial_conditions: a dict of arrays or a pandas DataFrame with `"regime"`
                 (ids or names) and every state of the subjects' initial regimes
-                (discrete states as codes or labels; process states as grid indices).
+                (discrete states as codes or labels; process states as their node
+                values, as user functions and `to_dataframe` show them, or as grid
+                indices under the key `"<state>:index"`). An optional `"age"` (models
+                with ages) is each subject's age on entry: a subject has no rows before
+                it and starts there in its regime and states.
             solution: a solution of this model with these params; `None` solves first.
             key: a `jax.random.key` for the draws; same key, same draws.
             subject_batch_size: simulate in chunks of this many subjects (0: one pass);
@@ -262,7 +268,9 @@ class Model(eqx.Module):
                 f"simulate: key must be a typed JAX random key from jax.random.key(seed), got "
                 f"{key!r}."
             )
-        regime, states = _initial_conditions(self.plan, initial_conditions)
+        regime, states, entry = _initial_conditions(
+            self.plan, initial_conditions, self.ages, lambda: _process_nodes(self.plan, params)
+        )
         traced = is_traced((params, regime, states, solution, key))
         if solution is None:
             solution = self.solve(params, validate=validate, progress=mode or False)
@@ -291,14 +299,19 @@ class Model(eqx.Module):
                     key,
                     jnp.asarray([i, n_chunks], dtype=jnp.int32),
                 )
+                entered = jnp.asarray(entry[index], dtype=jnp.int32)
                 with timed(
                     self._simulate,
                     f"simulate chunk {i + 1}/{n_chunks}",
                     *args,
                     level=logging.DEBUG,
                     progress=mode,
+                    validate=validate != "off",
+                    entry=entered,
                 ) as timer:
-                    record = self._simulate(*args, progress=mode, validate=validate != "off")
+                    record = self._simulate(
+                        *args, progress=mode, validate=validate != "off", entry=entered
+                    )
                     timer.done(record)
                 violations.append(record.pop("violations", {}))
                 # Eagerly each chunk's panel goes to host memory; traced, it stays an array.
@@ -365,6 +378,7 @@ def _simulate_chunk_with_params(
     chunk=None,
     progress=None,
     validate=False,
+    entry=None,
 ):
     resolved = resolve_params(plan, params)
     return simulate_chunk(
@@ -377,11 +391,32 @@ def _simulate_chunk_with_params(
         states,
         subject_ids,
         key,
+        entry=entry,
         chunk=chunk,
         progress=progress,
         validate=validate,
         policies=policies,
     )
+
+
+def _horizon(n_periods: int | None, ages: AgeGrid | None) -> int:
+    """`n_periods`, or the horizon of an `AgeGrid` with a `stop`; they must agree."""
+    from .._errors import ModelInitializationError
+
+    from_ages = None if ages is None else ages.n_periods
+    if n_periods is None:
+        if from_ages is None:
+            raise ModelInitializationError(
+                "Model: give n_periods, or ages=AgeGrid(start, stop, step) from which it follows."
+            )
+        return from_ages
+    if ages is not None and from_ages is not None and n_periods != from_ages:
+        raise ModelInitializationError(
+            f"Model: n_periods={n_periods!r} disagrees with ages, which run from "
+            f"{ages.start} to {ages.stop} in steps of {ages.step:g} ({from_ages} periods); "
+            "give one of them."
+        )
+    return n_periods
 
 
 def _plain_dicts(params):
@@ -429,7 +464,35 @@ def _xp(*arrays):
     return jnp if any(isinstance(a, jax.core.Tracer) for a in arrays) else np
 
 
-def _initial_conditions(plan: ModelPlan, initial_conditions):
+def _process_nodes(plan: ModelPlan, params) -> dict[str, dict[str, np.ndarray]]:
+    """The node values of every process state, by regime (they may depend on params)."""
+    nodes: dict[str, dict[str, np.ndarray]] = {}
+    resolved = None
+    for name, regime in plan.regimes.items():
+        for state in regime.states:
+            grid = regime.grids[state]
+            if isinstance(grid, AbstractProcessGrid):
+                if resolved is None:
+                    resolved = resolve_params(plan, params)
+                points, _ = grid.discretize(resolved[name].get(f"next_{state}", {}))
+                nodes.setdefault(name, {})[state] = np.asarray(points)
+    return nodes
+
+
+INDEX_SUFFIX = ":index"
+
+
+def _initial_conditions(
+    plan: ModelPlan,
+    initial_conditions,
+    ages: AgeGrid | None,
+    process_nodes: Callable[[], dict[str, dict[str, np.ndarray]]],
+):
+    """Regime ids, states (codes or values) and entry periods of the subjects.
+
+    `process_nodes()` returns the node values of the process states by regime (called
+    only when a process state is given as values).
+    """
     checks = _ValueChecks()
     try:
         import pandas as pd
@@ -444,15 +507,29 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
             f"{type(initial_conditions).__name__}."
         )
     if "regime" not in initial_conditions:
+        hint = (
+            " (pylcm's 'regime_id' is spelled 'regime' here)"
+            if "regime_id" in initial_conditions
+            else ""
+        )
         raise InvalidInitialConditionsError(
-            "simulate: initial_conditions needs a 'regime' entry (ids or names)."
+            f"simulate: initial_conditions needs a 'regime' entry (ids or names){hint}."
         )
     state_kinds, _ = variable_kinds(plan)
-    unknown = [k for k in initial_conditions if k != "regime" and k not in state_kinds]
+    process_states = {s for s in state_kinds if isinstance(plan.state_grid(s), AbstractProcessGrid)}
+    known = {"regime", "age", *state_kinds, *(s + INDEX_SUFFIX for s in process_states)}
+    unknown = [k for k in initial_conditions if k not in known]
     if unknown:
         raise InvalidInitialConditionsError(
             f"simulate: initial_conditions has unknown entries {unknown}; the states are "
-            f"{list(state_kinds)}."
+            f"{list(state_kinds)}"
+            + (
+                f" (process states as values, or grid indices under "
+                f"{sorted(s + INDEX_SUFFIX for s in process_states)})"
+                if process_states
+                else ""
+            )
+            + ", plus 'regime' and 'age'."
         )
     raw_regime = _as_array("regime", initial_conditions["regime"])
     if raw_regime.ndim != 1 or raw_regime.shape[0] == 0:
@@ -472,6 +549,7 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
         regime: np.ndarray | jax.Array = np.array([ids[str(r)] for r in raw_regime], dtype=np.int32)
     else:
         xp = _xp(raw_regime)
+        xp = _xp(raw_regime)
         regime = raw_regime.astype(np.int32)
         checks.require(
             xp.all(regime == raw_regime) & xp.all((regime >= 0) & (regime < len(names))),
@@ -479,16 +557,37 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
             "or regime names.",
         )
     xp = _xp(regime)
-    for name, regime_plan in plan.regimes.items():
-        if 0 not in regime_plan.active:
-            checks.require(
-                ~xp.any(regime == regime_plan.id),
-                f"simulate: regime {name!r} is not active in period 0, but subjects start in it.",
-            )
+    entry = _entry_periods(plan, initial_conditions, ages, n)
+    if "age" not in initial_conditions:  # everyone enters in period 0 (regime may be traced)
+        for name, regime_plan in plan.regimes.items():
+            if 0 not in regime_plan.active:
+                checks.require(
+                    ~xp.any(regime == regime_plan.id),
+                    f"simulate: regime {name!r} is not active in period 0, but subjects start "
+                    "in it.",
+                )
+    else:
+        for name, regime_plan in plan.regimes.items():
+            starting = np.asarray(regime) == regime_plan.id
+            inactive = sorted({int(p) for p in entry[starting] if int(p) not in regime_plan.active})
+            if inactive:
+                when = f"period {inactive[0]}" + (
+                    f" (age {ages.age(inactive[0]):g})" if ages is not None else ""
+                )
+                raise InvalidInitialConditionsError(
+                    f"simulate: regime {name!r} is not active in {when}, but subjects start in it."
+                )
     dtype = jnp.zeros(()).dtype
     states: dict[str, np.ndarray | jax.Array] = {}
     for state, discrete in state_kinds.items():
-        if state not in initial_conditions:
+        index_key = state + INDEX_SUFFIX
+        given = [k for k in (state, index_key) if k in initial_conditions]
+        if len(given) > 1:
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions has both {state!r} (values) and {index_key!r} "
+                "(grid indices); give one of them."
+            )
+        if not given:
             for name, regime_plan in plan.regimes.items():
                 if state in regime_plan.states:
                     checks.require(
@@ -498,23 +597,96 @@ def _initial_conditions(plan: ModelPlan, initial_conditions):
                     )
             states[state] = np.zeros(n, np.int32 if discrete else dtype)
             continue
-        values = _as_array(state, initial_conditions[state])
+        values = _as_array(given[0], initial_conditions[given[0]])
         if values.shape != (n,):
             raise InvalidInitialConditionsError(
-                f"simulate: initial_conditions[{state!r}] has shape {values.shape}, expected "
+                f"simulate: initial_conditions[{given[0]!r}] has shape {values.shape}, expected "
                 f"({n},) like 'regime'."
             )
         grid = plan.state_grid(state)
-        if discrete:
-            states[state] = _codes(state, grid, values, checks)
+        if state in process_states and given[0] == state:
+            states[state] = _process_codes(plan, state, values, regime, process_nodes())
+        elif discrete:
+            states[state] = _codes(given[0], grid, values, checks)
         else:
             message = f"simulate: initial_conditions[{state!r}] must be finite numbers."
             if values.dtype.kind not in "fiu":
                 raise InvalidInitialConditionsError(message)
             checks.require(_xp(values).all(_xp(values).isfinite(values)), message)
             states[state] = values.astype(dtype)
-    checks.enforce()
-    return regime, states
+    return regime, states, entry
+
+
+def _entry_periods(plan: ModelPlan, initial_conditions, ages, n: int) -> np.ndarray:
+    """Each subject's first period, from the optional `age` entry (default: period 0)."""
+    if "age" not in initial_conditions:
+        return np.zeros(n, np.int32)
+    if ages is None:
+        raise InvalidInitialConditionsError(
+            "simulate: initial_conditions['age'] needs a model with ages; pass "
+            "ages=AgeGrid(...) to Model."
+        )
+    values = _as_array("age", initial_conditions["age"])
+    if values.shape != (n,):
+        raise InvalidInitialConditionsError(
+            f"simulate: initial_conditions['age'] has shape {values.shape}, expected ({n},) "
+            "like 'regime'."
+        )
+    if values.dtype.kind not in "fiu" or not np.all(np.isfinite(values)):
+        raise InvalidInitialConditionsError(
+            "simulate: initial_conditions['age'] must be finite numbers."
+        )
+    horizon = [ages.age(t) for t in range(plan.n_periods)]
+    entry = np.empty(n, np.int32)
+    for i, age in enumerate(values.astype(float)):
+        try:
+            period = ages.period(age)
+        except ValueError:
+            period = -1
+        if not 0 <= period < plan.n_periods:
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions['age'] has {age:g} (subject {i}), which is not "
+                f"an age of the model (ages {horizon[0]:g} to {horizon[-1]:g} in steps of "
+                f"{ages.step:g})."
+            )
+        entry[i] = period
+    return entry
+
+
+def _process_codes(plan: ModelPlan, state: str, values, regime, nodes) -> np.ndarray:
+    """Grid indices of process-state values: each must be a node (within a tolerance) of
+    the grid in the subject's initial regime; nothing is rounded to the nearest node."""
+    if values.dtype.kind not in "fiu":
+        raise InvalidInitialConditionsError(
+            f"simulate: initial_conditions[{state!r}] must hold the node values of {state!r} "
+            f"(numbers), or give grid indices under {state + INDEX_SUFFIX!r}."
+        )
+    values = values.astype(float)
+    codes = np.zeros(values.shape, np.int32)
+    for name, regime_plan in plan.regimes.items():
+        rows = np.nonzero(regime == regime_plan.id)[0]
+        if state not in regime_plan.states or rows.size == 0:
+            continue
+        points = np.asarray(nodes[name][state], dtype=float)
+        tolerance = 1e-6 * max(1.0, float(np.max(np.abs(points))))
+        distance = np.abs(values[rows, None] - points[None, :])
+        nearest = np.argmin(distance, axis=1)
+        off = ~(distance[np.arange(rows.size), nearest] <= tolerance)
+        if np.any(off):
+            i = int(rows[np.argmax(off)])
+            value = values[i]
+            below = points[points <= value]
+            above = points[points >= value]
+            neighbours = [f"{x:.6g}" for x in (*below[-1:], *above[:1])] or [f"{points[0]:.6g}"]
+            raise InvalidInitialConditionsError(
+                f"simulate: initial_conditions[{state!r}] has {value:.6g} (subject {i}, "
+                f"regime {name!r}), which is not a node of {state!r}; the nearest nodes are "
+                f"{' and '.join(neighbours)} (all: {[float(f'{x:.6g}') for x in points]}). "
+                "Process states are given as node values, as user functions and "
+                f"to_dataframe show them; give grid indices under {state + INDEX_SUFFIX!r}."
+            )
+        codes[rows] = nearest
+    return codes
 
 
 def _as_array(name: str, values) -> np.ndarray | jax.Array:

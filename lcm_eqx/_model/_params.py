@@ -21,13 +21,19 @@ def params_template(plan: ModelPlan) -> dict[str, dict]:
 
     Regime-level parameters (`discount_factor`, `taste_shock_scale`) sit at
     `{regime: {name: nan}}`. Any parameter may instead be given one level up (at
-    `params[regime]` or `params`), as long as it is found at exactly one level.
+    `params[regime]` or `params`), as long as it is found at exactly one level. A
+    parameter with a default value in its function's signature holds that default
+    (it is optional; a non-numeric default, which `params` could not hold, is left out).
     """
     template: dict[str, dict] = {}
     for name, regime in plan.regimes.items():
         entry: dict[str, Any] = {p: float("nan") for p in regime.regime_parameters}
         for key, names in regime.parameters.items():
-            entry[key] = {p: float("nan") for p in names}
+            defaults = function_defaults(regime, key)
+            values = {p: defaults.get(p, float("nan")) for p in names}
+            values = {p: v for p, v in values.items() if _is_numeric(v)}
+            if values:
+                entry[key] = values
         if entry:
             template[name] = entry
     return template
@@ -70,9 +76,23 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
             p: _lookup(params, name, None, p, convert) for p in regime.regime_parameters
         }
         for key, names in regime.parameters.items():
-            per_function[key] = {p: _lookup(params, name, key, p, convert, kinds) for p in names}
+            defaults = function_defaults(regime, key)
+            values = {
+                p: _lookup(params, name, key, p, convert, kinds, defaults.get(p, _MISSING))
+                for p in names
+            }
+            # A parameter left out falls back to its function's default value.
+            per_function[key] = {p: v for p, v in values.items() if v is not _MISSING}
         resolved[name] = per_function
     return resolved
+
+
+def function_defaults(regime: RegimePlan, key: str) -> dict[str, Any]:
+    """`{parameter: default value}` of the function whose parameters are looked up at `key`."""
+    transition = regime.state_transitions.get(key[5:]) if key.startswith("next_") else None
+    if transition is not None and transition.function is None:  # a process state
+        return {}
+    return dict(regime.function(key).defaults)
 
 
 def _describe(value) -> str:
@@ -109,6 +129,7 @@ def _lookup(
     name: str,
     convert: bool = True,
     kinds: Mapping[str, str] | None = None,
+    default: Any = _MISSING,
 ):
     regime_params = params.get(regime, _MISSING)
     if not isinstance(regime_params, Mapping):
@@ -123,6 +144,8 @@ def _lookup(
     if name in params and not isinstance(params[name], Mapping):
         candidates.append((f"params[{name!r}]", params[name]))
     where = f"function {key!r}" if key else "the regime"
+    if not candidates and default is not _MISSING:
+        return _MISSING  # the function's default applies
     if not candidates:
         levels = (
             f"params[{regime!r}][{key!r}][{name!r}], params[{regime!r}][{name!r}] or "

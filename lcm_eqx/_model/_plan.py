@@ -11,11 +11,14 @@ import enum
 from collections.abc import Mapping
 from typing import cast
 
+import numpy as np
+
 from .._errors import ModelInitializationError
 from .._grids import AbstractGrid, AbstractProcessGrid, DiscreteGrid
 from ._dag import (
     SPECIAL_ARGUMENTS,
     ResolvedFunction,
+    argument_names,
     check_acyclic,
     resolve,
     transitive_inputs,
@@ -124,7 +127,9 @@ def build_plan(
     n_periods: int,
     regime_ids: type[enum.IntEnum] | None,
     has_ages: bool,
+    ages=None,
 ) -> ModelPlan:
+    """The plan of a model; `ages` (an `AgeGrid`) labels periods for `active(age)`."""
     if not isinstance(n_periods, int) or isinstance(n_periods, bool) or n_periods < 1:
         raise ModelInitializationError(f"Model: n_periods must be an int >= 1, got {n_periods!r}.")
     if not isinstance(regimes, Mapping) or not regimes:
@@ -143,7 +148,7 @@ def build_plan(
     all_states = {s for regime in regimes.values() for s in regime.states}
     plans = {}
     for name in sorted(regimes, key=lambda n: ids[n]):
-        plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages)
+        plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages, ages)
     segments = _segments(plans, n_periods)
     return ModelPlan(
         regimes=plans, regime_ids=ids, n_periods=n_periods, segments=segments, has_ages=has_ages
@@ -204,7 +209,9 @@ def _check_shared_states(regimes: Mapping[str, Regime]) -> None:
                 )
 
 
-def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> RegimePlan:
+def _regime_plan(
+    name, regime_id, regimes, all_states, n_periods, has_ages, ages=None
+) -> RegimePlan:
     regime = regimes[name]
     states = tuple(regime.states)
     actions = tuple(regime.actions)
@@ -373,7 +380,7 @@ def _regime_plan(name, regime_id, regimes, all_states, n_periods, has_ages) -> R
         state_transitions=state_transitions,
         next_regime=next_regime,
         next_regime_is_markov=next_regime_is_markov,
-        active=_active_periods(name, regime.active, n_periods),
+        active=_active_periods(name, regime.active, n_periods, has_ages, ages),
         taste_shocks=regime.taste_shocks is not None,
         targets=targets,
         parameters=parameters,
@@ -388,19 +395,11 @@ def _grid_of(regimes: Mapping[str, Regime], state: str) -> AbstractGrid:
     raise KeyError(state)
 
 
-def _active_periods(name: str, active, n_periods: int) -> frozenset[int]:
+def _active_periods(name: str, active, n_periods: int, has_ages: bool, ages) -> frozenset[int]:
     if active is None:
         return frozenset(range(n_periods))
     if callable(active):
-        periods = set()
-        for period in range(n_periods):
-            flag = active(period)
-            if not isinstance(flag, bool | int):
-                raise ModelInitializationError(
-                    f"Regime {name!r}: active({period}) must return a bool, got {flag!r}."
-                )
-            if flag:
-                periods.add(period)
+        periods = {p for p in range(n_periods) if _is_active(name, active, p, has_ages, ages)}
     else:
         periods = set(active)
         outside = sorted(p for p in periods if not 0 <= p < n_periods)
@@ -411,6 +410,31 @@ def _active_periods(name: str, active, n_periods: int) -> frozenset[int]:
     if not periods:
         raise ModelInitializationError(f"Regime {name!r} is active in no period.")
     return frozenset(periods)
+
+
+def _is_active(name: str, active, period: int, has_ages: bool, ages) -> bool:
+    """`active(...)` in `period`, its arguments resolved by name like any user function."""
+    arguments = argument_names(active, regime=name, key="active")
+    other = [a for a in arguments if a not in SPECIAL_ARGUMENTS]
+    if other:
+        raise ModelInitializationError(
+            f"Regime {name!r}: active takes {other}, but it may only take 'period' and/or "
+            "'age' (by name), e.g. `active=lambda age: age < 65`."
+        )
+    if "age" in arguments and not has_ages:
+        raise ModelInitializationError(
+            f"Regime {name!r}: active uses 'age', but the model has no ages; pass "
+            "ages=AgeGrid(...) to Model."
+        )
+    values = {"period": period, "age": ages.age(period) if ages is not None else None}
+    flag = active(**{a: values[a] for a in arguments})
+    array = np.asarray(flag)
+    if array.shape != () or array.dtype.kind not in "biu":
+        raise ModelInitializationError(
+            f"Regime {name!r}: active({', '.join(f'{a}={values[a]}' for a in arguments)}) "
+            f"must return a bool, got {flag!r}."
+        )
+    return bool(array)
 
 
 def _segments(plans: Mapping[str, RegimePlan], n_periods: int) -> tuple[Segment, ...]:

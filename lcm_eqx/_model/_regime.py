@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -27,7 +28,8 @@ class Regime(eqx.Module):
             regime terminal.
         constraints: functions returning `True` where an action is feasible.
         active: the periods in which the regime is active: an iterable of periods or a
-            function `period -> bool`; `None` means every period.
+            function of `period` and/or `age` (resolved by name, like any user function)
+            returning a bool, e.g. `lambda age: age < 65`; `None` means every period.
         taste_shocks: `ExtremeValueShocks()` for EV1 shocks on the discrete actions.
         solver: how this regime's problem is solved (`GridSearch()`, `DCEGM(...)`);
             `None` uses the model's `solver`.
@@ -49,7 +51,7 @@ class Regime(eqx.Module):
     state_transitions: dict[str, Callable | MarkovTransition]
     transition: Callable | MarkovTransition | None
     constraints: dict[str, Callable]
-    active: Callable[[int], bool] | tuple[int, ...] | None = eqx.field(static=True)
+    active: Callable[..., bool] | tuple[int, ...] | None = eqx.field(static=True)
     taste_shocks: ExtremeValueShocks | None
     solver: Any
 
@@ -62,7 +64,7 @@ class Regime(eqx.Module):
         state_transitions: Mapping[str, Callable | MarkovTransition] | None = None,
         transition: Callable | MarkovTransition | None = None,
         constraints: Mapping[str, Callable] | None = None,
-        active: Callable[[int], bool] | Iterable[int] | None = None,
+        active: Callable[..., bool] | Iterable[int] | None = None,
         taste_shocks: ExtremeValueShocks | None = None,
         solver: Any = None,
     ):
@@ -77,8 +79,8 @@ class Regime(eqx.Module):
                 active = tuple(sorted(int(p) for p in active))
             except (TypeError, ValueError) as error:
                 raise ModelInitializationError(
-                    "Regime: active must be None, an iterable of periods or a function "
-                    f"period -> bool, got {active!r}."
+                    "Regime: active must be None, an iterable of periods or a function of "
+                    f"period and/or age returning a bool, got {active!r}."
                 ) from error
         self.active = active
         self.taste_shocks = taste_shocks
@@ -128,6 +130,22 @@ class Regime(eqx.Module):
                 "Regime: taste_shocks must be None or ExtremeValueShocks(), got "
                 f"{self.taste_shocks!r}."
             )
+
+    def replace(self, **changes) -> Regime:
+        """A copy of the regime with the given constructor arguments replaced.
+
+        Example:
+            >>> early = retired.replace(active=range(0, 5))
+            >>> richer = retired.replace(states={"wealth": LinSpacedGrid(1.0, 500.0, 80)})
+        """
+        # Every constructor argument is stored under its own name.
+        fields = tuple(inspect.signature(type(self).__init__).parameters)[1:]
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise ModelInitializationError(
+                f"Regime.replace: unknown arguments {unknown}; a Regime takes {list(fields)}."
+            )
+        return type(self)(**{name: changes.get(name, getattr(self, name)) for name in fields})
 
     @property
     def is_terminal(self) -> bool:

@@ -68,6 +68,7 @@ class SimulationResult(eqx.Module):
         self,
         extra: Sequence[str] = (),
         *,
+        use_labels: bool = True,
         model: Model | None = None,
         params: Params | None = None,
     ) -> pd.DataFrame:
@@ -75,7 +76,8 @@ class SimulationResult(eqx.Module):
 
         Columns: `subject_id`, `period`, `age` (when the model has ages), `regime` (name),
         `value`, every state and every action of every regime (NaN where the subject's
-        regime lacks it; discrete ones as labels in a pandas `Categorical`).
+        regime lacks it; discrete ones as labels in a pandas `Categorical`). Process
+        states hold their node values.
 
         Args:
             extra: names of functions of the regimes to add as columns, evaluated at each
@@ -88,6 +90,10 @@ class SimulationResult(eqx.Module):
             model: the model that was simulated; needed with `extra`.
             params: the parameters it was simulated with (a dict or a Series); needed
                 with `extra`.
+            use_labels: `False` gives codes instead of labels: every labelled column
+                but `regime` (discrete states and actions, labelled `extra` columns)
+                holds integer codes, as a nullable `Int64` column (`<NA>` where the
+                subject's regime lacks the variable).
 
         Example:
             >>> df = result.to_dataframe(extra=["labor_income", "utility"], model=model,
@@ -138,7 +144,20 @@ class SimulationResult(eqx.Module):
                     taken=set(columns),
                 )
             )
+        if not use_labels:  # the regime keeps its name: it is not a variable
+            columns = {
+                name: column if name == "regime" else _as_codes(column)
+                for name, column in columns.items()
+            }
         return pd.DataFrame(columns)
+
+
+def _as_codes(column):
+    """A `Categorical` column as its integer codes (`<NA>` where missing); others as is."""
+    if not isinstance(column, pd.Categorical):
+        return column
+    codes = np.asarray(column.codes, dtype=np.int64)
+    return pd.arrays.IntegerArray(codes, codes < 0)
 
 
 def _extra_columns(

@@ -44,6 +44,7 @@ def simulate_chunk(
     subject_ids: jax.Array,
     key: jax.Array,
     *,
+    entry: jax.Array | None = None,
     chunk: jax.Array | None = None,
     progress: str | None = None,
     validate: bool = False,
@@ -65,8 +66,10 @@ def simulate_chunk(
     state_kinds, action_kinds = variable_kinds(plan)
     dtype = jnp.zeros(()).dtype
     n = regime.shape[0]
+    if entry is None:
+        entry = jnp.zeros(n, jnp.int32)
     state_names = tuple(state_kinds)
-    carry = (regime, jnp.ones(n, dtype=bool), states)
+    carry = (regime, jnp.zeros(n, dtype=bool), states)
     outputs = []
     for segment in plan.segments:
 
@@ -78,6 +81,7 @@ def simulate_chunk(
             keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
                 subject_ids
             )
+            present = present | (entry == period)  # subjects entering now
             record = {
                 "regime": regime,
                 "present": present,

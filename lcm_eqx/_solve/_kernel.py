@@ -17,7 +17,7 @@ from jaxtyping import Array
 
 from .._errors import InvalidParamsError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
-from .._model._dag import Evaluator
+from .._model._dag import Evaluator, has_array_parameter
 from .._model._plan import ModelPlan, RegimePlan
 from ._axes import Axis, Carried, lift
 from ._continuation import (
@@ -118,6 +118,9 @@ class RegimeProblem:
         self.target_points: dict[str, dict[str, Array]] = {}
         if not regime.is_terminal:
             self._register_checks()
+        self.index_checks = self._index_checks() if validate else {}
+        self.checks.extend(self.index_checks.values())
+        if not regime.is_terminal:
             assert next_values is not None
             for target in regime.targets if prepare else ():
                 self.continuations[target] = self._prepare(target, next_values[target])
@@ -162,6 +165,44 @@ class RegimeProblem:
         self.checks.append("next_regime:unreachable")
         self.checks.append("next_regime:inactive")
 
+    def _index_checks(self) -> dict[str, str]:
+        """A check per function with an array-valued parameter: does it index out of bounds?
+
+        Named `<function>:index:<its array parameters and their shapes>`, so that the
+        message can name them. JAX would silently clamp such an index (e.g. survival
+        probabilities shorter than the horizon, read at `period`).
+        """
+        regime = self.regime
+        functions = [
+            regime.utility,
+            *regime.helpers.values(),
+            *regime.constraints.values(),
+            *(t.function for t in regime.state_transitions.values() if t.function is not None),
+            *([regime.next_regime] if regime.next_regime is not None else []),
+        ]
+        checks = {}
+        for function in functions:
+            values = self.params.get(function.key, {})
+            if has_array_parameter(function, values):
+                arrays = ", ".join(
+                    f"{p!r} of shape {tuple(jnp.shape(values[p]))}"
+                    for p in function.params
+                    if p in values and jnp.ndim(values[p]) > 0
+                )
+                checks[function.key] = f"{function.key}:index:{arrays}"
+        return checks
+
+    def _is_transition(self, key: str) -> bool:
+        return key == "next_regime" or (
+            key.startswith("next_") and key[5:] in self.regime.state_transitions
+        )
+
+    def _before_last_period(self) -> Array:
+        """Transitions are evaluated in the last period too, but nothing reads them there
+        (the continuation is 0): an array indexed by period may stop one period short,
+        as in pylcm, without an index error."""
+        return self.period < self.model.n_periods - 1
+
     def value_of(self, name: str, point: Array) -> Array:
         """The value user functions see for a state or action given its grid point."""
         if name in self.process_points:
@@ -175,7 +216,9 @@ class RegimeProblem:
         return values
 
     def evaluator(self, point: dict[str, Array]) -> Evaluator:
-        return Evaluator(self.regime.helpers, self.inputs(point), self.params)
+        return Evaluator(
+            self.regime.helpers, self.inputs(point), self.params, check_indices=self.validate
+        )
 
     def _prepare(self, target: str, values: Array) -> tuple[Array, Layout]:
         target_plan = self.model.regimes[target]
@@ -327,7 +370,32 @@ class RegimeProblem:
             flat = probabilities.reshape(-1, n_target)
             violations = jax.vmap(lambda p: probability_violation(p, self.tolerance))(flat)
             self._period_violations[f"next_{state}"] = jnp.max(violations)
+            self._precontract_index_errors(transition)
         return probabilities
+
+    def _precontract_index_errors(self, transition) -> None:
+        """The index checks of a pre-contracted transition and the helpers it uses.
+
+        Evaluated once per period, like its probabilities (XLA shares the work); all of
+        it feeds a transition, which nothing reads in the last period.
+        """
+        if transition.function is None or not self.index_checks:
+            return
+        function = transition.function
+        axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
+
+        def at(point):
+            evaluate = self.evaluator(point)
+            evaluate(function)
+            return evaluate.index_errors
+
+        dtype = jnp.zeros(()).dtype
+        for key, failed in lift(at, axes).items():
+            check = self.index_checks[key]
+            failed = (jnp.any(failed) & self._before_last_period()).astype(dtype)
+            self._period_violations[check] = jnp.maximum(
+                self._period_violations.get(check, 0.0), failed
+            )
 
     def _check_shape(self, key: str, shape, expected) -> None:
         if tuple(shape) != tuple(expected):
@@ -369,6 +437,17 @@ class RegimeProblem:
         for check in self.checks:
             if check.endswith(":finite") and check in violations:
                 violations[check] = jnp.where(feasible, violations[check], 0.0)
+        for key, failed in evaluate.index_errors.items():
+            # Points that a constraint rules out may index anything, except in the
+            # constraints themselves.
+            if key in self.index_checks:
+                masked = failed if key in regime.constraints else failed & feasible
+                if self._is_transition(key):
+                    masked = masked & self._before_last_period()
+                check = self.index_checks[key]
+                violations[check] = jnp.maximum(
+                    violations.get(check, 0.0), masked.astype(value.dtype)
+                )
         # One scalar per check, kept apart (not stacked) so that each is reduced over the
         # grids by its own fused reduction instead of materialising a points x checks
         # array; solvers stack them per state (`stack_checks`).

@@ -38,7 +38,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import ModelInitializationError
-from .._model._dag import Evaluator, transitive_inputs
+from .._model._dag import Evaluator, transitive_helpers, transitive_inputs
 from .._model._plan import ModelPlan, RegimePlan
 
 
@@ -148,6 +148,9 @@ def is_identity_transition(regime: RegimePlan, state: str) -> bool:
         return False
     function = transition.function
     if transitive_inputs(function, regime.helpers) != {state}:
+        return False
+    helpers = [regime.helpers[h] for h in transitive_helpers(function, regime.helpers)]
+    if any(f.params for f in (function, *helpers)):  # defaults could be overridden
         return False
     codes = np.arange(grid.n_points, dtype=np.int32)
     try:
