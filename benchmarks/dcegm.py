@@ -95,8 +95,8 @@ def retirement_rows(n_savings: int, n_subjects: int, repeats: int, rounds: int) 
         "dcegm_steady_s": steady["dcegm"],
         "grid_steady_s": steady["grid"],
         "steady_ratio_dcegm_to_grid": steady["dcegm"] / steady["grid"],
-        "dcegm_cold": cold(True, n_savings, rounds),
-        "grid_cold": cold(False, n_savings, rounds),
+        "dcegm_cold": cold(True, n_savings, rounds) if rounds else None,
+        "grid_cold": cold(False, n_savings, rounds) if rounds else None,
         "simulate_subjects": n_subjects,
         "dcegm_simulate_s": simulate_s,
         "dcegm_simulate_first_call_s": first_simulate,
@@ -135,17 +135,30 @@ def euler_rows(repeats: int, quick: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-euler", action="store_true", help="skip the Euler-error rows")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/dcegm.json")
     args = parser.parse_args()
     quick = args.quick
     result = {
         "jax": jax.__version__,
         "retirement": retirement_rows(
-            200, 1_000 if quick else 100_000, 3 if quick else 15, 1 if quick else 3
+            200, 1_000 if quick else 100_000, 3 if quick else 15, 0 if quick else 3
         ),
-        "stochastic_euler_errors": euler_rows(3 if quick else 9, quick),
+        "stochastic_euler_errors": {} if args.no_euler else euler_rows(3 if quick else 9, quick),
     }
-    r = result["retirement"]
+    print_retirement(result["retirement"])
+    if result["stochastic_euler_errors"]:
+        print("== stochastic model: Euler errors (log10) at solve time")
+    for name, row in result["stochastic_euler_errors"].items():
+        print(
+            f"  {name:10s} solve {row['solve_s'] * 1e3:8.2f} ms   "
+            f"mean {row['euler_mean_log10']:6.2f}   max {row['euler_max_log10']:6.2f}"
+        )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2, default=str))
+
+
+def print_retirement(r: dict) -> None:
     print("== retirement model (API.md), 5 periods, float64")
     print(
         f"  steady solve   DC-EGM {r['dcegm_steady_s'] * 1e3:7.2f} ms   grid search "
@@ -153,6 +166,8 @@ def main() -> None:
     )
     for name in ("dcegm", "grid"):
         c = r[f"{name}_cold"]
+        if c is None:
+            continue
         print(
             f"  cold ({name:5s}) first solve {c['first_solve_s']:.2f} s "
             f"(import {c['import_s']:.2f} s, total {c['total_s']:.2f} s)"
@@ -163,14 +178,6 @@ def main() -> None:
     )
     if r["dcegm_temp_bytes"] is not None:
         print(f"  DC-EGM XLA temp memory {r['dcegm_temp_bytes'] / 2**20:.1f} MiB")
-    print("== stochastic model: Euler errors (log10) at solve time")
-    for name, row in result["stochastic_euler_errors"].items():
-        print(
-            f"  {name:10s} solve {row['solve_s'] * 1e3:8.2f} ms   "
-            f"mean {row['euler_mean_log10']:6.2f}   max {row['euler_max_log10']:6.2f}"
-        )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2, default=str))
 
 
 if __name__ == "__main__":

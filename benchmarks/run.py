@@ -237,6 +237,7 @@ def main() -> None:
         row.update(cache_compile(name, config[name]))
         rows.append(row)
         _print_row(row)
+    dcegm = dcegm_rows(args.quick)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps(
@@ -245,12 +246,27 @@ def main() -> None:
                 "devices": str(jax.devices()),
                 "x64": bool(jax.config.jax_enable_x64),
                 "rows": rows,
+                "dcegm": dcegm,
             },
             indent=2,
             default=str,
         )
     )
     print(f"\nwrote {args.json}")
+
+
+def dcegm_rows(quick: bool) -> dict:
+    """DC-EGM against grid search on API.md's retirement model (`benchmarks/dcegm.py`, in
+    its own process because it runs in float64); quick runs skip the fresh-process cold
+    starts and the Euler-error rows."""
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "dcegm.json"
+        command = [sys.executable, str(Path(__file__).with_name("dcegm.py")), "--json", str(output)]
+        if quick:
+            command += ["--quick", "--no-euler"]
+        completed = subprocess.run(command, capture_output=True, text=True, check=True)
+        print("\n" + completed.stdout.strip())
+        return json.loads(output.read_text())
 
 
 def _print_row(row: dict) -> None:

@@ -38,6 +38,10 @@ def test_quick_benchmark_run(tmp_path):
     assert rows["retirement"]["solve_ratio_library_to_reference"] > 0
     assert rows["retirement"]["solve_ratio_library_to_tuned_reference"] > 0
     assert "library/reference" in completed.stdout
+    dcegm = json.loads(output.read_text())["dcegm"]["retirement"]
+    for key in ("dcegm_steady_s", "grid_steady_s", "dcegm_simulate_s", "dcegm_temp_bytes"):
+        assert dcegm[key] is not None and dcegm[key] > 0, key
+    assert "DC-EGM" in completed.stdout
 
 
 def test_asv_suite_builds_every_benchmark_model():
