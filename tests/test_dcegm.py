@@ -313,3 +313,23 @@ def test_euler_errors_need_a_consumption_saving_regime():
         lcm.euler_errors(
             model, STOCHASTIC_PARAMS, solution, regime="dead", state="wealth", action="consumption"
         )
+
+
+def test_sharded_permanent_type_needs_no_collective():
+    """4 host devices: a sharded skill that never transitions gives the unsharded values,
+    and the compiled solve moves nothing between devices but (validated) a few flags."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("dcegm_devices.py")
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["difference"] == 0.0
+    assert result["spec"][-1] == "skill"
+    assert result["unvalidated"] == []
+    assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])

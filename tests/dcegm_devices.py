@@ -1,0 +1,102 @@
+"""DC-EGM with a sharded permanent type on 4 host devices, run in a subprocess by
+tests/test_dcegm.py (XLA_FLAGS must be set before jax is imported).
+
+Prints one JSON object: the largest difference to the unsharded solve, the value array's
+sharding, and the collectives of the compiled `jax.jit(model.solve)` with and without
+validation (with the element count of each all-reduce).
+"""
+
+import json
+import os
+import re
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+
+import lcm_eqx as lcm  # noqa: E402
+from tests.models import retirement as R  # noqa: E402
+
+COLLECTIVE = re.compile(
+    r"= (\S+) (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\("
+)
+
+
+def utility(consumption, labor, skill, disutility_of_work):
+    return jnp.log(consumption) - disutility_of_work * (1 + 0.1 * skill) * (labor == R.Labor.work)
+
+
+def utility_retired(consumption, skill):
+    return jnp.log(consumption) + 0.01 * skill
+
+
+def build(distributed):
+    wealth = lcm.LinSpacedGrid(1.0, 400.0, 40)
+    consumption = lcm.LinSpacedGrid(1.0, 400.0, 50)
+    skill = lcm.DiscreteGrid(["a", "b", "c", "d"], distributed=distributed)
+    common = {"constraints": {"borrowing": R.borrowing}}
+    working = lcm.Regime(
+        states={"wealth": wealth, "skill": skill},
+        actions={"labor": lcm.DiscreteGrid(R.Labor), "consumption": consumption},
+        functions={"utility": utility, "labor_income": R.labor_income},
+        state_transitions={"wealth": R.next_wealth, "skill": lambda skill: skill},
+        transition=R.next_regime,
+        **common,
+    )
+    retired = lcm.Regime(
+        states={"wealth": wealth, "skill": skill},
+        actions={"consumption": consumption},
+        functions={"utility": utility_retired},
+        state_transitions={"wealth": R.next_wealth_retired, "skill": lambda skill: skill},
+        transition=lambda: R.RegimeId.retired,
+        **common,
+    )
+    return lcm.Model(
+        regimes={"working": working, "retired": retired},
+        n_periods=3,
+        regime_ids=R.RegimeId,
+        solver=R.dcegm(60),
+    )
+
+
+def collectives(model, params, validate):
+    text = jax.jit(lambda p: model.solve(p, validate=validate).values).lower(params)
+    found = []
+    for shape, kind in COLLECTIVE.findall(text.compile().as_text()):
+        dims = re.findall(r"\[([\d,]*)\]", shape)
+        size = 1
+        for dim in (dims[0].split(",") if dims and dims[0] else []):
+            size *= int(dim)
+        found.append([kind, size])
+    return found
+
+
+def main():
+    params = R.PARAMS
+    plain = build(False).solve(params)
+    model = build(True)
+    sharded = model.solve(params)
+    difference = max(
+        float(jnp.max(jnp.abs(plain.values[r] - sharded.values[r]))) for r in plain.values
+    )
+    print(
+        json.dumps(
+            {
+                "difference": difference,
+                "spec": [str(s) for s in sharded.values["working"].sharding.spec],
+                "unvalidated": collectives(model, params, "off"),
+                "validated": collectives(model, params, "raise"),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
