@@ -136,22 +136,42 @@ class ExactEnvelope(AbstractUpperEnvelope):
         beaten = beaten | ~jnp.isfinite(m)
         kept = ~jax.lax.stop_gradient(beaten)
 
-        # Kept points in order of m (dropped ones last).
+        # Kept points in order of m (dropped ones last), each with the slope of its branch
+        # towards the next and from the previous savings point (dc/dm), which extends the
+        # branch's consumption to a crossing. Dropped points may hold +inf / -inf: zero
+        # them, so that no derivative below meets an infinity (where() would turn its
+        # 0 * inf into NaN).
         order = jnp.argsort(jnp.where(kept, m, jnp.inf), stable=True)
         k_index = order
         k_valid = kept[order]
-        # Dropped points may hold +inf / -inf: zero them, so that no derivative below
-        # meets an infinity (where() would turn its 0 * inf into NaN).
-        finite_m = jnp.where(kept, m, 0.0)
+        finite_m = jnp.where(jnp.isfinite(m), m, 0.0)
+        width = finite_m[1:] - finite_m[:-1]
+        c_slope = jnp.where(width != 0, (c[1:] - c[:-1]) / jnp.where(width != 0, width, 1.0), 0.0)
+        forward = jnp.concatenate([c_slope, c_slope[-1:]])
+        backward = jnp.concatenate([c_slope[:1], c_slope])
         sorted_rows = jnp.stack(
-            [finite_m, c, jnp.where(kept, v, 0.0), mu, kept.astype(m.dtype)], axis=1
+            [
+                jnp.where(kept, m, 0.0),
+                c,
+                jnp.where(kept, v, 0.0),
+                mu,
+                kept.astype(m.dtype),
+                forward,
+                backward,
+            ],
+            axis=1,
         )[order]
-        km, kc, kv, kmu = sorted_rows[:, :4].T
+        km, kc, kv, kmu, _, k_forward, _ = sorted_rows.T
 
         # Crossings between consecutive kept points from different branches: each kept
         # point against the next one (one shifted copy of the sorted rows).
         right = jnp.concatenate([sorted_rows[1:], jnp.zeros_like(sorted_rows[:1])])
-        m_right, v_right, mu_right = right[:, 0], right[:, 2], right[:, 3]
+        m_right, c_right_point, v_right, mu_right = (
+            right[:, 0],
+            right[:, 1],
+            right[:, 2],
+            right[:, 3],
+        )
         nxt = jnp.concatenate([order[1:], order[:1]])
         jump = k_valid & (right[:, 4] > 0) & (nxt != k_index + 1)
         denominator = kmu - mu_right
@@ -161,11 +181,8 @@ class ExactEnvelope(AbstractUpperEnvelope):
         crossing = jnp.clip(crossing, km, jnp.maximum(km, m_right))
         crossing = jnp.where(jump, crossing, 0.0)
         value = kv + kmu * (crossing - km)
-        # Consumption of each branch extended to the crossing (the branch's next or
-        # previous savings point gives its slope).
-        rows = jnp.stack([jnp.where(jnp.isfinite(m), m, 0.0), c], axis=1)
-        c_left = _extend(rows, k_index, k_index + 1, crossing)
-        c_right = _extend(rows, nxt - 1, nxt, crossing)
+        c_left = kc + (crossing - km) * k_forward
+        c_right = c_right_point + (crossing - m_right) * right[:, 6]
         # Slots: kept point p, then (if p jumps) the crossing with the left and the right
         # branch's consumption. Already sorted by m; compact the invalid slots away.
         slot_m = jnp.stack([km, crossing, crossing], axis=1).reshape(-1)
@@ -182,19 +199,6 @@ class ExactEnvelope(AbstractUpperEnvelope):
         rows = jnp.stack([slot_m, slot_c, slot_v, slot_mu], axis=1)[compact]
         padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], rows.dtype)
         return jnp.where(valid, rows, padding), jnp.sum(valid, dtype=jnp.int32)
-
-
-def _extend(rows, i, j, x):
-    """Consumption on the line through savings points `i` and `j` (clipped), at `x`;
-    `rows` holds `(m, c)` per savings point, so each point is one gather."""
-    n = rows.shape[0]
-    i = jnp.clip(i, 0, n - 1)
-    j = jnp.clip(j, 0, n - 1)
-    (m_i, c_i), (m_j, c_j) = rows[i].T, rows[j].T
-    width = m_j - m_i
-    ok = (width != 0) & (i != j)
-    safe = jnp.where(ok, width, 1.0)
-    return jnp.where(ok, c_i + (x - m_i) * (c_j - c_i) / safe, c_i)
 
 
 def count_at_or_below(points: Array, x: Array) -> Array:
