@@ -17,7 +17,7 @@ FLOWS = [
 
 def test_main_flows_pass_runtime_type_checks():
     completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *FLOWS],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *FLOWS],
         cwd=ROOT,
         env={**os.environ, "LCM_EQX_TYPECHECK": "1", "MPLBACKEND": "Agg"},
         capture_output=True,

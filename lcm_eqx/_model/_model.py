@@ -614,6 +614,7 @@ def _initial_conditions(
                 raise InvalidInitialConditionsError(message)
             checks.require(_xp(values).all(_xp(values).isfinite(values)), message)
             states[state] = values.astype(dtype)
+    checks.enforce()
     return regime, states, entry
 
 
