@@ -100,10 +100,11 @@ def _grid_label(grid: AbstractGrid) -> str:
 
 
 def with_batch_size(model, axis: str, batch_size: int):
-    """A copy of `model` in which every grid named `axis` has `batch_size` (splay)."""
-    from ._model._model import Model
-    from ._model._regime import Regime
+    """A copy of `model` in which every grid named `axis` has `batch_size` (splay).
 
+    Regimes keep everything else (their solvers included); the copy is built with the
+    model's own class, so this layer needs no import of `Model`.
+    """
     found = False
     regimes = {}
     for name, regime in model.regimes.items():
@@ -112,19 +113,10 @@ def with_batch_size(model, axis: str, batch_size: int):
             if axis in group:
                 group[axis] = _with_knob(group[axis], batch_size)
                 found = True
-        regimes[name] = Regime(
-            functions=regime.functions,
-            states=states,
-            actions=actions,
-            state_transitions=regime.state_transitions,
-            transition=regime.transition,
-            constraints=regime.constraints,
-            active=regime.active,
-            taste_shocks=regime.taste_shocks,
-        )
+        regimes[name] = regime.replace(states=states, actions=actions)
     if not found:
         raise LcmError(f"with_batch_size: no regime has a state or action named {axis!r}.")
-    return Model(
+    return type(model)(
         regimes, model.n_periods, regime_ids=model.regime_ids, ages=model.ages, solver=model.solver
     )
 

@@ -342,9 +342,9 @@ def _fsync_directory(directory: Path) -> None:
 
 def load(path, model, kind: str) -> Any:
     """Read the `kind` object saved at `path`, checking it against `model`."""
-    from ._model._model import Model
+    from ._model._plan import ModelPlan  # the plan, not Model: lower layers never import it
 
-    if not isinstance(model, Model):
+    if not isinstance(getattr(model, "plan", None), ModelPlan):
         raise LcmError(
             f"{_LOADERS[kind]}: model must be the lcm_eqx Model the file was saved from, got "
             f"{type(model).__name__}."

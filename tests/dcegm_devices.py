@@ -72,7 +72,7 @@ def collectives(model, params, validate):
     for shape, kind in COLLECTIVE.findall(text.compile().as_text()):
         dims = re.findall(r"\[([\d,]*)\]", shape)
         size = 1
-        for dim in (dims[0].split(",") if dims and dims[0] else []):
+        for dim in dims[0].split(",") if dims and dims[0] else []:
             size *= int(dim)
         found.append([kind, size])
     return found

@@ -333,3 +333,38 @@ def test_sharded_permanent_type_needs_no_collective():
     assert result["spec"][-1] == "skill"
     assert result["unvalidated"] == []
     assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])
+
+
+def test_with_batch_size_keeps_the_regime_solvers():
+    model, params, solution = solved(3, 0.1)
+    splayed = model.with_batch_size("wealth", 30)
+    assert isinstance(splayed.solvers["working"], lcm.DCEGM)
+    np.testing.assert_allclose(
+        splayed.solve(params).values["working"], solution.values["working"], rtol=0, atol=1e-12
+    )
+
+
+def test_lower_layers_do_not_import_model():
+    """Only the façade and `_model/_model.py` import `Model` at run time; the layers below
+    it (solve, simulate, estimation, persistence, plotting, describe) at most for types."""
+    import ast
+    from pathlib import Path
+
+    package = Path(lcm.__file__).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        if path.name == "__init__.py" or path.relative_to(package).as_posix() == "_model/_model.py":
+            continue
+        tree = ast.parse(path.read_text())
+        typing_only = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                typing_only |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and id(node) not in typing_only
+                and (node.module or "").endswith("_model._model")
+            ):
+                offenders.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert offenders == []
