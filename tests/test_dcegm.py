@@ -368,3 +368,31 @@ def test_lower_layers_do_not_import_model():
             ):
                 offenders.append(f"{path.relative_to(package)}:{node.lineno}")
     assert offenders == []
+
+
+def test_user_inverse_marginal_utility_matches_newton():
+    savings = lcm.IrregSpacedGrid(points=[40.0 * (i / 149) ** 2 for i in range(150)])
+    fast = stochastic_model(
+        lcm.DCEGM(
+            state="wealth",
+            action="consumption",
+            savings=savings,
+            inverse_marginal_utility=lambda marginal_utility, risk_aversion: (
+                marginal_utility ** (-1.0 / risk_aversion)
+            ),
+        )
+    )
+    _, newton = stochastic_dcegm()
+    np.testing.assert_allclose(
+        fast.solve(STOCHASTIC_PARAMS).values["alive"], newton.values["alive"], atol=1e-10
+    )
+    wrong = stochastic_model(
+        lcm.DCEGM(
+            state="wealth",
+            action="consumption",
+            savings=savings,
+            inverse_marginal_utility=lambda marginal_utility, curvature: marginal_utility,
+        )
+    )
+    with pytest.raises(lcm.InvalidParamsError, match="'curvature'"):
+        wrong.solve(STOCHASTIC_PARAMS)

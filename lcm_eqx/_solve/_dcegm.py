@@ -19,6 +19,7 @@ implicit function theorem), not through the iterations.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from .._errors import ModelInitializationError
+from .._errors import InvalidParamsError, ModelInitializationError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._dag import Evaluator, transitive_inputs
 from .._model._plan import ModelPlan, RegimePlan
@@ -66,6 +67,12 @@ class DCEGM(AbstractSolver):
             `ExactEnvelope()`).
         newton_steps: Newton iterations that invert marginal utility (one is exact for
             CRRA utility).
+        inverse_marginal_utility: optional fast path: a function returning the
+            consumption whose marginal utility is `marginal_utility`. Its arguments are
+            resolved by name: `marginal_utility`, the regime's discrete states and
+            actions, `period`, `age`, and the parameters of `utility` (e.g.
+            `lambda marginal_utility, risk_aversion: marginal_utility ** (-1 /
+            risk_aversion)`). Without it, Newton's method inverts `u'` numerically.
 
     The regime must have exactly one continuous state (`state`) and one continuous
     action (`action`); its utility must depend on `action` and not on `state`; the next
@@ -87,6 +94,7 @@ class DCEGM(AbstractSolver):
     savings: AbstractContinuousGrid
     upper_envelope: AbstractUpperEnvelope = ExactEnvelope()
     newton_steps: int = eqx.field(static=True, default=6)
+    inverse_marginal_utility: Callable | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         for name in ("state", "action"):
@@ -104,6 +112,13 @@ class DCEGM(AbstractSolver):
             raise ModelInitializationError(
                 f"DCEGM: upper_envelope must be an AbstractUpperEnvelope, got "
                 f"{self.upper_envelope!r}."
+            )
+        if self.inverse_marginal_utility is not None and not callable(
+            self.inverse_marginal_utility
+        ):
+            raise ModelInitializationError(
+                f"DCEGM: inverse_marginal_utility must be a function or None, got "
+                f"{self.inverse_marginal_utility!r}."
             )
         if not isinstance(self.newton_steps, int) or self.newton_steps < 1:
             raise ModelInitializationError(
@@ -248,7 +263,7 @@ class DCEGM(AbstractSolver):
         )
         q = beta * marginal_expected
         cap = jax.lax.stop_gradient(marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype)))
-        consumption = self._invert(marginal, jnp.maximum(q, cap))
+        consumption = self._invert(problem, discrete, marginal, jnp.maximum(q, cap))
         m = savings + consumption
         v = _plus_discounted(utility(consumption), beta, expected)
         mu = marginal(consumption)
@@ -282,9 +297,34 @@ class DCEGM(AbstractSolver):
 
         return jnp.vectorize(utility), _marginal(utility)
 
-    def _invert(self, marginal: Callable[[Array], Array], q: Array) -> Array:
-        """`c` with `u'(c) = q`, by Newton's method on `log u'(exp(x)) = log q`."""
-        return invert_marginal(marginal, q, self.newton_steps)
+    def _invert(
+        self,
+        problem: RegimeProblem,
+        discrete: dict[str, Array],
+        marginal: Callable[[Array], Array],
+        q: Array,
+    ) -> Array:
+        """`c` with `u'(c) = q`: the user's inverse, or Newton's method on
+        `log u'(exp(x)) = log q`."""
+        if self.inverse_marginal_utility is None:
+            return invert_marginal(marginal, q, self.newton_steps)
+        inputs = problem.inputs(discrete)
+        utility_params = problem.params.get("utility", {})
+        kwargs = {}
+        for name in inspect.signature(self.inverse_marginal_utility).parameters:
+            if name == "marginal_utility":
+                kwargs[name] = q
+            elif name in inputs:
+                kwargs[name] = inputs[name]
+            elif name in utility_params:
+                kwargs[name] = utility_params[name]
+            else:
+                raise InvalidParamsError(
+                    f"Regime {problem.regime.name!r}: DCEGM's inverse_marginal_utility takes "
+                    f"{name!r}, which is neither 'marginal_utility', a discrete state or "
+                    "action of the regime, 'period'/'age', nor a parameter of its utility."
+                )
+        return jnp.asarray(self.inverse_marginal_utility(**kwargs), q.dtype)
 
     # ------------------------------------------------------------------ reading
     def values_on(self, problem: RegimeProblem, grid: EndogenousGrid, nodes: Array) -> Array:
