@@ -396,3 +396,14 @@ def test_user_inverse_marginal_utility_matches_newton():
     )
     with pytest.raises(lcm.InvalidParamsError, match="'curvature'"):
         wrong.solve(STOCHASTIC_PARAMS)
+
+
+def test_parameter_array_read_out_of_bounds_is_an_error():
+    """A survival array shorter than the horizon is not clamped silently (DC-EGM reads it
+    in its own expectation step)."""
+    savings = lcm.IrregSpacedGrid(points=[40.0 * (i / 49) ** 2 for i in range(50)])
+    model = stochastic_model(lcm.DCEGM(state="wealth", action="consumption", savings=savings))
+    short = {**STOCHASTIC_PARAMS, "survival_probability": jnp.array([0.99, 0.97])}
+    with pytest.raises(lcm.InvalidParamsError, match=r"'next_regime', period 2.*survival"):
+        model.solve(short)
+    assert np.all(np.isfinite(model.solve(short, validate="off").values["alive"][3]))

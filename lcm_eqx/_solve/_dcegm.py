@@ -450,6 +450,19 @@ def expected_at_savings(
         violations[f"next_{state_name}:savings"] = jnp.where(
             jnp.abs(along) <= 1e-6 * scale, 0.0, jnp.abs(along)
         )
+    if checks and problem.index_checks:
+        # Parameter arrays read out of bounds (JAX would clamp): the utility and its
+        # helpers are evaluated here only for their checks; the transitions were above.
+        evaluate(regime.utility)
+        for key, failed in evaluate.index_errors.items():
+            if key not in problem.index_checks:
+                continue
+            if problem._is_transition(key):
+                failed = failed & problem._before_last_period()
+            check = problem.index_checks[key]
+            violations[check] = jnp.maximum(
+                violations.get(check, 0.0), jnp.asarray(failed, a.dtype)
+            )
     expected = jnp.asarray(0.0, a.dtype)
     marginal = jnp.asarray(0.0, a.dtype)
     unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
