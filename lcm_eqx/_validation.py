@@ -132,6 +132,15 @@ def _savings(f: Failure) -> str:
     )
 
 
+def _limit(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, constraint {f.function!r}, period {f.period}: DCEGM takes the "
+        "borrowing limit from the first point of its savings grid, but this constraint does "
+        "not bind there (it forbids saving exactly that much, or allows saving less). Make "
+        "savings[0] the lowest savings the constraint allows."
+    )
+
+
 def _index(f: Failure) -> str:
     detail = f.check.partition(":")[2].partition(":")[2]
     return (
@@ -150,6 +159,7 @@ CHECKS: dict[str, CheckKind] = {
     "finite": CheckKind(NaNError, _finite),
     "nan": CheckKind(NaNError, _nan),
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
+    "limit": CheckKind(ModelInitializationError, _limit),  # DCEGM's borrowing limit
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds
     # A check whose message is fixed when it is traced (passed to `enforce` as `texts`).
     "initial": CheckKind(InvalidInitialConditionsError, lambda f: f.check),

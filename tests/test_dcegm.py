@@ -407,3 +407,17 @@ def test_parameter_array_read_out_of_bounds_is_an_error():
     with pytest.raises(lcm.InvalidParamsError, match=r"'next_regime', period 2.*survival"):
         model.solve(short)
     assert np.all(np.isfinite(model.solve(short, validate="off").values["alive"][3]))
+
+
+def test_borrowing_limit_must_match_the_savings_grid():
+    """A savings grid that starts above the constraint's limit would silently solve a
+    model with less borrowing than written: an error, as is one that starts below it."""
+    for start in (1.0, -1.0):
+        points = [start + (40.0 - start) * (i / 29) ** 2 for i in range(30)]
+        model = stochastic_model(
+            lcm.DCEGM(
+                state="wealth", action="consumption", savings=lcm.IrregSpacedGrid(points=points)
+            )
+        )
+        with pytest.raises(lcm.ModelInitializationError, match="constraint 'borrowing'"):
+            model.solve(STOCHASTIC_PARAMS)

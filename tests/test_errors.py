@@ -1310,6 +1310,21 @@ CASES = [
         ["'working'", "'next_wealth'", "savings", "GridSearch"],
         id="solve-dcegm-next-state-not-through-savings",
     ),
+    pytest.param(
+        lambda: solve(
+            PARAMS,
+            lcm.Model(
+                **model_kwargs(
+                    working=working_regime(
+                        solver=_dcegm(savings=lcm.LinSpacedGrid(start=-5.0, stop=10.0, n_points=5))
+                    )
+                )
+            ),
+        ),
+        M,
+        ["'working'", "constraint 'borrowing'", "borrowing limit", "savings"],
+        id="solve-dcegm-savings-below-the-borrowing-constraint",
+    ),
 ]
 
 

@@ -103,7 +103,9 @@ def solve_model(
                         period + 1,
                         age_of(ages, period + 1),
                     )
-                checks[name] = (*problem.checks, *solver.extra_checks) if validate else ()
+                checks[name] = (
+                    (*problem.checks, *solver.extra_checks(plan.regimes[name])) if validate else ()
+                )
                 value, check, policy = solver.solve_period(problem)
                 current[name] = place(name, value.astype(dtype))
                 if policy is not None:

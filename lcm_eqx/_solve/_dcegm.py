@@ -79,7 +79,8 @@ class DCEGM(AbstractSolver):
     value of `state` must depend on `state` and `action` only through `state − action`;
     the regime transition and the discrete state transitions must not depend on either.
     Constraints that involve `state` or `action` are the borrowing limit, which the
-    method takes from `savings` (its first point). Any number of discrete actions and
+    method takes from `savings` (its first point): when solving, each must allow saving
+    exactly `savings[0]` and forbid saving less. Any number of discrete actions and
     discrete, process and Markov states, taste shocks and stochastic regime transitions
     work as with `GridSearch`.
 
@@ -192,9 +193,22 @@ class DCEGM(AbstractSolver):
                 if state != self.state and not target_plan.grids[state].is_discrete:
                     fail(f"the regime it can move to, {target!r}, has another continuous state.")
 
-    @property
-    def extra_checks(self) -> tuple[str, ...]:
-        return (f"next_{self.state}:savings",)
+    def extra_checks(self, regime: RegimePlan) -> tuple[str, ...]:
+        # The law of motion of `state` must go through savings, and each constraint on
+        # `state` or `action` must bind exactly at the savings grid's first point.
+        return (
+            f"next_{self.state}:savings",
+            *(f"{key}:limit" for key in self._limit_constraints(regime)),
+        )
+
+    def _limit_constraints(self, regime: RegimePlan) -> tuple[str, ...]:
+        """The constraints that involve `state` or `action` (the borrowing limit)."""
+        continuous = {self.state, self.action}
+        return tuple(
+            key
+            for key, constraint in regime.constraints.items()
+            if transitive_inputs(constraint, regime.helpers) & continuous
+        )
 
     # ------------------------------------------------------------------ solve
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
@@ -202,7 +216,7 @@ class DCEGM(AbstractSolver):
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
         savings = self.savings.to_jax()
-        checks = (*problem.checks, *self.extra_checks) if problem.validate else ()
+        checks = (*problem.checks, *self.extra_checks(regime)) if problem.validate else ()
 
         def at_discrete_state(z: dict[str, Array], readers: dict[str, ContinuationReader]):
             def at_choice(d: dict[str, Array]):
@@ -247,11 +261,28 @@ class DCEGM(AbstractSolver):
         feasible = jnp.asarray(True)
         reference = jnp.asarray(REFERENCE_ACTION, savings.dtype)
         at_limit = {**discrete, self.state: savings[0] + reference, self.action: reference}
-        for constraint in problem.regime.constraints.values():
-            if transitive_inputs(constraint, problem.regime.helpers) & {self.state, self.action}:
-                continue  # the borrowing limit: savings[0]
-            evaluate = problem.evaluator(at_limit)
-            feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
+        limits = self._limit_constraints(problem.regime)
+        evaluate = problem.evaluator(at_limit)
+        for key, constraint in problem.regime.constraints.items():
+            if key not in limits:  # constraints on discrete variables: is the choice allowed
+                feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
+        # The borrowing limit is savings[0]: each constraint on the state or the action
+        # must allow saving exactly that and forbid saving a little less (else the model
+        # solved would not be the one written).
+        limit_violations = {}
+        if checks:
+            below = {
+                **at_limit,
+                self.state: at_limit[self.state] - 1e-6 * (1.0 + jnp.abs(savings[0])),
+            }
+            evaluate_below = problem.evaluator(below)
+            for key in limits:
+                constraint = problem.regime.constraints[key]
+                allowed = jnp.asarray(evaluate(constraint)).astype(bool)
+                allowed_below = jnp.asarray(evaluate_below(constraint)).astype(bool)
+                limit_violations[f"{key}:limit"] = jnp.where(
+                    feasible & ~(allowed & ~allowed_below), 1.0, 0.0
+                )
 
         def at_savings(a):
             return expected_at_savings(
@@ -281,6 +312,10 @@ class DCEGM(AbstractSolver):
             safe_m, consumption, safe_v, mu, constrained_value, marginal
         )
         violations = jnp.max(violations, axis=0)
+        if limit_violations:
+            position = {name: i for i, name in enumerate(checks)}
+            for name, flag in limit_violations.items():
+                violations = violations.at[position[name]].max(flag.astype(violations.dtype))
         return {
             "nodes": nodes,
             "count": count,

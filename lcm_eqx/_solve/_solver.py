@@ -53,9 +53,8 @@ class AbstractSolver(eqx.Module):
     def check(self, model: ModelPlan, regime: RegimePlan) -> None:
         """Raise `ModelInitializationError` if `regime` is outside the solver's class."""
 
-    @property
-    def extra_checks(self) -> tuple[str, ...]:
-        """Names of the solver's own validation checks, after the problem's."""
+    def extra_checks(self, regime: RegimePlan) -> tuple[str, ...]:
+        """Names of the solver's own validation checks for `regime`, after the problem's."""
         return ()
 
     @abc.abstractmethod
