@@ -138,12 +138,14 @@ class ExactEnvelope(AbstractUpperEnvelope):
 
         # Kept points in order of m (dropped ones last), each with the slope of its branch
         # towards the next and from the previous savings point (dc/dm), which extends the
-        # branch's consumption to a crossing. Dropped points may hold +inf / -inf: zero
-        # them, so that no derivative below meets an infinity (where() would turn its
-        # 0 * inf into NaN).
-        order = jnp.argsort(jnp.where(kept, m, jnp.inf), stable=True)
+        # branch's consumption to a crossing. The optimal savings rise with cash on hand
+        # (u(m − a) + βE[V'](a) has increasing differences in (m, a) for concave u:
+        # Topkis), so the kept points, taken in savings order, are already in order of m:
+        # compacting them needs no sort. Dropped points may hold +inf / -inf: zero them,
+        # so that no derivative below meets an infinity (where() would turn its 0 * inf
+        # into NaN).
+        order, k_valid = _compaction(kept)
         k_index = order
-        k_valid = kept[order]
         finite_m = jnp.where(jnp.isfinite(m), m, 0.0)
         width = finite_m[1:] - finite_m[:-1]
         c_slope = jnp.where(width != 0, (c[1:] - c[:-1]) / jnp.where(width != 0, width, 1.0), 0.0)
@@ -161,6 +163,7 @@ class ExactEnvelope(AbstractUpperEnvelope):
             ],
             axis=1,
         )[order]
+        sorted_rows = jnp.where(k_valid[:, None], sorted_rows, 0.0)
         km, kc, kv, kmu, _, k_forward, _ = sorted_rows.T
 
         # Crossings between consecutive kept points from different branches: each kept
@@ -183,22 +186,33 @@ class ExactEnvelope(AbstractUpperEnvelope):
         value = kv + kmu * (crossing - km)
         c_left = kc + (crossing - km) * k_forward
         c_right = c_right_point + (crossing - m_right) * right[:, 6]
-        # Slots: kept point p, then (if p jumps) the crossing with the left and the right
-        # branch's consumption. Already sorted by m; compact the invalid slots away.
-        slot_m = jnp.stack([km, crossing, crossing], axis=1).reshape(-1)
-        slot_c = jnp.stack([kc, c_left, c_right], axis=1).reshape(-1)
-        slot_v = jnp.stack([kv, value, value], axis=1).reshape(-1)
+        # Rows: each kept point, then the crossing with the left and with the right
+        # branch's consumption where it jumps, else two copies of the point (a zero-width
+        # interval that `read` steps over). Already in order of m; the rows of dropped
+        # points come last, as padding.
         safe_c_left = jnp.where(jump, c_left, 1.0)
         safe_c_right = jnp.where(jump, c_right, 1.0)
-        slot_mu = jnp.stack(
-            [kmu, jnp.where(jump, marginal(safe_c_left), 0.0), marginal(safe_c_right)], axis=1
-        ).reshape(-1)
-        slot_valid = jnp.stack([k_valid, jump, jump], axis=1).reshape(-1)
-        compact = jnp.argsort(jnp.where(slot_valid, jnp.arange(3 * n), 3 * n), stable=True)
-        valid = slot_valid[compact][:, None]
-        rows = jnp.stack([slot_m, slot_c, slot_v, slot_mu], axis=1)[compact]
+        point = jnp.stack([km, kc, kv, kmu], axis=1)
+        left = jnp.stack([crossing, c_left, value, marginal(safe_c_left)], axis=1)
+        right_branch = jnp.stack([crossing, c_right, value, marginal(safe_c_right)], axis=1)
+        left = jnp.where(jump[:, None], left, point)
+        right_branch = jnp.where(jump[:, None], right_branch, point)
+        rows = jnp.stack([point, left, right_branch], axis=1).reshape(3 * n, 4)
+        valid = jnp.repeat(k_valid, 3)[:, None]
         padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], rows.dtype)
-        return jnp.where(valid, rows, padding), jnp.sum(valid, dtype=jnp.int32)
+        return jnp.where(valid, rows, padding), 3 * jnp.sum(k_valid, dtype=jnp.int32)
+
+
+def _compaction(keep: Array) -> tuple[Array, Array]:
+    """Indices that gather the entries where `keep` holds to the front, in order, and
+    which output positions are filled: a stable compaction. Output position `i` takes
+    the first entry whose running count of kept entries exceeds `i`, found by one dense
+    comparison (an argsort would do the same at several times the cost, and a scatter
+    compiles to several XLA kernels)."""
+    n = keep.shape[0]
+    running = jnp.cumsum(keep)
+    source = jnp.sum(running[None, :] <= jnp.arange(n)[:, None], axis=1)
+    return jnp.minimum(source, n - 1).astype(jnp.int32), jnp.arange(n) < running[-1]
 
 
 def count_at_or_below(points: Array, x: Array) -> Array:
