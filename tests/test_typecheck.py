@@ -12,6 +12,10 @@ FLOWS = [
     "tests/test_stochastic_oracle.py",
     "tests/test_taste_shocks.py",
     "tests/test_estimation.py",
+    # DC-EGM: solve, simulate, Euler errors and the likelihood gradient.
+    "tests/test_dcegm.py::test_simulated_agents_make_the_analytical_decisions",
+    "tests/test_dcegm.py::test_euler_errors_are_far_below_grid_search",
+    "tests/test_dcegm.py::test_log_likelihood_gradient_with_dcegm_regimes",
 ]
 
 

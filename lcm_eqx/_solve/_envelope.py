@@ -55,8 +55,8 @@ class EndogenousGrid(eqx.Module):
     count: Int[Array, "..."]
     continuation0: Float[Array, "..."]
     feasible: Array
-    borrowing_limit: Float[Array, ""]
-    status: Int[Array, ""]
+    borrowing_limit: Float[Array, "..."]
+    status: Int[Array, "..."]
 
     @property
     def m(self) -> Array:
