@@ -334,14 +334,12 @@ def _outer(dims: list[tuple[Array, Array]], n: int, dtype) -> tuple[Array, Array
 
 
 def _scatter(shape: tuple[int, ...], indices: Array, weights: Array) -> Array:
-    dtype = weights.dtype
+    """Add `weights` (any shape) at `indices` (that shape, then one axis of state codes)."""
     if not shape:
-        return jnp.sum(weights).astype(dtype)
-    flat_indices = indices.reshape(-1, len(shape))
-    return (
-        jnp.zeros(shape, dtype)
-        .at[tuple(flat_indices[:, i] for i in range(len(shape)))]
-        .add(weights.reshape(-1))
+        return jnp.sum(weights)
+    flat = indices.reshape(-1, len(shape))
+    return jnp.zeros(shape, weights.dtype).at[tuple(flat[:, i] for i in range(len(shape)))].add(
+        weights.reshape(-1)
     )
 
 
@@ -412,10 +410,8 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
                 for target, (indices, weights) in flows.items():
                     lead = node_mass.reshape(node_mass.shape + (1,) * (weights.ndim - n_lead))
                     moved = weights * lead
-                    flat_w = moved.reshape(-1, weights.shape[-1])
-                    flat_i = indices.reshape(-1, *indices.shape[n_lead:])
                     incoming[target] = incoming[target] + _scatter(
-                        incoming[target].shape, flat_i, flat_w
+                        incoming[target].shape, indices, moved
                     )
             record.update(choice=choice, actions=actions, state_values=state_values)
             return (incoming, next_exited, next_stranded), record
