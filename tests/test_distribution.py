@@ -109,7 +109,7 @@ def test_mass_is_conserved_and_never_negative():
 
 def test_mass_follows_a_numpy_oracle():
     """Push the mass by hand from the distribution's choices and policies at the nodes."""
-    model, _, dist = small_distribution()
+    _model, _, dist = small_distribution()
     p = lc.PARAMS
     wealth = np.linspace(0.5, 30.0, 60)
     income, transition = (np.asarray(a) for a in lcm.rouwenhorst(3, 0.9, 0.2))
@@ -151,7 +151,7 @@ def test_choices_are_the_solutions_choice_probabilities():
 
 
 def test_initial_mass_as_arrays_jit_and_vmap():
-    model, solution = solved()
+    model, _solution = solved()
     start = np.zeros((60, 3))
     start[5, 1] = 1.0
 
@@ -204,9 +204,9 @@ def test_gradients_of_moments_match_finite_differences(path):
     gradient = jax.jit(jax.grad(moment))(lc.PARAMS)
     x = float(_get(lc.PARAMS, path))
     h = 1e-5 * max(abs(x), 0.1)
-    fd = (
-        objective(_set(lc.PARAMS, path, x + h)) - objective(_set(lc.PARAMS, path, x - h))
-    ) / (2 * h)
+    fd = (objective(_set(lc.PARAMS, path, x + h)) - objective(_set(lc.PARAMS, path, x - h))) / (
+        2 * h
+    )
     g = float(_get(gradient, path))
     assert abs(g - float(fd)) <= 1e-5 * abs(float(fd)) + 1e-9, (g, float(fd))
 

@@ -1,8 +1,8 @@
 """Estimation helpers: conditional choice probabilities, likelihoods, moments."""
 
 from ._choice import choice_probabilities, discrete_values
-from ._distribution import Distribution
 from ._data import ChoiceData, InvalidDataError, prepare_data
+from ._distribution import Distribution
 from ._euler import euler_errors
 from ._likelihood import best_continuous_actions, choice_moments, log_likelihood
 

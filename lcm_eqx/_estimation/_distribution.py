@@ -161,7 +161,9 @@ class Distribution(eqx.Module):
                 )
         return self.expect(_equal(name, code), regime)
 
-    def expect(self, fn: Callable[..., Any], regime: str | None = None) -> Float[Array, " n_periods"]:
+    def expect(
+        self, fn: Callable[..., Any], regime: str | None = None
+    ) -> Float[Array, " n_periods"]:
         """The mean of `fn` by period, over the regimes that have all its arguments.
 
         Args:
@@ -201,7 +203,9 @@ class Distribution(eqx.Module):
         having = [
             lay
             for lay in layouts
-            if all(n in (*lay.states, *lay.discrete_actions, *lay.continuous_actions) for n in names)
+            if all(
+                n in (*lay.states, *lay.discrete_actions, *lay.continuous_actions) for n in names
+            )
         ]
         if not having:
             where = f"regime {regime!r}" if regime is not None else "any regime"
@@ -279,7 +283,7 @@ def layouts(plan: ModelPlan) -> tuple[RegimeLayout, ...]:
 
 
 # ------------------------------------------------------------------------- initial mass
-def bin_initial(plan: ModelPlan, regime: Array, states: Mapping[str, Array]) -> dict[str, Array]:
+def bin_initial(plan: ModelPlan, regime: Array, states: Mapping[str, Any]) -> dict[str, Array]:
     """Each subject's mass `1/n` on its regime's state grid.
 
     Discrete and process states by their code; a continuous state onto the two nodes
@@ -338,8 +342,10 @@ def _scatter(shape: tuple[int, ...], indices: Array, weights: Array) -> Array:
     if not shape:
         return jnp.sum(weights)
     flat = indices.reshape(-1, len(shape))
-    return jnp.zeros(shape, weights.dtype).at[tuple(flat[:, i] for i in range(len(shape)))].add(
-        weights.reshape(-1)
+    return (
+        jnp.zeros(shape, weights.dtype)
+        .at[tuple(flat[:, i] for i in range(len(shape)))]
+        .add(weights.reshape(-1))
     )
 
 
@@ -361,9 +367,7 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
 
         def step(carry, period, segment=segment):
             mass, exited, stranded = carry
-            incoming = {
-                name: jnp.zeros(m.shape, dtype) for name, m in mass.items()
-            }
+            incoming = {name: jnp.zeros(m.shape, dtype) for name, m in mass.items()}
             next_exited, next_stranded = exited, stranded
             record: dict[str, Any] = {"mass": mass, "exited": exited, "stranded": stranded}
             choice, actions, state_values = {}, {}, {}
@@ -445,7 +449,9 @@ def _choices(solver, problem: RegimeProblem, state) -> tuple[Array, dict[str, Ar
     regime = problem.regime
     if isinstance(solver, DCEGM):
         discrete_states = {s: state[s] for s in regime.states if s != solver.state}
-        v_d, c_d = solver.choice_values(problem, problem.policy, state[solver.state], discrete_states)
+        v_d, c_d = solver.choice_values(
+            problem, problem.policy, state[solver.state], discrete_states
+        )
         return v_d, {solver.action: c_d}
     # Grid search: locate the best continuous action per discrete action without
     # derivatives, then evaluate `q` there again (the value's derivative is that of the

@@ -20,12 +20,12 @@ from .._errors import (
     LcmError,
     ModelInitializationError,
 )
+from .._estimation._distribution import Distribution, bin_initial, forward
 from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from .._logging import log_time, logger, timed
 from .._pandas import coerce_params
 from .._persistence import model_structure, with_model_structure
 from .._progress import progress_mode
-from .._estimation._distribution import Distribution, bin_initial, forward
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import (
     draw_checks,

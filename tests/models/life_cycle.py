@@ -74,7 +74,9 @@ def build(n_periods=6, n_wealth=60, n_savings=80, top=30.0, solver="dcegm"):
     consumption = lcm.LinSpacedGrid(0.05, top, 200)
     income = lcm.RouwenhorstGrid(n_points=3)
     if solver == "dcegm":
-        savings = lcm.IrregSpacedGrid(points=[top * (i / (n_savings - 1)) ** 2 for i in range(n_savings)])
+        savings = lcm.IrregSpacedGrid(
+            points=[top * (i / (n_savings - 1)) ** 2 for i in range(n_savings)]
+        )
         chosen = lcm.DCEGM(state="wealth", action="consumption", savings=savings)
     else:
         chosen = lcm.GridSearch()
