@@ -162,7 +162,7 @@ def test_initial_mass_as_arrays_jit_and_vmap():
     eager = moment(lc.PARAMS)
     np.testing.assert_allclose(eager[0], np.linspace(0.5, 30.0, 60)[5])
     np.testing.assert_allclose(jax.jit(moment)(lc.PARAMS), eager, rtol=1e-12)
-    batch = {**lc.PARAMS, "wage": jnp.asarray([2.0, 2.5])}
+    batch = {**lc.PARAMS, "wage": jnp.asarray([2.1, 2.5])}
     vmapped = jax.vmap(moment, in_axes=({k: (0 if k == "wage" else None) for k in batch},))(batch)
     np.testing.assert_allclose(vmapped[0], eager, rtol=1e-10)
     assert float(vmapped[1][-1]) > float(eager[-1])

@@ -60,7 +60,9 @@ PARAMS = {
     "interest_rate": 0.03,
     "risk_aversion": 2.0,
     "disutility_of_work": 0.05,
-    "wage": 2.0,
+    # Not 2.0: then a worker who consumes everything at median income lands exactly on a
+    # wealth node, where the distribution has a kink in the wage (see docs/estimation.md).
+    "wage": 2.1,
     "pension": 0.8,
     "taste_shock_scale": 0.02,
     "survival_probability": jnp.array([0.99, 0.98, 0.96, 0.93, 0.9]),
