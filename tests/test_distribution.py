@@ -248,7 +248,7 @@ def test_bad_input_raises():
         dist.share("wealth", 1)
     with pytest.raises(lcm.LcmError, match="not a label"):
         dist.share("labor", "sleep")
-    with pytest.raises(lcm.LcmError, match="not all states or actions"):
+    with pytest.raises(lcm.LcmError, match="not all states, actions or functions"):
         dist.mean("savings")
 
 
@@ -286,3 +286,20 @@ def test_grid_search_gradients_where_smooth(path):
     )
     g = float(_get(gradient, path))
     assert abs(g - float(fd)) <= 1e-5 * abs(float(fd)) + 1e-9, (g, float(fd))
+
+
+def test_moments_of_functions():
+    _, _, dist = small_distribution()
+    p = lc.PARAMS
+    income = np.exp(np.asarray(dist.state_values["working"]["income"]))  # (T, 3)
+    # labor_income = wage · exp(income) when working: its mean over workers' mass.
+    weight = np.asarray(dist.mass["working"])[..., None] * np.asarray(dist.choice["working"])
+    earned = p["wage"] * income[:, None, :, None] * (np.arange(2) == 0)
+    expected = np.sum(weight * earned, axis=(1, 2, 3)) / np.sum(weight, axis=(1, 2, 3))
+    np.testing.assert_allclose(dist.mean("labor_income"), expected, rtol=1e-12)
+    np.testing.assert_allclose(
+        dist.expect(lambda labor_income, consumption: labor_income - consumption, "working"),
+        dist.mean("labor_income") - dist.mean("consumption", "working"),
+        rtol=1e-10,
+    )
+    assert np.all(np.isfinite(np.asarray(dist.mean("utility"))[:-1]))

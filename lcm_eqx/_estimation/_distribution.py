@@ -55,6 +55,7 @@ class RegimeLayout(eqx.Module):
     states: tuple[str, ...] = eqx.field(static=True)
     discrete_actions: tuple[str, ...] = eqx.field(static=True)
     continuous_actions: tuple[str, ...] = eqx.field(static=True)
+    functions: tuple[str, ...] = eqx.field(static=True)
     labels: tuple[tuple[str, tuple[str, ...]], ...] = eqx.field(static=True)
 
 
@@ -73,6 +74,9 @@ class Distribution(eqx.Module):
             none; 0 at nodes with no feasible action).
         actions: `actions[regime][name]`, same shape as `choice`: each continuous action
             at each node for each discrete action (the solver's policy).
+        functions: `functions[regime][name]`, same shape as `choice`: `utility` and each
+            entry of the regime's `functions` that returns a scalar, at each node and
+            discrete action with its continuous actions.
         state_values: `state_values[regime][state]` of shape `(n_periods, n_points)`:
             the values user functions see at the nodes (process states: their nodes).
         exited: `(n_periods,)`: mass that has left through terminal regimes before
@@ -90,6 +94,7 @@ class Distribution(eqx.Module):
     mass: dict[str, Array]
     choice: dict[str, Array]
     actions: dict[str, dict[str, Array]]
+    functions: dict[str, dict[str, Array]]
     state_values: dict[str, dict[str, Array]]
     exited: Array
     stranded: Array
@@ -122,10 +127,11 @@ class Distribution(eqx.Module):
         return _ratio(jnp.sum(mass.reshape(mass.shape[0], -1), axis=1), self.total())
 
     def mean(self, name: str, regime: str | None = None) -> Float[Array, " n_periods"]:
-        """The mean of a state or action by period, over the regimes that have it.
+        """The mean of a state, action or function by period, over the regimes that have it.
 
         Args:
-            name: a state or action (a discrete one's mean is that of its codes).
+            name: a state or action (a discrete one's mean is that of its codes), or a
+                scalar entry of a regime's `functions` (e.g. `"labor_income"`).
             regime: only this regime (default: every regime that has `name`).
 
         Returns:
@@ -167,7 +173,8 @@ class Distribution(eqx.Module):
         """The mean of `fn` by period, over the regimes that have all its arguments.
 
         Args:
-            fn: a function whose arguments are states and actions by name (e.g.
+            fn: a function whose arguments are states, actions and scalar entries of
+                the regime's `functions` by name (e.g.
                 `lambda wealth, consumption: consumption / wealth`); it is called on
                 arrays broadcast over the grid nodes and discrete actions, and must
                 broadcast like a NumPy ufunc.
@@ -204,12 +211,15 @@ class Distribution(eqx.Module):
             lay
             for lay in layouts
             if all(
-                n in (*lay.states, *lay.discrete_actions, *lay.continuous_actions) for n in names
+                n in (*lay.states, *lay.discrete_actions, *lay.continuous_actions, *lay.functions)
+                for n in names
             )
         ]
         if not having:
             where = f"regime {regime!r}" if regime is not None else "any regime"
-            raise LcmError(f"Distribution: {list(names)} are not all states or actions of {where}.")
+            raise LcmError(
+                f"Distribution: {list(names)} are not all states, actions or functions of {where}."
+            )
         return having
 
     def _weight(self, layout: RegimeLayout) -> Array:
@@ -232,7 +242,9 @@ class Distribution(eqx.Module):
             shape = [1] * ndim
             shape[axis] = n
             return jnp.arange(n).reshape(shape)
-        return self.actions[layout.name][name]
+        if name in layout.continuous_actions:
+            return self.actions[layout.name][name]
+        return self.functions[layout.name][name]
 
 
 def _identity(name: str) -> Callable[..., Any]:
@@ -261,8 +273,9 @@ def _ratio(numerator: Array, denominator: Array) -> Array:
 
 
 # ---------------------------------------------------------------------------- layouts
-def layouts(plan: ModelPlan) -> tuple[RegimeLayout, ...]:
-    """The static axis structure of each regime's arrays."""
+def layouts(plan: ModelPlan, functions: Mapping[str, Any]) -> tuple[RegimeLayout, ...]:
+    """The static axis structure of each regime's arrays (`functions`: by regime, the
+    names of the functions evaluated at the nodes)."""
     out = []
     for name, regime in plan.regimes.items():
         labels = tuple(
@@ -276,6 +289,7 @@ def layouts(plan: ModelPlan) -> tuple[RegimeLayout, ...]:
                 states=regime.states,
                 discrete_actions=regime.discrete_actions,
                 continuous_actions=regime.continuous_actions,
+                functions=tuple(functions[name]),
                 labels=labels,
             )
         )
@@ -356,7 +370,6 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
     plan: ModelPlan = model.plan
     resolved = resolve_params(plan, params)
     dtype = jnp.zeros(()).dtype
-    n_regimes = len(plan.regimes)
     records = []
     carry = (
         {name: jnp.asarray(m, dtype) for name, m in initial.items()},
@@ -370,35 +383,42 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
             incoming = {name: jnp.zeros(m.shape, dtype) for name, m in mass.items()}
             next_exited, next_stranded = exited, stranded
             record: dict[str, Any] = {"mass": mass, "exited": exited, "stranded": stranded}
-            choice, actions, state_values = {}, {}, {}
+            choice, actions, functions, state_values = {}, {}, {}, {}
             for name, regime_plan in plan.regimes.items():
                 shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
                 d_shape = tuple(regime_plan.grids[d].n_points for d in regime_plan.discrete_actions)
+                problem = regime_problem(model, resolved, name, period, values, policies)
+                solver = model.solvers[name]
+                targets = () if regime_plan.is_terminal else regime_plan.targets
+
+                def at_node(state, problem=problem, solver=solver, targets=targets):
+                    return _node(plan, solver, problem, state, targets)
+
                 if name not in segment.regimes:
-                    # Inactive this period: any mass here has nowhere to go.
+                    # Inactive this period: any mass here has nowhere to go. (The arrays
+                    # keep their shapes, empty, so that the segments line up.)
                     next_stranded = next_stranded + jnp.sum(mass[name])
-                    choice[name] = jnp.zeros((*shape, *d_shape), dtype)
-                    actions[name] = {
-                        a: jnp.full((*shape, *d_shape), jnp.nan, dtype)
-                        for a in regime_plan.continuous_actions
-                    }
+                    shapes = jax.eval_shape(
+                        lambda at_node=at_node, problem=problem: lift(at_node, problem.state_axes)[
+                            :3
+                        ]
+                    )
+                    p, chosen, named = jax.tree.map(
+                        lambda x: jnp.full(x.shape, jnp.nan, x.dtype), shapes
+                    )
+                    choice[name] = jnp.zeros_like(p)
+                    actions[name], functions[name] = chosen, named
                     state_values[name] = {
                         s: _node_values(None, regime_plan, s, dtype) for s in regime_plan.states
                     }
                     continue
-                problem = regime_problem(model, resolved, name, period, values, policies)
-                solver = model.solvers[name]
                 state_values[name] = {
                     s: _node_values(problem, regime_plan, s, dtype) for s in regime_plan.states
                 }
-                targets = () if regime_plan.is_terminal else regime_plan.targets
-
-                def at_node(state, problem=problem, solver=solver, targets=targets):
-                    return _node(plan, solver, problem, state, targets, n_regimes)
-
-                p, chosen, (flows, lost) = lift(at_node, problem.state_axes)
+                p, chosen, named, (flows, lost) = lift(at_node, problem.state_axes)
                 choice[name] = p
                 actions[name] = chosen
+                functions[name] = named
                 node_mass = mass[name].reshape(shape + (1,) * len(d_shape)) * p
                 if regime_plan.is_terminal:
                     next_exited = next_exited + jnp.sum(mass[name])
@@ -417,7 +437,9 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
                     incoming[target] = incoming[target] + _scatter(
                         incoming[target].shape, indices, moved
                     )
-            record.update(choice=choice, actions=actions, state_values=state_values)
+            record.update(
+                choice=choice, actions=actions, functions=functions, state_values=state_values
+            )
             return (incoming, next_exited, next_stranded), record
 
         periods = jnp.arange(segment.start, segment.stop, dtype=jnp.int32)
@@ -428,10 +450,11 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
         mass=stacked["mass"],
         choice=stacked["choice"],
         actions=stacked["actions"],
+        functions=stacked["functions"],
         state_values=stacked["state_values"],
         exited=stacked["exited"],
         stranded=stacked["stranded"],
-        layouts=layouts(plan),
+        layouts=layouts(plan, stacked["functions"]),
     )
 
 
@@ -481,8 +504,12 @@ def _size(shape: tuple[int, ...]) -> int:
     return size
 
 
-def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, n_regimes: int):
-    """Choice probabilities, continuous actions and outflows of one grid node.
+def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets):
+    """Choice probabilities, continuous actions, the regime's functions and outflows of
+    one grid node.
+
+    Functions: `utility` and every entry of the regime's `functions` that returns a
+    scalar, at the node and each discrete action with its continuous actions.
 
     Outflows per unit of mass taking each discrete action: `{target: (indices (*D, K,
     n_target_states), weights (*D, K))}`, and the probability `(*D)` of a regime that
@@ -499,9 +526,23 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, n_reg
     else:
         p = choice_weights(flat, scale)
     p = p.reshape(d_shape)
-    if not targets:
-        return p, chosen, ({}, jnp.zeros(d_shape, p.dtype))
     d_names = regime.discrete_actions
+
+    def named_at(i):
+        codes = jnp.unravel_index(i, d_shape) if d_shape else ()
+        continuous = {k: v.reshape(-1)[i] for k, v in chosen.items()}
+        evaluate = problem.evaluator(
+            {**state, **dict(zip(d_names, codes, strict=True)), **continuous}
+        )
+        out = {"utility": jnp.asarray(evaluate(regime.utility))}
+        for key, function in regime.helpers.items():
+            out[key] = jnp.asarray(evaluate(function))
+        return {k: v.astype(p.dtype) for k, v in out.items() if v.shape == ()}
+
+    named = jax.vmap(named_at)(jnp.arange(_size(d_shape)))
+    named = {k: v.reshape(d_shape) for k, v in named.items()}
+    if not targets:
+        return p, chosen, named, ({}, jnp.zeros(d_shape, p.dtype))
 
     def per_choice(i):
         codes = jnp.unravel_index(i, d_shape) if d_shape else ()
@@ -541,5 +582,4 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, n_reg
 
     flows, lost = jax.vmap(per_choice)(jnp.arange(_size(d_shape)))
     flows, lost = jax.tree.map(lambda x: x.reshape((*d_shape, *x.shape[1:])), (flows, lost))
-    return p, chosen, (flows, lost)
-    return p, chosen, flows
+    return p, chosen, named, (flows, lost)
