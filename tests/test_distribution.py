@@ -303,3 +303,21 @@ def test_moments_of_functions():
         rtol=1e-10,
     )
     assert np.all(np.isfinite(np.asarray(dist.mean("utility"))[:-1]))
+
+
+def test_sharded_permanent_type_gives_the_same_distribution():
+    """4 host devices: a sharded skill that never transitions gives the unsharded mass,
+    and the mass stays split over the devices along skill."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("distribution_devices.py")
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert report["difference"] <= 1e-14
+    assert report["spec"][-1] == "skill"

@@ -44,6 +44,7 @@ from .._model._plan import ModelPlan
 from .._solve._axes import lift
 from .._solve._dcegm import DCEGM, choice_weights
 from .._solve._kernel import RegimeProblem
+from .._solve._sharding import ShardingPlan, is_identity_transition, sharding_plan
 from .._solve._solver import _q_on_action_grid, taste_shock_scale
 from ._choice import regime_problem
 
@@ -370,6 +371,16 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
     plan: ModelPlan = model.plan
     resolved = resolve_params(plan, params)
     dtype = jnp.zeros(()).dtype
+    sharding = sharding_plan(plan)  # None unless some state has distributed=True
+
+    def place(name: str, array: Array) -> Array:
+        """Constrain a regime's mass (state axes, then any more) to its sharding."""
+        if sharding is None:
+            return array
+        states = plan.regimes[name].states
+        return sharding.constrain(array, (*states, *(None,) * (array.ndim - len(states))))
+
+    initial = {name: place(name, jnp.asarray(m, dtype)) for name, m in initial.items()}
     records = []
     carry = (
         {name: jnp.asarray(m, dtype) for name, m in initial.items()},
@@ -434,9 +445,16 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
                 for target, (indices, weights) in flows.items():
                     lead = node_mass.reshape(node_mass.shape + (1,) * (weights.ndim - n_lead))
                     moved = weights * lead
-                    incoming[target] = incoming[target] + _scatter(
-                        incoming[target].shape, indices, moved
+                    joint = _joint_states(sharding, regime_plan, plan.regimes[target])
+                    arriving = _push(
+                        incoming[target].shape,
+                        plan.regimes[target].states,
+                        regime_plan.states,
+                        indices,
+                        moved,
+                        joint,
                     )
+                    incoming[target] = place(target, incoming[target] + arriving)
             record.update(
                 choice=choice, actions=actions, functions=functions, state_values=state_values
             )
@@ -456,6 +474,50 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
         stranded=stacked["stranded"],
         layouts=layouts(plan, stacked["functions"]),
     )
+
+
+def _joint_states(sharding: ShardingPlan | None, regime, target) -> tuple[str, ...]:
+    """Sharded states that never transition from `regime` and that `target` has: their
+    mass stays at its own code, so it is pushed per code (on its own device)."""
+    if sharding is None:
+        return ()
+    return tuple(
+        s
+        for s in regime.states
+        if sharding.is_sharded(s) and s in target.states and is_identity_transition(regime, s)
+    )
+
+
+def _push(
+    shape: tuple[int, ...],
+    target_states: tuple[str, ...],
+    source_states: tuple[str, ...],
+    indices: Array,
+    moved: Array,
+    joint: tuple[str, ...],
+) -> Array:
+    """The mass `moved` `(*source states, ...)` arriving at `indices` on the target grid.
+
+    The `joint` states keep their code: the scatter is mapped over their axes (sliced
+    alike in source and target), so a sharded one needs no communication.
+    """
+    if not joint:
+        return _scatter(shape, indices, moved)
+    source_axes = [source_states.index(s) for s in joint]
+    target_axes = [target_states.index(s) for s in joint]
+    front = list(range(len(joint)))
+    moved = jnp.moveaxis(moved, source_axes, front)
+    indices = jnp.moveaxis(indices, source_axes, front)
+    kept = [i for i, s in enumerate(target_states) if s not in joint]
+    indices = indices[..., jnp.asarray(kept, dtype=jnp.int32)]
+    reduced = tuple(shape[i] for i in kept)
+
+    def scatter(index, weight):
+        return _scatter(reduced, index, weight)
+
+    for _ in joint:
+        scatter = jax.vmap(scatter)
+    return jnp.moveaxis(scatter(indices, moved), front, target_axes)
 
 
 def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) -> Array:
