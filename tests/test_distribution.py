@@ -307,7 +307,8 @@ def test_moments_of_functions():
 
 def test_sharded_permanent_type_gives_the_same_distribution():
     """4 host devices: a sharded skill that never transitions gives the unsharded mass,
-    and the mass stays split over the devices along skill."""
+    the mass stays split over the devices along skill, and the compiled forward pass
+    moves nothing between devices."""
     import json
     import subprocess
     import sys
@@ -321,3 +322,4 @@ def test_sharded_permanent_type_gives_the_same_distribution():
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert report["difference"] <= 1e-14
     assert report["spec"][-1] == "skill"
+    assert report["collectives"] == []

@@ -41,7 +41,7 @@ from .._errors import LcmError
 from .._grids import AbstractContinuousGrid
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
-from .._solve._axes import lift
+from .._solve._axes import Carried, lift
 from .._solve._dcegm import DCEGM, choice_weights
 from .._solve._kernel import RegimeProblem
 from .._solve._sharding import ShardingPlan, is_identity_transition, sharding_plan
@@ -402,18 +402,14 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
                 solver = model.solvers[name]
                 targets = () if regime_plan.is_terminal else regime_plan.targets
 
-                def at_node(state, problem=problem, solver=solver, targets=targets):
-                    return _node(plan, solver, problem, state, targets)
+                def over_nodes(problem=problem, solver=solver, targets=targets):
+                    return _over_nodes(plan, solver, problem, targets)
 
                 if name not in segment.regimes:
                     # Inactive this period: any mass here has nowhere to go. (The arrays
                     # keep their shapes, empty, so that the segments line up.)
                     next_stranded = next_stranded + jnp.sum(mass[name])
-                    shapes = jax.eval_shape(
-                        lambda at_node=at_node, problem=problem: lift(at_node, problem.state_axes)[
-                            :3
-                        ]
-                    )
+                    shapes = jax.eval_shape(lambda over_nodes=over_nodes: over_nodes()[:3])
                     p, chosen, named = jax.tree.map(
                         lambda x: jnp.full(x.shape, jnp.nan, x.dtype), shapes
                     )
@@ -426,7 +422,7 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
                 state_values[name] = {
                     s: _node_values(problem, regime_plan, s, dtype) for s in regime_plan.states
                 }
-                p, chosen, named, (flows, lost) = lift(at_node, problem.state_axes)
+                p, chosen, named, (flows, lost) = over_nodes()
                 choice[name] = p
                 actions[name] = chosen
                 functions[name] = named
@@ -530,14 +526,9 @@ def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) 
 
 
 def _choices(solver, problem: RegimeProblem, state) -> tuple[Array, dict[str, Array]]:
-    """`v_d` and the continuous actions of each discrete action at a grid node."""
+    """`v_d` and the continuous actions of each discrete action at a grid node, for a
+    pointwise solver (`DCEGM` regimes are read on the whole grid: `_over_nodes`)."""
     regime = problem.regime
-    if isinstance(solver, DCEGM):
-        discrete_states = {s: state[s] for s in regime.states if s != solver.state}
-        v_d, c_d = solver.choice_values(
-            problem, problem.policy, state[solver.state], discrete_states
-        )
-        return v_d, {solver.action: c_d}
     # Grid search: locate the best continuous action per discrete action without
     # derivatives, then evaluate `q` there again (the value's derivative is that of the
     # maximising element).
@@ -566,7 +557,33 @@ def _size(shape: tuple[int, ...]) -> int:
     return size
 
 
-def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets):
+def _over_nodes(plan: ModelPlan, solver, problem: RegimeProblem, targets):
+    """`_node` at every node of the regime's state grid (outputs: state axes first).
+
+    A `DCEGM` regime's choices are read off its endogenous grids for all discrete states
+    at once, then mapped jointly with the state axes (`Carried`): each node sees its own
+    slice, so a sharded state's policy is read on its own device.
+    """
+    if not isinstance(solver, DCEGM):
+        return lift(lambda state: _node(plan, solver, problem, state, targets), problem.state_axes)
+    axis = next(a for a in problem.state_axes if a.name == solver.state)
+    v, c = lift(
+        lambda point: solver.choice_values(problem, problem.policy, point[solver.state]), (axis,)
+    )
+    position = problem.regime.states.index(solver.state)
+    v, c = jnp.moveaxis(v, 0, position), jnp.moveaxis(c, 0, position)
+    n_d = len(problem.regime.discrete_actions)
+    labels = (*problem.regime.states, *(None,) * n_d)
+    carried = {"values": Carried(v, labels), "consumption": Carried(c, labels)}
+
+    def at(state, arrays):
+        choices = (arrays["values"], {solver.action: arrays["consumption"]})
+        return _node(plan, solver, problem, state, targets, choices)
+
+    return lift(at, problem.state_axes, carried=carried)
+
+
+def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choices=None):
     """Choice probabilities, continuous actions, the regime's functions and outflows of
     one grid node.
 
@@ -578,7 +595,7 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets):
     cannot be reached.
     """
     regime = problem.regime
-    v_d, chosen = _choices(solver, problem, state)
+    v_d, chosen = _choices(solver, problem, state) if choices is None else choices
     d_shape = v_d.shape
     flat = v_d.reshape(-1)
     scale = taste_shock_scale(problem)
