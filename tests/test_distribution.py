@@ -173,6 +173,18 @@ def test_initial_mass_as_arrays_jit_and_vmap():
     assert float(vmapped[1][-1]) > float(eager[-1])
 
 
+def test_new_parameter_values_do_not_recompile():
+    from lcm_eqx._estimation._distribution import forward
+
+    model, solution = solved()
+    initial = initial_conditions(20)
+    model.distribution(lc.PARAMS, initial, solution)
+    before = forward._cache_size()
+    other = {**lc.PARAMS, "wage": 2.2}
+    model.distribution(other, initial, model.solve(other))
+    assert forward._cache_size() == before
+
+
 GRADIENT_PARAMS = [
     ("discount_factor",),
     ("disutility_of_work",),
