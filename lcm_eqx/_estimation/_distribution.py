@@ -196,10 +196,10 @@ class Distribution(eqx.Module):
                 jnp.asarray(fn(**{n: self._values(layout, n) for n in names})), weight.shape
             )
             n_periods = weight.shape[0]
-            # A zero weight makes any value (an infeasible node's -inf or NaN) drop out.
-            numerator = numerator + jnp.sum(
-                jnp.where(weight > 0, weight * values, 0.0).reshape(n_periods, -1), axis=1
-            )
+            # A zero weight makes any value (an infeasible choice's -inf or NaN) drop
+            # out, its derivative included.
+            values = jnp.where(weight > 0, values, 0.0)
+            numerator = numerator + jnp.sum((weight * values).reshape(n_periods, -1), axis=1)
             denominator = denominator + jnp.sum(weight.reshape(n_periods, -1), axis=1)
         return _ratio(numerator, denominator)
 
@@ -380,10 +380,9 @@ def forward(model, params, values, policies, initial: dict[str, Array]) -> Distr
         states = plan.regimes[name].states
         return sharding.constrain(array, (*states, *(None,) * (array.ndim - len(states))))
 
-    initial = {name: place(name, jnp.asarray(m, dtype)) for name, m in initial.items()}
     records = []
     carry = (
-        {name: jnp.asarray(m, dtype) for name, m in initial.items()},
+        {name: place(name, jnp.asarray(m, dtype)) for name, m in initial.items()},
         jnp.zeros((), dtype),
         jnp.zeros((), dtype),
     )
