@@ -335,3 +335,33 @@ def test_sharded_permanent_type_gives_the_same_distribution():
     assert report["difference"] <= 1e-14
     assert report["spec"][-1] == "skill"
     assert report["collectives"] == []
+
+
+def test_retirement_model_gradients_match_finite_differences():
+    # The moments the calibration example fits (share working, mean wealth), which move
+    # strongly with the disutility of work and the taste-shock scale.
+    # Measured: relative errors 4e-11 .. 7e-10.
+    model = retirement.build(4, n_wealth=60, taste_shocks=True, solver=retirement.dcegm(60))
+    params = {**retirement.PARAMS, "taste_shock_scale": 0.3}
+    initial = {"regime": jnp.zeros(10, dtype=int), "wealth": jnp.linspace(5.0, 100.0, 10)}
+
+    def moment(p):
+        dist = model.distribution(p, initial, validate="off")
+        return jnp.sum(dist.share("labor", "work")[:-1]) + jnp.sum(dist.mean("wealth")) / 100
+
+    gradient = jax.jit(jax.grad(moment))(params)
+    objective = jax.jit(moment)
+    for name in (
+        "discount_factor",
+        "disutility_of_work",
+        "wage",
+        "taste_shock_scale",
+        "interest_rate",
+    ):
+        h = 1e-5 * max(abs(params[name]), 0.1)
+        fd = (
+            objective({**params, name: params[name] + h})
+            - objective({**params, name: params[name] - h})
+        ) / (2 * h)
+        assert abs(float(fd)) > 0.05, name
+        assert abs(float(gradient[name]) - float(fd)) <= 1e-6 * abs(float(fd)), name
