@@ -21,6 +21,7 @@ from ._errors import ModelInitializationError as ModelInitializationError  # noq
 from ._errors import NaNError as NaNError  # noqa: E402
 from ._errors import SavedFileError as SavedFileError  # noqa: E402
 from ._estimation import ChoiceData as ChoiceData  # noqa: E402
+from ._estimation import Distribution as Distribution  # noqa: E402
 from ._estimation import best_continuous_actions as best_continuous_actions  # noqa: E402
 from ._estimation import choice_moments as choice_moments  # noqa: E402
 from ._estimation import choice_probabilities as choice_probabilities  # noqa: E402

@@ -20,6 +20,7 @@ from .._errors import (
     LcmError,
     ModelInitializationError,
 )
+from .._estimation._distribution import Distribution, bin_initial, forward
 from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from .._logging import log_time, logger, timed
 from .._pandas import coerce_params
@@ -329,6 +330,89 @@ class Model(eqx.Module):
                 stacklevel=2,
             )
         return self._result(record)
+
+    def distribution(
+        self,
+        params: Params,
+        initial: InitialConditions | Mapping[str, Any],
+        solution: Solution | None = None,
+        *,
+        validate: str = "raise",
+    ) -> Distribution:
+        """The exact distribution over the regimes' state grids in every period.
+
+        Mass is pushed through the solution's policies (non-stochastic simulation, no
+        draws): see `Distribution` for the moments, and docs/estimation.md. A pure
+        function of `params`: `jax.grad` of a moment flows back to them.
+
+        Args:
+            params: the parameters.
+            initial: either initial conditions like `simulate`'s (a dict of arrays or a
+                DataFrame with `"regime"` and the states; each subject's mass `1/n` is
+                put on the two grid nodes around its continuous state with
+                linear-interpolation weights, beyond the grid on the end node), or a
+                dict `{regime: mass}` of arrays of the regime's state shape (missing
+                regimes start empty), summing to 1 over all regimes.
+            solution: a solution of this model with these params; `None` solves first.
+            validate: passed to `solve` when `solution` is None.
+        """
+        params = _plain_dicts(coerce_params(params))
+        _check_validate(validate)
+        check_params(self.plan, params)
+        mass = self._initial_mass(params, initial)
+        if solution is None:
+            solution = self.solve(params, validate=validate)
+        elif not isinstance(solution, Solution):
+            raise LcmError(
+                f"distribution: solution must be a Solution from model.solve, got "
+                f"{type(solution).__name__}."
+            )
+        if mass is None:
+            regime, states, entry = _initial_conditions(
+                self.plan, initial, self.ages, lambda: _process_nodes(self.plan, params)
+            )
+            if np.any(np.asarray(entry) != 0):
+                raise InvalidInitialConditionsError(
+                    "distribution: every subject must start in period 0 (an 'age' entry "
+                    "other than the first age is not supported)."
+                )
+            mass = bin_initial(self.plan, jnp.asarray(regime), states)
+        return forward(self, params, solution.values, solution.policies, mass)
+
+    def _initial_mass(self, params, initial) -> dict[str, Any] | None:
+        """`initial` as mass arrays by regime, or None when it is initial conditions."""
+        if not isinstance(initial, Mapping) or "regime" in initial:
+            return None
+        unknown = [k for k in initial if k not in self.plan.regimes]
+        if unknown:
+            raise InvalidInitialConditionsError(
+                f"distribution: initial must be initial conditions (with a 'regime' entry) "
+                f"or a dict of mass arrays by regime; {unknown} are not regimes "
+                f"({list(self.plan.regimes)})."
+            )
+        dtype = jnp.zeros(()).dtype
+        mass = {}
+        for name, regime in self.plan.regimes.items():
+            shape = tuple(regime.grids[s].n_points for s in regime.states)
+            if name not in initial:
+                mass[name] = jnp.zeros(shape, dtype)
+                continue
+            array = jnp.asarray(initial[name], dtype)
+            if array.shape != shape:
+                raise InvalidInitialConditionsError(
+                    f"distribution: initial[{name!r}] has shape {array.shape}, expected {shape} "
+                    f"(the grids of {list(regime.states)})."
+                )
+            mass[name] = array
+        if not is_traced(mass):
+            total = sum(float(np.sum(np.asarray(m))) for m in mass.values())
+            negative = any(bool(np.any(np.asarray(m) < 0)) for m in mass.values())
+            if negative or abs(total - 1.0) > 1e-9:
+                raise InvalidInitialConditionsError(
+                    f"distribution: the initial mass must be >= 0 and sum to 1, got a sum of "
+                    f"{total!r}{' and negative entries' if negative else ''}."
+                )
+        return mass
 
     def _result(self, record) -> SimulationResult:
         plan = self.plan

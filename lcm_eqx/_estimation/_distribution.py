@@ -1,0 +1,663 @@
+"""The exact forward distribution over the state grid (non-stochastic simulation).
+
+Young's (2010) method: instead of drawing subjects, probability mass on the nodes of
+each regime's state grid is pushed through the solution's policies. In period `t`, the
+mass at a node is split over the discrete actions by their choice probabilities
+(`softmax(v_d / λ)` with taste shocks, the argmax without), then over next period's
+regimes by the regime transition probabilities, then onto the target regime's grid:
+a discrete next state by its code or its Markov / process probabilities, the continuous
+next state onto the two nodes around it with linear-interpolation weights.
+
+Mass that a continuous next state would put beyond the ends of the target grid is kept
+at the end node (the interpolation weight is clipped to `[0, 1]`); nothing is
+renormalised. Mass that leaves the model is accounted for: `exited` holds the mass that
+has left through terminal regimes (a subject in a terminal regime gets one period
+there, as in `simulate`), `stranded` the mass at nodes with no feasible action, in
+regimes inactive in that period, or sent to a regime that cannot be reached (all three
+are errors of the model that `solve`'s checks report; the array makes them visible
+here too). In every period `sum of mass + exited + stranded` equals the initial mass.
+
+With taste shocks and an endogenous-grid solver (`DCEGM`) every step is smooth in the
+parameters, so moments of the distribution can be differentiated with `jax.grad`. With
+`GridSearch` the continuous actions are points of the action grid: moments then move
+continuously only through parameters that enter the next states given the action
+(wages, interest, the income process), and are piecewise constant in those that move
+the chosen grid point (preferences).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._errors import LcmError
+from .._grids import AbstractContinuousGrid
+from .._model._params import resolve_params
+from .._model._plan import ModelPlan
+from .._solve._axes import Carried, lift
+from .._solve._dcegm import DCEGM, choice_weights
+from .._solve._kernel import RegimeProblem
+from .._solve._sharding import ShardingPlan, is_identity_transition, sharding_plan
+from .._solve._solver import _q_on_action_grid, taste_shock_scale
+from ._choice import regime_problem
+
+
+class RegimeLayout(eqx.Module):
+    """The axes of one regime's arrays in a `Distribution` (static structure)."""
+
+    name: str = eqx.field(static=True)
+    states: tuple[str, ...] = eqx.field(static=True)
+    discrete_actions: tuple[str, ...] = eqx.field(static=True)
+    continuous_actions: tuple[str, ...] = eqx.field(static=True)
+    functions: tuple[str, ...] = eqx.field(static=True)
+    labels: tuple[tuple[str, tuple[str, ...]], ...] = eqx.field(static=True)
+
+
+class Distribution(eqx.Module):
+    """The exact distribution of a model's population over its state grids, by period.
+
+    Built by `model.distribution(params, initial)`. All arrays are JAX arrays of the
+    parameters, so `jax.grad` of any moment flows back to `params`.
+
+    Attributes:
+        mass: `mass[regime]` of shape `(n_periods, *state shape)`: the mass at each node
+            of the regime's state grid at the start of each period (states in
+            declaration order; a regime without states has shape `(n_periods,)`).
+        choice: `choice[regime]` of shape `(n_periods, *state shape, *discrete actions)`:
+            the probability of each discrete action at each node (1 where a regime has
+            none; 0 at nodes with no feasible action).
+        actions: `actions[regime][name]`, same shape as `choice`: each continuous action
+            at each node for each discrete action (the solver's policy).
+        functions: `functions[regime][name]`, same shape as `choice`: `utility` and each
+            entry of the regime's `functions` that returns a scalar, at each node and
+            discrete action with its continuous actions.
+        state_values: `state_values[regime][state]` of shape `(n_periods, n_points)`:
+            the values user functions see at the nodes (process states: their nodes).
+        exited: `(n_periods,)`: mass that has left through terminal regimes before
+            each period.
+        stranded: `(n_periods,)`: mass lost before each period at nodes with no feasible
+            action, in inactive regimes or to unreachable regimes (0 in a valid model).
+        layouts: the axis names of each regime's arrays.
+
+    Example:
+        >>> dist = model.distribution(params, {"regime": regimes, "wealth": wealth})
+        >>> dist.mean("wealth")                 # (n_periods,)
+        >>> dist.share("labor", Labor.work)     # (n_periods,)
+    """
+
+    mass: dict[str, Array]
+    choice: dict[str, Array]
+    actions: dict[str, dict[str, Array]]
+    functions: dict[str, dict[str, Array]]
+    state_values: dict[str, dict[str, Array]]
+    exited: Array
+    stranded: Array
+    layouts: tuple[RegimeLayout, ...] = eqx.field(static=True)
+
+    def _layout(self, regime: str) -> RegimeLayout:
+        for layout in self.layouts:
+            if layout.name == regime:
+                return layout
+        raise LcmError(
+            f"Distribution: unknown regime {regime!r}; the regimes are "
+            f"{[lay.name for lay in self.layouts]}."
+        )
+
+    def total(self) -> Float[Array, " n_periods"]:
+        """The mass in the model's regimes at the start of each period."""
+        return sum(
+            (jnp.sum(m.reshape(m.shape[0], -1), axis=1) for m in self.mass.values()),
+            start=jnp.zeros_like(self.exited),
+        )
+
+    def regime_share(self, regime: str) -> Float[Array, " n_periods"]:
+        """The share of the mass present in each period that is in `regime`.
+
+        Args:
+            regime: the regime's name.
+        """
+        self._layout(regime)
+        mass = self.mass[regime]
+        return _ratio(jnp.sum(mass.reshape(mass.shape[0], -1), axis=1), self.total())
+
+    def mean(self, name: str, regime: str | None = None) -> Float[Array, " n_periods"]:
+        """The mean of a state, action or function by period, over the regimes that have it.
+
+        Args:
+            name: a state or action (a discrete one's mean is that of its codes), or a
+                scalar entry of a regime's `functions` (e.g. `"labor_income"`).
+            regime: only this regime (default: every regime that has `name`).
+
+        Returns:
+            An array `(n_periods,)`; NaN in periods where no mass has `name`.
+        """
+        return self.expect(_identity(name), regime)
+
+    def share(self, name: str, value: Any, regime: str | None = None) -> Float[Array, " n_periods"]:
+        """The share with a discrete state or action equal to `value`, by period.
+
+        Args:
+            name: a discrete state or action.
+            value: its code, label or `IntEnum` member.
+            regime: only this regime (default: every regime that has `name`).
+        """
+        layouts = self._having((name,), regime)
+        labels = dict(layouts[0].labels)
+        if name not in labels:
+            raise LcmError(f"Distribution.share: {name!r} is not a discrete state or action.")
+        if isinstance(value, str) and not isinstance(value, int):
+            if value not in labels[name]:
+                raise LcmError(
+                    f"Distribution.share: {value!r} is not a label of {name!r}; its labels "
+                    f"are {list(labels[name])}."
+                )
+            code = labels[name].index(value)
+        else:
+            code = int(value)
+            if not 0 <= code < len(labels[name]):
+                raise LcmError(
+                    f"Distribution.share: code {code} is outside 0..{len(labels[name]) - 1} "
+                    f"for {name!r}."
+                )
+        return self.expect(_equal(name, code), regime)
+
+    def expect(
+        self, fn: Callable[..., Any], regime: str | None = None
+    ) -> Float[Array, " n_periods"]:
+        """The mean of `fn` by period, over the regimes that have all its arguments.
+
+        Args:
+            fn: a function whose arguments are states, actions and scalar entries of
+                the regime's `functions` by name (e.g.
+                `lambda wealth, consumption: consumption / wealth`); it is called on
+                arrays broadcast over the grid nodes and discrete actions, and must
+                broadcast like a NumPy ufunc.
+            regime: only this regime (default: every regime that has `fn`'s arguments).
+
+        Returns:
+            An array `(n_periods,)`: `sum(weight * fn) / sum(weight)` with weight the mass
+            at each node times the probability of each discrete action; NaN in periods
+            where that mass is 0.
+        """
+        names = tuple(inspect.signature(fn).parameters)
+        layouts = self._having(names, regime)
+        numerator = jnp.zeros_like(self.exited)
+        denominator = jnp.zeros_like(self.exited)
+        for layout in layouts:
+            weight = self._weight(layout)
+            values = jnp.broadcast_to(
+                jnp.asarray(fn(**{n: self._values(layout, n) for n in names})), weight.shape
+            )
+            n_periods = weight.shape[0]
+            # A zero weight makes any value (an infeasible choice's -inf or NaN) drop
+            # out, its derivative included.
+            values = jnp.where(weight > 0, values, 0.0)
+            numerator = numerator + jnp.sum((weight * values).reshape(n_periods, -1), axis=1)
+            denominator = denominator + jnp.sum(weight.reshape(n_periods, -1), axis=1)
+        return _ratio(numerator, denominator)
+
+    def _having(self, names: tuple[str, ...], regime: str | None) -> list[RegimeLayout]:
+        if regime is not None:
+            layouts = [self._layout(regime)]
+        else:
+            layouts = list(self.layouts)
+        having = [
+            lay
+            for lay in layouts
+            if all(
+                n in (*lay.states, *lay.discrete_actions, *lay.continuous_actions, *lay.functions)
+                for n in names
+            )
+        ]
+        if not having:
+            where = f"regime {regime!r}" if regime is not None else "any regime"
+            raise LcmError(
+                f"Distribution: {list(names)} are not all states, actions or functions of {where}."
+            )
+        return having
+
+    def _weight(self, layout: RegimeLayout) -> Array:
+        mass = self.mass[layout.name]
+        n_d = len(layout.discrete_actions)
+        return mass.reshape(mass.shape + (1,) * n_d) * self.choice[layout.name]
+
+    def _values(self, layout: RegimeLayout, name: str) -> Array:
+        n_s, n_d = len(layout.states), len(layout.discrete_actions)
+        ndim = 1 + n_s + n_d
+        if name in layout.states:
+            values = self.state_values[layout.name][name]
+            axis = 1 + layout.states.index(name)
+            shape = [values.shape[0]] + [1] * (ndim - 1)
+            shape[axis] = values.shape[1]
+            return values.reshape(shape)
+        if name in layout.discrete_actions:
+            axis = 1 + n_s + layout.discrete_actions.index(name)
+            n = self.choice[layout.name].shape[axis]
+            shape = [1] * ndim
+            shape[axis] = n
+            return jnp.arange(n).reshape(shape)
+        if name in layout.continuous_actions:
+            return self.actions[layout.name][name]
+        return self.functions[layout.name][name]
+
+
+def _identity(name: str) -> Callable[..., Any]:
+    def value(**kwargs):
+        return kwargs[name]
+
+    value.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)]
+    )
+    return value
+
+
+def _equal(name: str, code: int) -> Callable[..., Any]:
+    def value(**kwargs):
+        return (kwargs[name] == code).astype(float)
+
+    value.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)]
+    )
+    return value
+
+
+def _ratio(numerator: Array, denominator: Array) -> Array:
+    safe = jnp.where(denominator > 0, denominator, 1.0)
+    return jnp.where(denominator > 0, numerator / safe, jnp.nan)
+
+
+# ---------------------------------------------------------------------------- layouts
+def layouts(plan: ModelPlan, functions: Mapping[str, Any]) -> tuple[RegimeLayout, ...]:
+    """The static axis structure of each regime's arrays (`functions`: by regime, the
+    names of the functions evaluated at the nodes)."""
+    out = []
+    for name, regime in plan.regimes.items():
+        labels = tuple(
+            (v, tuple(getattr(regime.grids[v], "labels", ())))
+            for v in (*regime.states, *regime.actions)
+            if regime.grids[v].is_discrete
+        )
+        out.append(
+            RegimeLayout(
+                name=name,
+                states=regime.states,
+                discrete_actions=regime.discrete_actions,
+                continuous_actions=regime.continuous_actions,
+                functions=tuple(functions[name]),
+                labels=labels,
+            )
+        )
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------- initial mass
+def bin_initial(plan: ModelPlan, regime: Array, states: Mapping[str, Any]) -> dict[str, Array]:
+    """Each subject's mass `1/n` on its regime's state grid.
+
+    Discrete and process states by their code; a continuous state onto the two nodes
+    around it with linear-interpolation weights (beyond the grid: the end node).
+    """
+    dtype = jnp.zeros(()).dtype
+    n = regime.shape[0]
+    mass = {}
+    for name, regime_plan in plan.regimes.items():
+        shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
+        weight = jnp.where(regime == regime_plan.id, 1.0 / n, 0.0).astype(dtype)
+        dims = []
+        for s in regime_plan.states:
+            grid = regime_plan.grids[s]
+            if grid.is_discrete:
+                code = jnp.asarray(states[s]).astype(jnp.int32)
+                dims.append((code[:, None], jnp.ones((n, 1), dtype)))
+            else:
+                dims.append(_interpolation(grid, jnp.asarray(states[s], dtype)))
+        indices, weights = _outer(dims, n, dtype)
+        mass[name] = _scatter(shape, indices, weights * weight[:, None])
+    return mass
+
+
+def _interpolation(grid, x: Array) -> tuple[Array, Array]:
+    """Indices `(..., 2)` and weights `(..., 2)` of `x` on a continuous grid, clipped."""
+    assert isinstance(grid, AbstractContinuousGrid)
+    points = grid.to_jax()
+    lo, w = jax.vmap(lambda v: grid.interval(v, points))(x.reshape(-1))
+    # Beyond the grid the mass stays at the end node (never extrapolated).
+    w = jnp.clip(w, 0.0, 1.0)
+    indices = jnp.stack([lo, lo + 1], axis=-1).reshape((*x.shape, 2))
+    weights = jnp.stack([1.0 - w, w], axis=-1).reshape((*x.shape, 2))
+    return indices.astype(jnp.int32), weights
+
+
+def _outer(dims: list[tuple[Array, Array]], n: int, dtype) -> tuple[Array, Array]:
+    """Per-dimension (indices, weights) `(n, k_i)` → all combinations `(n, K, n_dims)`."""
+    indices = jnp.zeros((n, 1, 0), jnp.int32)
+    weights = jnp.ones((n, 1), dtype)
+    for index, weight in dims:
+        k, big_k = index.shape[1], indices.shape[1]
+        indices = jnp.concatenate(
+            [
+                jnp.repeat(indices, k, axis=1),
+                jnp.tile(index, (1, big_k))[..., None],
+            ],
+            axis=-1,
+        )
+        weights = (weights[:, :, None] * weight[:, None, :]).reshape(n, big_k * k)
+    return indices, weights
+
+
+def _scatter(shape: tuple[int, ...], indices: Array, weights: Array) -> Array:
+    """Add `weights` (any shape) at `indices` (that shape, then one axis of state codes)."""
+    if not shape:
+        return jnp.sum(weights)
+    flat = indices.reshape(-1, len(shape))
+    return (
+        jnp.zeros(shape, weights.dtype)
+        .at[tuple(flat[:, i] for i in range(len(shape)))]
+        .add(weights.reshape(-1))
+    )
+
+
+# ------------------------------------------------------------------------- forward pass
+@functools.partial(jax.jit, static_argnames=("model",))
+def forward(model, params, values, policies, initial: dict[str, Array]) -> Distribution:
+    """Push `initial` (mass per regime on its state grid) through every period."""
+    plan: ModelPlan = model.plan
+    resolved = resolve_params(plan, params)
+    dtype = jnp.zeros(()).dtype
+    sharding = sharding_plan(plan)  # None unless some state has distributed=True
+
+    def place(name: str, array: Array) -> Array:
+        """Constrain a regime's mass (state axes, then any more) to its sharding."""
+        if sharding is None:
+            return array
+        states = plan.regimes[name].states
+        return sharding.constrain(array, (*states, *(None,) * (array.ndim - len(states))))
+
+    records = []
+    carry = (
+        {name: place(name, jnp.asarray(m, dtype)) for name, m in initial.items()},
+        jnp.zeros((), dtype),
+        jnp.zeros((), dtype),
+    )
+    for segment in plan.segments:
+
+        def step(carry, period, segment=segment):
+            mass, exited, stranded = carry
+            incoming = {name: jnp.zeros(m.shape, dtype) for name, m in mass.items()}
+            next_exited, next_stranded = exited, stranded
+            record: dict[str, Any] = {"mass": mass, "exited": exited, "stranded": stranded}
+            choice, actions, functions, state_values = {}, {}, {}, {}
+            for name, regime_plan in plan.regimes.items():
+                shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
+                d_shape = tuple(regime_plan.grids[d].n_points for d in regime_plan.discrete_actions)
+                problem = regime_problem(model, resolved, name, period, values, policies)
+                solver = model.solvers[name]
+                targets = () if regime_plan.is_terminal else regime_plan.targets
+
+                def over_nodes(problem=problem, solver=solver, targets=targets):
+                    return _over_nodes(plan, solver, problem, targets)
+
+                if name not in segment.regimes:
+                    # Inactive this period: any mass here has nowhere to go. (The arrays
+                    # keep their shapes, empty, so that the segments line up.)
+                    next_stranded = next_stranded + jnp.sum(mass[name])
+                    shapes = jax.eval_shape(lambda over_nodes=over_nodes: over_nodes()[:3])
+                    p, chosen, named = jax.tree.map(
+                        lambda x: jnp.full(x.shape, jnp.nan, x.dtype), shapes
+                    )
+                    choice[name] = jnp.zeros_like(p)
+                    actions[name], functions[name] = chosen, named
+                    state_values[name] = {
+                        s: _node_values(None, regime_plan, s, dtype) for s in regime_plan.states
+                    }
+                    continue
+                state_values[name] = {
+                    s: _node_values(problem, regime_plan, s, dtype) for s in regime_plan.states
+                }
+                p, chosen, named, (flows, lost) = over_nodes()
+                choice[name] = p
+                actions[name] = chosen
+                functions[name] = named
+                node_mass = mass[name].reshape(shape + (1,) * len(d_shape)) * p
+                if regime_plan.is_terminal:
+                    next_exited = next_exited + jnp.sum(mass[name])
+                    continue
+                # Mass at nodes without a feasible action: choice probabilities are 0.
+                no_choice = jnp.sum(p.reshape((*shape, -1)), axis=-1) == 0
+                next_stranded = (
+                    next_stranded
+                    + jnp.sum(jnp.where(no_choice, mass[name], 0.0))
+                    + jnp.sum(node_mass * lost)
+                )
+                n_lead = len(shape) + len(d_shape)
+                for target, (indices, weights) in flows.items():
+                    lead = node_mass.reshape(node_mass.shape + (1,) * (weights.ndim - n_lead))
+                    moved = weights * lead
+                    joint = _joint_states(sharding, regime_plan, plan.regimes[target])
+                    arriving = _push(
+                        incoming[target].shape,
+                        plan.regimes[target].states,
+                        regime_plan.states,
+                        indices,
+                        moved,
+                        joint,
+                    )
+                    incoming[target] = place(target, incoming[target] + arriving)
+            record.update(
+                choice=choice, actions=actions, functions=functions, state_values=state_values
+            )
+            return (incoming, next_exited, next_stranded), record
+
+        periods = jnp.arange(segment.start, segment.stop, dtype=jnp.int32)
+        carry, record = jax.lax.scan(step, carry, periods)
+        records.append(record)
+    stacked = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *records)
+    return Distribution(
+        mass=stacked["mass"],
+        choice=stacked["choice"],
+        actions=stacked["actions"],
+        functions=stacked["functions"],
+        state_values=stacked["state_values"],
+        exited=stacked["exited"],
+        stranded=stacked["stranded"],
+        layouts=layouts(plan, stacked["functions"]),
+    )
+
+
+def _joint_states(sharding: ShardingPlan | None, regime, target) -> tuple[str, ...]:
+    """Sharded states that never transition from `regime` and that `target` has: their
+    mass stays at its own code, so it is pushed per code (on its own device)."""
+    if sharding is None:
+        return ()
+    return tuple(
+        s
+        for s in regime.states
+        if sharding.is_sharded(s) and s in target.states and is_identity_transition(regime, s)
+    )
+
+
+def _push(
+    shape: tuple[int, ...],
+    target_states: tuple[str, ...],
+    source_states: tuple[str, ...],
+    indices: Array,
+    moved: Array,
+    joint: tuple[str, ...],
+) -> Array:
+    """The mass `moved` `(*source states, ...)` arriving at `indices` on the target grid.
+
+    The `joint` states keep their code: the scatter is mapped over their axes (sliced
+    alike in source and target), so a sharded one needs no communication.
+    """
+    if not joint:
+        return _scatter(shape, indices, moved)
+    source_axes = [source_states.index(s) for s in joint]
+    target_axes = [target_states.index(s) for s in joint]
+    front = list(range(len(joint)))
+    moved = jnp.moveaxis(moved, source_axes, front)
+    indices = jnp.moveaxis(indices, source_axes, front)
+    kept = [i for i, s in enumerate(target_states) if s not in joint]
+    indices = indices[..., jnp.asarray(kept, dtype=jnp.int32)]
+    reduced = tuple(shape[i] for i in kept)
+
+    def scatter(index, weight):
+        return _scatter(reduced, index, weight)
+
+    for _ in joint:
+        scatter = jax.vmap(scatter)
+    return jnp.moveaxis(scatter(indices, moved), front, target_axes)
+
+
+def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) -> Array:
+    grid = regime_plan.grids[state]
+    if problem is not None and state in problem.process_points:
+        return problem.process_points[state].astype(dtype)
+    if grid.is_discrete:
+        return jnp.arange(grid.n_points).astype(dtype)
+    return grid.to_jax().astype(dtype)
+
+
+def _choices(solver, problem: RegimeProblem, state) -> tuple[Array, dict[str, Array]]:
+    """`v_d` and the continuous actions of each discrete action at a grid node, for a
+    pointwise solver (`DCEGM` regimes are read on the whole grid: `_over_nodes`)."""
+    regime = problem.regime
+    # Grid search: locate the best continuous action per discrete action without
+    # derivatives, then evaluate `q` there again (the value's derivative is that of the
+    # maximising element).
+    n_d = len(regime.discrete_actions)
+    axes = problem.action_axes
+    values = jax.lax.stop_gradient(_q_on_action_grid(problem, state))
+    d_shape, c_shape = values.shape[:n_d], values.shape[n_d:]
+    best = jnp.argmax(values.reshape((*d_shape, -1)), axis=-1)
+    c_index = jnp.unravel_index(best, c_shape) if c_shape else ()
+    chosen = {a.name: a.points[i] for a, i in zip(axes[n_d:], c_index, strict=True)}
+
+    def at(i):
+        codes = jnp.unravel_index(i, d_shape) if d_shape else ()
+        action = {a.name: c for a, c in zip(axes[:n_d], codes, strict=True)}
+        continuous = {k: v.reshape(-1)[i] for k, v in chosen.items()}
+        return problem.q(state, {**action, **continuous})[0]
+
+    v_d = jax.vmap(at)(jnp.arange(_size(d_shape))).reshape(d_shape)
+    return v_d, chosen
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    size = 1
+    for n in shape:
+        size *= n
+    return size
+
+
+def _over_nodes(plan: ModelPlan, solver, problem: RegimeProblem, targets):
+    """`_node` at every node of the regime's state grid (outputs: state axes first).
+
+    A `DCEGM` regime's choices are read off its endogenous grids for all discrete states
+    at once, then mapped jointly with the state axes (`Carried`): each node sees its own
+    slice, so a sharded state's policy is read on its own device.
+    """
+    if not isinstance(solver, DCEGM):
+        return lift(lambda state: _node(plan, solver, problem, state, targets), problem.state_axes)
+    axis = next(a for a in problem.state_axes if a.name == solver.state)
+    v, c = lift(
+        lambda point: solver.choice_values(problem, problem.policy, point[solver.state]), (axis,)
+    )
+    position = problem.regime.states.index(solver.state)
+    v, c = jnp.moveaxis(v, 0, position), jnp.moveaxis(c, 0, position)
+    n_d = len(problem.regime.discrete_actions)
+    labels = (*problem.regime.states, *(None,) * n_d)
+    carried = {"values": Carried(v, labels), "consumption": Carried(c, labels)}
+
+    def at(state, arrays):
+        choices = (arrays["values"], {solver.action: arrays["consumption"]})
+        return _node(plan, solver, problem, state, targets, choices)
+
+    return lift(at, problem.state_axes, carried=carried)
+
+
+def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choices=None):
+    """Choice probabilities, continuous actions, the regime's functions and outflows of
+    one grid node.
+
+    Functions: `utility` and every entry of the regime's `functions` that returns a
+    scalar, at the node and each discrete action with its continuous actions.
+
+    Outflows per unit of mass taking each discrete action: `{target: (indices (*D, K,
+    n_target_states), weights (*D, K))}`, and the probability `(*D)` of a regime that
+    cannot be reached.
+    """
+    regime = problem.regime
+    v_d, chosen = _choices(solver, problem, state) if choices is None else choices
+    d_shape = v_d.shape
+    flat = v_d.reshape(-1)
+    scale = taste_shock_scale(problem)
+    if scale is None:
+        feasible = jnp.any(jnp.isfinite(flat))
+        p = jax.nn.one_hot(jnp.argmax(flat), flat.shape[0], dtype=flat.dtype) * feasible
+    else:
+        p = choice_weights(flat, scale)
+    p = p.reshape(d_shape)
+    d_names = regime.discrete_actions
+
+    def named_at(i):
+        codes = jnp.unravel_index(i, d_shape) if d_shape else ()
+        continuous = {k: v.reshape(-1)[i] for k, v in chosen.items()}
+        evaluate = problem.evaluator(
+            {**state, **dict(zip(d_names, codes, strict=True)), **continuous}
+        )
+        out = {"utility": jnp.asarray(evaluate(regime.utility))}
+        for key, function in regime.helpers.items():
+            out[key] = jnp.asarray(evaluate(function))
+        return {k: v.astype(p.dtype) for k, v in out.items() if v.shape == ()}
+
+    named = jax.vmap(named_at)(jnp.arange(_size(d_shape)))
+    named = {k: v.reshape(d_shape) for k, v in named.items()}
+    if not targets:
+        return p, chosen, named, ({}, jnp.zeros(d_shape, p.dtype))
+
+    def per_choice(i):
+        codes = jnp.unravel_index(i, d_shape) if d_shape else ()
+        continuous = {k: v.reshape(-1)[i] for k, v in chosen.items()}
+        action = {**dict(zip(d_names, codes, strict=True)), **continuous}
+        evaluate = problem.evaluator({**state, **action})
+        regime_p = problem.regime_probabilities(evaluate)
+        deterministic, stochastic = problem.next_states(evaluate)
+        flows = {}
+        for target in targets:
+            target_plan = plan.regimes[target]
+            dims = []
+            for s in target_plan.states:
+                transition = regime.state_transitions[s]
+                grid = target_plan.grids[s]
+                if transition.is_markov:
+                    if s in stochastic:
+                        probabilities = stochastic[s]
+                    elif transition.function is None:
+                        probabilities = problem.process_matrices[s][state[s]]
+                    else:
+                        probabilities = jnp.asarray(evaluate(transition.function))
+                    dims.append(
+                        (jnp.arange(grid.n_points, dtype=jnp.int32)[None], probabilities[None])
+                    )
+                elif grid.is_discrete:
+                    dims.append((deterministic[s].reshape(1, 1), jnp.ones((1, 1), p.dtype)))
+                else:
+                    dims.append(_interpolation(grid, deterministic[s].reshape(1)))
+            indices, weights = _outer(dims, 1, p.dtype)
+            flows[target] = (indices[0], weights[0] * regime_p[target_plan.id])
+        unreachable = [r.id for n, r in plan.regimes.items() if n not in targets]
+        lost = (
+            jnp.sum(regime_p[jnp.asarray(unreachable)]) if unreachable else jnp.zeros((), p.dtype)
+        )
+        return flows, lost
+
+    flows, lost = jax.vmap(per_choice)(jnp.arange(_size(d_shape)))
+    flows, lost = jax.tree.map(lambda x: x.reshape((*d_shape, *x.shape[1:])), (flows, lost))
+    return p, chosen, named, (flows, lost)
