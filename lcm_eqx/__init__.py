@@ -34,7 +34,9 @@ from ._grids import AgeGrid as AgeGrid  # noqa: E402
 from ._grids import DiscreteGrid as DiscreteGrid  # noqa: E402
 from ._grids import IrregSpacedGrid as IrregSpacedGrid  # noqa: E402
 from ._grids import LinSpacedGrid as LinSpacedGrid  # noqa: E402
+from ._grids import LogNormalIIDGrid as LogNormalIIDGrid  # noqa: E402
 from ._grids import LogSpacedGrid as LogSpacedGrid  # noqa: E402
+from ._grids import NormalIIDGrid as NormalIIDGrid  # noqa: E402
 from ._grids import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid  # noqa: E402
 from ._grids import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid  # noqa: E402
 from ._grids import RouwenhorstGrid as RouwenhorstGrid  # noqa: E402

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import GridInitializationError
@@ -148,3 +150,77 @@ class TauchenGrid(AbstractProcessGrid):
 
     def _discretize(self, rho, sigma, mean):
         return tauchen(self.n_points_, rho, sigma, mean, n_std=self.n_std)
+
+
+class _AbstractIIDGrid(AbstractProcessGrid):
+    """A state drawn afresh each period, independent of its current value, discretised
+    by the `n_points`-point Gauss–Hermite rule `(x_k, w_k)`: nodes `mean + √2·sigma·x_k`,
+    probabilities `w_k / √π` (every row of the transition matrix). `mean` and `sigma`
+    left as `None` are parameters of `next_<state>`, like a process's."""
+
+    n_points_: int = eqx.field(static=True)
+    rho: float | None
+    sigma: float | None
+    mean: float | None
+    batch_size: int = eqx.field(static=True)
+    distributed: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        n_points: int,
+        mean=None,
+        sigma=None,
+        *,
+        batch_size: int = 0,
+        distributed: bool = False,
+    ):
+        self.n_points_ = n_points
+        self.rho = 0.0  # independent draws: not a parameter
+        self.sigma = sigma
+        self.mean = mean
+        self.batch_size = batch_size
+        self.distributed = distributed
+
+    def __check_init__(self):
+        name = type(self).__name__
+        n = self.n_points_
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise GridInitializationError(f"{name}: n_points must be an int >= 1, got {n!r}.")
+        if isinstance(self.sigma, int | float) and not self.sigma > 0:
+            raise GridInitializationError(f"{name}: sigma must be > 0, got {self.sigma}.")
+        self._check_knobs()
+
+    def _normal_nodes(self, sigma, mean):
+        x, w = np.polynomial.hermite.hermgauss(self.n_points_)
+        points = mean + np.sqrt(2.0) * sigma * jnp.asarray(x)
+        probabilities = jnp.asarray(w / np.sqrt(np.pi))
+        dtype = jnp.result_type(points)
+        matrix = jnp.broadcast_to(probabilities.astype(dtype), (self.n_points_, self.n_points_))
+        return points, matrix
+
+
+class NormalIIDGrid(_AbstractIIDGrid):
+    """An i.i.d. Normal(`mean`, `sigma`²) shock drawn each period (Gauss–Hermite nodes).
+
+    Like `RouwenhorstGrid`, it needs no `state_transitions` entry and user functions see
+    the node's value; `mean`, `sigma` left as `None` are parameters of `next_<state>`.
+
+    Example:
+        >>> shock = NormalIIDGrid(n_points=5, mean=0.0, sigma=0.1)
+        >>> shock = NormalIIDGrid(n_points=5)   # mean, sigma are parameters
+    """
+
+    def _discretize(self, rho, sigma, mean):
+        return self._normal_nodes(sigma, mean)
+
+
+class LogNormalIIDGrid(_AbstractIIDGrid):
+    """An i.i.d. log-normal shock: `exp` of a Normal(`mean`, `sigma`²) draw each period.
+
+    Example:
+        >>> income = LogNormalIIDGrid(n_points=5, mean=0.0, sigma=0.2)
+    """
+
+    def _discretize(self, rho, sigma, mean):
+        points, matrix = self._normal_nodes(sigma, mean)
+        return jnp.exp(points), matrix
