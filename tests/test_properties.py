@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 import types
 from enum import Enum, IntEnum
 
@@ -691,11 +692,15 @@ def bad_age_kwargs(draw):
     )
     if field == "start":
         return {"start": draw(garbage), "step": 1}
+    # Step strings such as "Q", "2Y" or "3M" are valid spellings (a positive count, if
+    # any, and a unit); every other string is garbage.
+    valid_step = re.compile(r"\s*(\d*[1-9]\d*|)[YQM]\s*", re.IGNORECASE)
+    step_garbage = garbage.filter(lambda x: not (isinstance(x, str) and valid_step.fullmatch(x)))
     return {
         "start": 40,
         "step": draw(
             st.one_of(
-                garbage, st.floats(max_value=0.0), st.integers(max_value=0), st.just(math.nan)
+                step_garbage, st.floats(max_value=0.0), st.integers(max_value=0), st.just(math.nan)
             )
         ),
     }

@@ -25,11 +25,10 @@ from .._solve._dcegm import (
     DCEGM,
     ContinuationReader,
     _marginal,
-    choice_weights,
+    combine_values_and_slopes,
     endogenous_reader,
     expected_at_savings,
     invert_marginal,
-    smooth_max,
 )
 from .._solve._kernel import RegimeProblem
 from .._solve._solution import Solution
@@ -276,14 +275,7 @@ def _policy_reader(model, resolved, target, action, period, values, policies):
             flat_c = c.reshape(-1)
             codes = jnp.stack(jnp.unravel_index(jnp.arange(flat_c.shape[0]), c.shape), axis=-1)
             mu = jax.vmap(lambda k, cc: marginal_at(tuple(k), cc))(codes, flat_c)
-            flat_v = v.reshape(-1)
-            if scale is None:
-                weights = jax.nn.one_hot(jnp.argmax(flat_v), flat_v.shape[0], dtype=mu.dtype)
-                value = jnp.max(flat_v)
-            else:
-                weights = choice_weights(flat_v, scale)
-                value = smooth_max(flat_v, scale)
-            return value, jnp.sum(weights * mu)
+            return combine_values_and_slopes(v.reshape(-1), mu, scale)
         return v, marginal_at((), c)
 
     def read_fn(data, fixed, x):

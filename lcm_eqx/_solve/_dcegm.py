@@ -551,6 +551,17 @@ def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) ->
     return jnp.exp(newton(x))
 
 
+def combine_values_and_slopes(values, slopes, scale) -> tuple[Array, Array]:
+    """The value over the discrete choices (last axis) and its marginal value: the best
+    choice's, or with taste shocks `λ·logsumexp(v / λ)` and the choice-probability
+    weighted slope."""
+    if scale is None:
+        best = jnp.argmax(values, axis=-1)
+        slope = jnp.take_along_axis(slopes, best[..., None], axis=-1)[..., 0]
+        return jnp.max(values, axis=-1), slope
+    return smooth_max(values, scale), jnp.sum(choice_weights(values, scale) * slopes, axis=-1)
+
+
 def _plus_discounted(utility, beta, expected):
     """`utility + beta * expected`, `-inf` where `expected` is, with a finite derivative."""
     finite = jnp.isfinite(expected)
@@ -740,16 +751,9 @@ def endogenous_reader(
         n_d = len(discrete_actions)
         if n_d:
             lead = shape[: len(shape) - n_d]
-            flat_v = v.reshape((*lead, -1))
-            flat_mu = mu.reshape((*lead, -1))
-            if scale is None:
-                best = jnp.argmax(flat_v, axis=-1)
-                value = jnp.max(flat_v, axis=-1)
-                slope = jnp.take_along_axis(flat_mu, best[..., None], axis=-1)[..., 0]
-            else:
-                value = smooth_max(flat_v, scale)
-                weights = choice_weights(flat_v, scale)
-                slope = jnp.sum(weights * flat_mu, axis=-1)
+            value, slope = combine_values_and_slopes(
+                v.reshape((*lead, -1)), mu.reshape((*lead, -1)), scale
+            )
         else:
             value, slope = v, mu
         value = jnp.where(status == ZERO, 0.0, value)
