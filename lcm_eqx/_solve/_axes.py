@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+from jax.extend.core import Literal, primitives
 from jaxtyping import Array
 
 
@@ -33,9 +34,69 @@ def map_axis(fn: Callable, xs, batch_size: int):
     This is the only place the splay knob acts: same results, peak memory of one chunk.
     """
     size = jax.tree.leaves(xs)[0].shape[0]
+    fn = flattened(fn, xs)
     if batch_size and batch_size < size:
         return _chunked_map(fn, xs, batch_size, size)
     return jax.vmap(fn)(xs)
+
+
+def flattened(fn: Callable, xs) -> Callable:
+    """`fn` of one slice of `xs`, traced once into a flat program of primitives.
+
+    The same function as `fn`, cheaper to `vmap`: jax.numpy wraps most functions in a
+    nested `jit`, and `vmap` re-traces each nested `jit` to batch it (most of the
+    tracing time of a solve). Tracing `fn` once without `vmap` and replaying its
+    primitives with the nested `jit`s inlined batches each primitive directly.
+    """
+    example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), xs)
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(example)
+    out_tree = jax.tree.structure(out_shape)
+
+    def replay(x):
+        return jax.tree.unflatten(
+            out_tree, _inline_eval(closed.jaxpr, closed.consts, jax.tree.leaves(x))
+        )
+
+    return replay
+
+
+# `pjit_p` before JAX renamed it.
+_JIT = getattr(primitives, "jit_p", None) or getattr(primitives, "pjit_p", None)
+
+
+def _is_plain_jit(eqn) -> bool:
+    params = eqn.params
+    unspecified = all(
+        type(s).__name__ == "UnspecifiedValue"
+        for s in (*params.get("in_shardings", ()), *params.get("out_shardings", ()))
+    )
+    return eqn.primitive is _JIT and unspecified
+
+
+def _inline_eval(jaxpr, consts, args) -> list:
+    """Evaluate `jaxpr` like `jax.core.eval_jaxpr`, inlining nested plain `jit`s."""
+    env: dict = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        if _is_plain_jit(eqn):
+            inner = eqn.params["jaxpr"]
+            outs = _inline_eval(inner.jaxpr, inner.consts, invals)
+        else:
+            bound = eqn.primitive.get_bind_params(eqn.params)
+            # JAX < 0.7 returns `(subfuns, params)`.
+            subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
+            with eqn.ctx.manager:
+                outs = eqn.primitive.bind(*subfuns, *invals, **params)
+            if not eqn.primitive.multiple_results:
+                outs = [outs]
+        env.update(zip(eqn.outvars, outs, strict=True))
+    return [read(v) for v in jaxpr.outvars]
 
 
 def _chunked_map(fn: Callable, xs, batch_size: int, size: int):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from typing import Any, cast
 
 import jax
@@ -31,12 +32,25 @@ from ._continuation import (
 )
 from ._sharding import ShardingPlan, is_identity_transition
 
+# Vectors up to this length are reduced by unrolled elementwise operations, which XLA
+# fuses into the kernel that produces them: a `reduce` of a few elements per point is a
+# kernel of its own, and on the CPU each kernel adds compile time (see `probability_violation`).
+_UNROLL = 16
+
 
 def probability_violation(p: Array, tolerance: float) -> Array:
     """How far a probability vector is from valid (0 when valid, > 0 otherwise)."""
-    total_error = jnp.abs(jnp.sum(p) - 1.0) - tolerance
-    violation = jnp.maximum(jnp.maximum(total_error, jnp.max(-p)), jnp.max(p - 1.0))
-    return jnp.where(jnp.any(jnp.isnan(p)), jnp.inf, jnp.maximum(violation, 0.0))
+    if p.ndim == 1 and p.shape[0] <= _UNROLL:
+        terms = [p[i] for i in range(p.shape[0])]
+        total = functools.reduce(jnp.add, terms)
+        lowest = functools.reduce(jnp.minimum, terms)
+        highest = functools.reduce(jnp.maximum, terms)
+    else:
+        total, lowest, highest = jnp.sum(p), jnp.min(p), jnp.max(p)
+    total_error = jnp.abs(total - 1.0) - tolerance
+    violation = jnp.maximum(jnp.maximum(total_error, -lowest), highest - 1.0)
+    # A NaN probability makes the total NaN.
+    return jnp.where(jnp.isnan(total), jnp.inf, jnp.maximum(violation, 0.0))
 
 
 def stack_checks(violations: tuple[Array, ...], dtype) -> Array:
@@ -45,9 +59,10 @@ def stack_checks(violations: tuple[Array, ...], dtype) -> Array:
 
 
 def _any_nan(arrays: list[Array]) -> Array:
+    # `max` propagates NaN: one reduction per array, without a separate test kernel.
     if not arrays:
         return jnp.asarray(False)
-    return jnp.any(jnp.stack([jnp.any(jnp.isnan(a)) for a in arrays]))
+    return jnp.isnan(functools.reduce(jnp.maximum, [jnp.max(a) for a in arrays]))
 
 
 def probability_tolerance() -> float:
@@ -494,7 +509,7 @@ class RegimeProblem:
         next_values, next_probabilities = self.next_states(evaluate)
         if self.validate:
             self._record_violations(
-                regime_probabilities, next_values, next_probabilities, violations
+                regime_probabilities, next_values, next_probabilities, violations, next_regime_id
             )
         deterministic = not self.regime.next_regime_is_markov
         # Mass on a regime this one cannot reach (its states are not all produced) has no
@@ -517,12 +532,11 @@ class RegimeProblem:
                 p = regime_probabilities[ids[0]]
                 reached = next_regime_id == ids[0] if deterministic else None
             else:
-                position = jnp.full(len(self.model.regimes), -1, jnp.int32)
-                position = position.at[jnp.asarray(ids)].set(jnp.arange(len(ids), dtype=jnp.int32))
-                chosen = position[jnp.clip(next_regime_id, 0, len(position) - 1)]
-                chosen = jnp.where(
-                    next_regime_id == jnp.clip(next_regime_id, 0, len(position) - 1), chosen, -1
-                )
+                # The reached member's position in the stack (-1: none), by one compare
+                # per member: elementwise, so it fuses into the kernel that reads it.
+                chosen = jnp.asarray(-1, jnp.int32)
+                for position, regime_id in enumerate(ids):
+                    chosen = jnp.where(next_regime_id == regime_id, position, chosen)
                 prepared, regime_index = stacked, jnp.maximum(chosen, 0)
                 reached = chosen >= 0
             target_grids = self.model.regimes[target].grids
@@ -560,18 +574,38 @@ class RegimeProblem:
         ]
         return ~jnp.asarray(active)[:, jnp.minimum(self.period + 1, n_periods)]
 
+    def _ever_inactive(self) -> bool:
+        """Whether some regime is inactive in some period after the first (static)."""
+        n_periods = self.model.n_periods
+        return any(
+            t not in r.active for r in self.model.regimes.values() for t in range(1, n_periods)
+        )
+
     def _record_violations(
-        self, regime_probabilities, next_values, next_probabilities, violations
+        self,
+        regime_probabilities,
+        next_values,
+        next_probabilities,
+        violations,
+        next_regime_id: Array | None = None,
     ) -> None:
         targets = self.regime.targets
-        violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
         unreachable = [r.id for name, r in self.model.regimes.items() if name not in targets]
-        violations["next_regime:inactive"] = jnp.sum(
-            jnp.where(self._inactive_next_period(), jnp.abs(regime_probabilities), 0.0)
-        )
-        violations["next_regime:unreachable"] = (
-            jnp.sum(jnp.abs(regime_probabilities[jnp.asarray(unreachable)])) if unreachable else 0.0
-        )
+        if next_regime_id is not None:
+            # A deterministic transition: its one-hot vector is valid exactly when the id
+            # is a regime's; tested on the id, without building the vector.
+            outside = (next_regime_id < 0) | (next_regime_id >= len(self.model.regimes))
+            violations["next_regime"] = jnp.where(outside, 1.0, 0.0)
+        else:
+            violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
+        if self._ever_inactive():
+            violations["next_regime:inactive"] = jnp.sum(
+                jnp.where(self._inactive_next_period(), jnp.abs(regime_probabilities), 0.0)
+            )
+        if unreachable:
+            violations["next_regime:unreachable"] = jnp.sum(
+                jnp.abs(regime_probabilities[jnp.asarray(unreachable)])
+            )
         for name, p in next_probabilities.items():
             violations[f"next_{name}"] = probability_violation(p, self.tolerance)
         for name, code in next_values.items():
