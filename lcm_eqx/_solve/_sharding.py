@@ -13,7 +13,10 @@ first `solve` (at trace time), not at model construction.
 How the devices are split: distributed states are taken in model order (regime order,
 then declaration order); each gets `gcd(devices left, n_points)` devices. All devices
 must be used: with 4 devices, one axis of 4 or 8 points is fine (4 devices), two axes of
-2 points each are fine (2 x 2), a lone axis of 3 or 6 points is an error.
+2 points each are fine (2 x 2), a lone axis of 3 or 6 points is an error. A distributed
+state left with one device (two axes of 4 points: the first takes all 4) is replicated,
+and with several devices that warns (`LcmWarning`) at trace time; with one device
+nothing is split and nothing is said.
 
 Within a period, a sharded axis is cheapest when it never transitions (its transition is
 the identity, e.g. `lambda skill: skill`) or when its transition probabilities depend
