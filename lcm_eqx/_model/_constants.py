@@ -54,14 +54,15 @@ def warn_device_constants(regimes: Mapping[str, Regime]) -> None:
                     names.append(regime_name)
     for (_, key, description), (regime_names, array) in found.items():
         where = ", ".join(repr(r) for r in regime_names)
-        devices = ", ".join(str(d) for d in array.devices())
+        devices = sorted(str(d) for d in array.devices())
+        placed = f"device {devices[0]}" if len(devices) == 1 else f"devices {', '.join(devices)}"
         warn(
             f"Regime{'s' if len(regime_names) > 1 else ''} {where}: function {key!r} reads "
-            f"{description}, a jax.Array (shape {array.shape}, dtype {array.dtype}) that lives "
-            f"on {devices}. It enters the compiled solve as a constant on that one device: a "
-            "sharded solve (distributed=True) copies it to every device, and a run over "
-            "several processes (jax.distributed) cannot use it. Keep module-level numeric "
-            "constants as NumPy host arrays: use numpy.asarray(...) or pass it as a parameter."
+            f"{description}, a jax.Array (shape {array.shape}, dtype {array.dtype}) on "
+            f"{placed}. It enters the compiled solve as a constant placed there: a sharded "
+            "solve (distributed=True) has to copy it to every device, and a run over several "
+            "processes (jax.distributed) cannot use it. Keep module-level numeric constants "
+            "as NumPy host arrays: use numpy.asarray(...) or pass it as a parameter."
         )
 
 
