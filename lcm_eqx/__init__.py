@@ -17,6 +17,7 @@ from ._errors import (  # noqa: E402
     InvalidTransitionProbabilitiesError as InvalidTransitionProbabilitiesError,
 )
 from ._errors import LcmError as LcmError  # noqa: E402
+from ._errors import LcmWarning as LcmWarning  # noqa: E402
 from ._errors import ModelInitializationError as ModelInitializationError  # noqa: E402
 from ._errors import NaNError as NaNError  # noqa: E402
 from ._errors import SavedFileError as SavedFileError  # noqa: E402

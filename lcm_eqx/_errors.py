@@ -1,4 +1,14 @@
-"""The exceptions lcm_eqx raises. Every one derives from `LcmError`."""
+"""The exceptions and warnings lcm_eqx raises. Every exception derives from `LcmError`,
+every warning from `LcmWarning`."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+# Packages whose frames a warning skips to reach the user's line (lcm_eqx calls user code
+# through jax transforms and equinox modules).
+_INTERNAL_PACKAGES = frozenset({"lcm_eqx", "equinox", "jax", "jaxlib", "jaxtyping", "beartype"})
 
 
 class LcmError(Exception):
@@ -41,3 +51,22 @@ class InvalidDataError(LcmError, ValueError):
 
 class NaNError(LcmError, FloatingPointError):
     """A value array contains NaN; the message names the regime, period and term."""
+
+
+class LcmWarning(UserWarning):
+    """Base class of every warning lcm_eqx issues: a model that works but not as well as it
+    could, or a result to double-check. Filter them all with
+    `warnings.filterwarnings("ignore", category=lcm.LcmWarning)`."""
+
+
+def warn(message: str) -> None:
+    """Issue `message` as an `LcmWarning` attributed to the first caller outside lcm_eqx
+    (and the libraries it calls user code through), so that it points at the user's line."""
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and _is_internal(frame):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, LcmWarning, stacklevel=level)
+
+
+def _is_internal(frame) -> bool:
+    return frame.f_globals.get("__name__", "").partition(".")[0] in _INTERNAL_PACKAGES

@@ -41,7 +41,7 @@ import jax.core  # jax.core.Tracer: a submodule that `import jax` does not decla
 import jax.numpy as jnp
 import numpy as np
 
-from ._errors import LcmError, SavedFileError
+from ._errors import LcmError, LcmWarning, SavedFileError
 from ._typing import FilePath
 
 if TYPE_CHECKING:
@@ -426,6 +426,7 @@ def _warn_version(header: dict, path: Path) -> None:
         warnings.warn(
             f"{path} was written by lcm_eqx {header.get('lcm_eqx_version')}; this is lcm_eqx "
             f"{_library_version()}. The model structure matches, so it is loaded as is.",
+            LcmWarning,
             stacklevel=4,
         )
 

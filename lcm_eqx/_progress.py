@@ -18,7 +18,7 @@ import warnings
 import jax
 import numpy as np
 
-from ._errors import LcmError
+from ._errors import LcmError, LcmWarning
 
 PROGRESS_OPTIONS = (False, True, "text", "tqdm")
 
@@ -37,7 +37,9 @@ def progress_mode(progress) -> str | None:
             import tqdm  # noqa: F401
         except ImportError:
             warnings.warn(
-                "progress='tqdm' needs the tqdm package; using the text meter.", stacklevel=4
+                "progress='tqdm' needs the tqdm package; using the text meter.",
+                LcmWarning,
+                stacklevel=4,
             )
             return "text"
         return "tqdm"

@@ -35,6 +35,7 @@ from ._errors import (
     InvalidParamsError,
     InvalidTransitionProbabilitiesError,
     LcmError,
+    LcmWarning,
     ModelInitializationError,
     NaNError,
 )
@@ -247,7 +248,7 @@ def report(
         error, message = describe(failure, nan_detail, context, texts)
         if validate == "raise":
             raise error(message)
-        warnings.warn(message, stacklevel=stacklevel + 1)
+        warnings.warn(message, LcmWarning, stacklevel=stacklevel + 1)
 
 
 def is_traced(tree) -> bool:

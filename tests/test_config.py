@@ -267,9 +267,11 @@ def _cache_files(cache_dir: Path) -> set[str]:
     return {str(p.relative_to(cache_dir)) for p in cache_dir.rglob("*") if p.is_file()}
 
 
-def _run_jit(*, cwd: Path, home: Path, prelude: str = "") -> dict:
-    script = prelude + _JIT_SCRIPT.format(import_lcm_eqx=IMPORT_LCM_EQX)
-    out = _run(script, cwd=cwd, home=home)
+def _run_jit(
+    *, cwd: Path, home: Path, prelude: str = "", postlude: str = "", **extra_env: str
+) -> dict:
+    script = prelude + _JIT_SCRIPT.format(import_lcm_eqx=IMPORT_LCM_EQX + "\n" + postlude)
+    out = _run(script, cwd=cwd, home=home, **extra_env)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -293,3 +295,38 @@ def test_second_process_hits_persistent_cache(project: Path, home: Path) -> None
     prelude = "import jax, jax.numpy as jnp\njax.jit(lambda x: x + 1)(jnp.ones(3))\n"
     third = _run_jit(cwd=project, home=home, prelude=prelude)
     assert third["hits"] >= 1, third
+
+
+# The opt-outs docs/tuning.md gives ("Environment flags"): the persistent cache can be
+# switched off before or after the import, and then nothing is written.
+
+
+@pytest.mark.parametrize(
+    ("postlude", "env"),
+    [
+        ("", {"JAX_ENABLE_COMPILATION_CACHE": "false"}),
+        ("import jax\njax.config.update('jax_enable_compilation_cache', False)\n", {}),
+    ],
+    ids=["environment", "jax.config"],
+)
+def test_persistent_cache_can_be_switched_off(
+    project: Path, home: Path, postlude: str, env: dict[str, str]
+) -> None:
+    got = _run_jit(cwd=project, home=home, postlude=postlude, **env)
+    assert got == {"hits": 0, "misses": 0}
+    assert not _cache_files(home / ".cache" / "jax" / PROJECT_NAME)
+
+
+def test_tuning_docs_name_every_import_default() -> None:
+    """docs/tuning.md lists what importing lcm_eqx sets, with the values it uses."""
+    from lcm_eqx import _config
+
+    section = (REPO_ROOT / "docs" / "tuning.md").read_text().split("## Environment flags")[1]
+    section = section.split("\n## ")[0]
+    for env_name, (option, value) in _config._ENV_DEFAULTS.items():
+        assert f"{env_name}={value}" in section.replace("`", ""), env_name
+        if option is not None:
+            assert f"jax.config.{option}" in section, option
+    for name in ("JAX_COMPILATION_CACHE_DIR", "jax.config.jax_compilation_cache_dir"):
+        assert name in section
+    assert _config.CACHE_NAME_ENV in section and "~/.cache/jax/" in section

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._errors import ModelInitializationError
 from .._grids import AbstractGrid, AbstractProcessGrid, DiscreteGrid
+from ._constants import warn_device_constants
 from ._dag import (
     SPECIAL_ARGUMENTS,
     ResolvedFunction,
@@ -150,6 +151,7 @@ def build_plan(
     for name in sorted(regimes, key=lambda n: ids[n]):
         plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages, ages)
     segments = _segments(plans, n_periods)
+    warn_device_constants(regimes)  # the model is valid; now what would slow it down
     return ModelPlan(
         regimes=plans, regime_ids=ids, n_periods=n_periods, segments=segments, has_ages=has_ages
     )

@@ -13,7 +13,10 @@ first `solve` (at trace time), not at model construction.
 How the devices are split: distributed states are taken in model order (regime order,
 then declaration order); each gets `gcd(devices left, n_points)` devices. All devices
 must be used: with 4 devices, one axis of 4 or 8 points is fine (4 devices), two axes of
-2 points each are fine (2 x 2), a lone axis of 3 or 6 points is an error.
+2 points each are fine (2 x 2), a lone axis of 3 or 6 points is an error. A distributed
+state left with one device (two axes of 4 points: the first takes all 4) is replicated,
+and with several devices that warns (`LcmWarning`) at trace time; with one device
+nothing is split and nothing is said.
 
 Within a period, a sharded axis is cheapest when it never transitions (its transition is
 the identity, e.g. `lambda skill: skill`) or when its transition probabilities depend
@@ -31,13 +34,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._errors import ModelInitializationError
+from .._errors import ModelInitializationError, warn
+from .._logging import logger
 from .._model._dag import Evaluator, transitive_helpers, transitive_inputs
 from .._model._plan import ModelPlan, RegimePlan
 
@@ -105,13 +110,31 @@ def sharding_plan(plan: ModelPlan, devices=None) -> ShardingPlan | None:
     """The mesh for this model's distributed states, or None if it has none.
 
     Raises `ModelInitializationError` when the devices cannot be split evenly over the
-    distributed axes.
+    distributed axes, and warns (`LcmWarning`) for each distributed axis that several
+    devices leave replicated (see `mesh_sizes`).
     """
     states = distributed_states(plan)
     if not states:
         return None
     devices = list(jax.devices() if devices is None else devices)
-    n_devices = len(devices)
+    sizes = mesh_sizes(states, len(devices))
+    names = tuple(states)
+    mesh = Mesh(np.asarray(devices, dtype=object).reshape(tuple(sizes[s] for s in names)), names)
+    return ShardingPlan(mesh=mesh, mesh_axes={s: (s if sizes[s] > 1 else None) for s in names})
+
+
+def mesh_sizes(states: Mapping[str, tuple[str, int]], n_devices: int) -> dict[str, int]:
+    """How many devices each distributed state is split over (1: replicated).
+
+    `states` maps each distributed state to (its first regime, its number of points), in
+    model order; each state gets `gcd(devices left, n_points)` devices. The devices must
+    all be used, else `ModelInitializationError`. With several devices, a distributed
+    state that gets only one (its size shares no factor with the devices left, or the
+    states before it took them all) runs replicated: the solve is still split over all
+    devices, but not along that axis, so this warns (`LcmWarning`) naming the state, its
+    size and the device count. With one device nothing is split and nothing is said:
+    that is the laptop run of a model meant for several devices.
+    """
     left = n_devices
     sizes: dict[str, int] = {}
     for state, (_, n_points) in states.items():
@@ -128,9 +151,56 @@ def sharding_plan(plan: ModelPlan, devices=None) -> ShardingPlan | None:
             f"(for a single distributed axis: its number of points must be divisible by "
             f"{n_devices}). Change the grid size, or set distributed=False."
         )
-    names = tuple(states)
-    mesh = Mesh(np.asarray(devices, dtype=object).reshape(tuple(sizes[s] for s in names)), names)
-    return ShardingPlan(mesh=mesh, mesh_axes={s: (s if sizes[s] > 1 else None) for s in names})
+    if n_devices == 1:
+        logger.debug("distributed=True: one device, so the value arrays are not split.")
+        return sizes
+    split = " x ".join(f"{s!r} over {k}" for s, k in sizes.items() if k > 1)
+    for state, (regime, n_points) in states.items():
+        if sizes[state] > 1:
+            continue
+        left = n_devices // _devices_before(state, sizes)
+        if left == 1:
+            why = f"the distributed states before it in model order already use them all ({split})"
+        else:
+            why = (
+                f"its {n_points} points share no factor with the {left} devices left for it, "
+                f"so the devices are split as {split}"
+            )
+        warn(
+            f"Regime {regime!r}: state {state!r} has distributed=True, but it is not split over "
+            f"the {n_devices} devices: {why}. {state!r} is replicated on every device; the "
+            f"solve is correct and still uses every device. It would be split on e.g. "
+            f"{_devices_splitting_all(states, n_devices)} devices; to silence this, set "
+            f"distributed=False on {state!r}."
+        )
+    return sizes
+
+
+def _devices_before(state: str, sizes: Mapping[str, int]) -> int:
+    """How many devices the distributed states before `state` (in model order) use."""
+    used = 1
+    for name, k in sizes.items():
+        if name == state:
+            break
+        used *= k
+    return used
+
+
+def _devices_splitting_all(states: Mapping[str, tuple[str, int]], n_devices: int) -> int:
+    """A device count above `n_devices` that splits every distributed state: the smallest
+    up to 64 x `n_devices`, else the product of their sizes (which always does)."""
+    sizes = [n for _, n in states.values()]
+    for candidate in range(n_devices + 1, min(math.prod(sizes), 64 * n_devices) + 1):
+        left = candidate
+        for n_points in sizes:
+            k = math.gcd(left, n_points)
+            if k == 1:
+                break
+            left //= k
+        else:
+            if left == 1:
+                return candidate
+    return math.prod(sizes)
 
 
 def is_identity_transition(regime: RegimePlan, state: str) -> bool:
