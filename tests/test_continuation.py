@@ -12,7 +12,13 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 
-from lcm_eqx._solve._continuation import Layout, continuation_at, settle, weighted  # noqa: E402
+from lcm_eqx._solve._continuation import (  # noqa: E402
+    Layout,
+    continuation_at,
+    mask_neg_inf,
+    settle,
+    weighted,
+)
 
 
 def oracle(prepared, n_stochastic, fixed, intervals, probabilities):
@@ -74,7 +80,7 @@ def _case(seed, n_stochastic, n_fixed, n_continuous, stacked):
         intervals.append((lo, weight))
     regime_index = int(rng.integers(0, 3)) if stacked else None
     result = continuation_at(
-        jnp.asarray(prepared),
+        mask_neg_inf(jnp.asarray(prepared)),
         layout,
         current=dict(zip(current, map(jnp.asarray, fixed), strict=True)),
         discrete={},

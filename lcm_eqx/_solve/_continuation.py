@@ -145,6 +145,34 @@ def settle(total: Array) -> Array:
     return jnp.where(total < jnp.inf, total, NEG_INF)
 
 
+# The kernel reads continuation arrays whose `-inf` entries (infeasible states, inactive
+# regimes) are replaced by a finite stand-in (`mask_neg_inf`, once per period on the
+# small prepared arrays): interpolation is then plain products, with no per-point test
+# that `0 * -inf` is NaN (`weighted`), and one test per point at the end (`settle_masked`)
+# maps a sum that a stand-in reached with positive mass back to `-inf`. The stand-in is
+# the dtype's largest value / 64 (room for a few corners and extrapolation weights before
+# it overflows to `inf`, which the test catches as well), and the test `|sum| < REACH`
+# sees masses down to ~1e-17 (float32) and ~1e-156 (float64): a `-inf` node reached with
+# a smaller probability would give a hugely negative finite value instead.
+_REACH = {4: 1e20, 8: 1e150}
+
+
+def _stand_in(dtype) -> float:
+    return -float(jnp.finfo(dtype).max) / 64
+
+
+def mask_neg_inf(prepared: Array) -> Array:
+    """`prepared` with `-inf` replaced by the finite stand-in read by `continuation_at`."""
+    return jnp.where(jnp.isneginf(prepared), _stand_in(prepared.dtype), prepared)
+
+
+def settle_masked(total: Array) -> Array:
+    """A sum over nodes of `mask_neg_inf` arrays: `-inf` where a stand-in (or NaN) got
+    positive mass, else the sum."""
+    reach = _REACH.get(jnp.dtype(total.dtype).itemsize, 1e20)
+    return jnp.where(jnp.abs(total) < reach, total, NEG_INF)
+
+
 def continuation_at(
     prepared: Array,
     layout: Layout,
@@ -154,15 +182,18 @@ def continuation_at(
     intervals: dict[str, tuple[Array, Array]],
     probabilities: dict[str, Array],
     regime_index: Array | None = None,
+    settled: bool = True,
 ) -> Array:
     """Expected next-period value at one point.
 
-    `intervals[name] = (lo, weight)` on the target grid (weight on `lo + 1`; outside
-    `[0, 1]` it extrapolates linearly). Zero-weight corners and zero-probability nodes
-    are ignored even when `-inf`; a `-inf` with nonzero weight gives `-inf`. A NaN node
-    contributes nothing here: `RegimeProblem.q` makes the whole period NaN when a
+    `prepared` is a `mask_neg_inf` array. `intervals[name] = (lo, weight)` on the target
+    grid (weight on `lo + 1`; outside `[0, 1]` it extrapolates linearly). Zero-weight
+    corners and zero-probability nodes are ignored even when `-inf`; a `-inf` with
+    nonzero weight gives `-inf`. A NaN node gives
+    `-inf` here, whatever its weight: `RegimeProblem.q` makes the whole period NaN when a
     continuation holds one. `regime_index` selects the target along a leading axis of
-    stacked targets (placed after the stochastic axes).
+    stacked targets (placed after the stochastic axes). With `settled=False` the sum is
+    returned before `settle_masked` (for a caller that adds several and settles once).
 
     All nodes the point needs are read with one gather of a contiguous block: the
     indexed discrete axes and the first continuous axis are merged into one axis, so on
@@ -209,8 +240,9 @@ def continuation_at(
     for name in layout.stochastic:
         p = probabilities[name]
         joint = p if joint is None else joint[..., None] * p
+    settle = settle_masked if settled else (lambda total: total)
     if not layout.continuous:
-        return block if joint is None else settle(jnp.sum(weighted(joint, block)))
+        return settle(block if joint is None else jnp.sum(joint * block))
     total = cast(Array, 0.0)  # a weakly typed zero; an Array from the first corner on
     for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
         weight: Array | float = 1.0
@@ -218,8 +250,5 @@ def continuation_at(
             w = intervals[name][1]
             weight = weight * (w if upper else 1.0 - w)
         node = block[(Ellipsis, *corner)]
-        if joint is None:
-            total = total + weighted(weight, node)
-        else:
-            total = total + jnp.sum(weighted(weight * joint, node))
+        total = total + (weight * node if joint is None else jnp.sum(weight * joint * node))
     return settle(total)

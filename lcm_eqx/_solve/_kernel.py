@@ -27,8 +27,8 @@ from ._continuation import (
     continuation_at,
     contract,
     discounted,
-    settle,
-    weighted,
+    mask_neg_inf,
+    settle_masked,
 )
 from ._sharding import ShardingPlan, is_identity_transition
 
@@ -174,7 +174,7 @@ class RegimeProblem:
                 self.checks.append(f"next_{name}")
             elif transition.function is not None:
                 # A continuous next state must be finite at feasible points: the kernel's
-                # interpolation does no per-point NaN bookkeeping (see `weighted`).
+                # interpolation does no per-point NaN bookkeeping (see `settle_masked`).
                 self.checks.append(f"next_{name}:finite")
         self.checks.append("next_regime")
         self.checks.append("next_regime:unreachable")
@@ -278,7 +278,7 @@ class RegimeProblem:
             + [f"next:{s}" for s in discrete]
             + [f"next:{s}" for s in continuous]
         )
-        values = jnp.transpose(values, [labels.index(n) for n in order])
+        values = mask_neg_inf(jnp.transpose(values, [labels.index(n) for n in order]))
         if self.sharding is not None:
             values = self.sharding.constrain(
                 values, tuple(n[4:] if n.startswith("cur:") else None for n in order)
@@ -538,7 +538,10 @@ class RegimeProblem:
                 for position, regime_id in enumerate(ids):
                     chosen = jnp.where(next_regime_id == regime_id, position, chosen)
                 prepared, regime_index = stacked, jnp.maximum(chosen, 0)
-                reached = chosen >= 0
+                # A stack of every regime is always reached by a valid id, and validation
+                # rejects an invalid one: no select per point.
+                covers_all = self.validate and len(ids) == len(self.model.regimes)
+                reached = None if covers_all else chosen >= 0
             target_grids = self.model.regimes[target].grids
             intervals = {
                 s: cast(AbstractContinuousGrid, target_grids[s]).interval(
@@ -554,17 +557,20 @@ class RegimeProblem:
                 intervals=intervals,
                 probabilities=next_probabilities,
                 regime_index=regime_index,
+                # With a stochastic transition, the regimes' sums are weighted and
+                # settled once, below.
+                settled=deterministic,
             )
             if deterministic:
                 # Exactly one regime is reached: select its continuation (one select per
                 # point, on a predicate that depends on the actions only through the id).
-                total = jnp.where(cast(Array, reached), expected, total)
+                total = expected if reached is None else jnp.where(reached, expected, total)
             else:
                 # groups are stacked only with a deterministic transition, so `p` is set
-                total = total + weighted(p, expected)  # pyright: ignore[reportPossiblyUnbound]
+                total = total + p * expected  # pyright: ignore[reportPossiblyUnbound]
         if deterministic:
             return total
-        return jnp.where(blocked, NEG_INF, settle(total))
+        return jnp.where(blocked, NEG_INF, settle_masked(total))
 
     def _inactive_next_period(self) -> Array:
         """Which regimes are inactive in period + 1 (none after the last period)."""
