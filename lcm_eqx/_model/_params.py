@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,8 +55,41 @@ def check_params(plan: ModelPlan, params) -> None:
     The same checks as `resolve_params`, plus that every value used is a number or an
     array (a string or `None` would otherwise fail inside `jax.jit` with a JAX error).
     Works on concrete and traced values alike, so it can run before the jitted solve.
+    The checks depend only on the structure of `params` (keys, and each value's type,
+    shape and dtype), so a structure that passed once is not checked again.
     """
+    key = _structure_key(params)
+    passed = _PASSED.get(id(plan))
+    if key is not None and passed is not None and key in passed:
+        return
     _resolve(plan, params, convert=False)
+    if key is None:
+        return
+    if passed is None:
+        passed = _PASSED[id(plan)] = set()
+        weakref.finalize(plan, _PASSED.pop, id(plan), None)
+    passed.add(key)
+
+
+# Structures of params that passed `check_params`, per plan (dropped with the plan).
+_PASSED: dict[int, set] = {}
+
+
+def _structure_key(params) -> tuple | None:
+    """What `check_params` depends on: the tree and each leaf's type, shape and dtype
+    (None when that cannot be hashed, so the params are checked every time)."""
+    try:
+        leaves, tree = jax.tree.flatten(params)
+        key = (
+            tree,
+            tuple(
+                (type(leaf), np.shape(leaf), str(getattr(leaf, "dtype", ""))) for leaf in leaves
+            ),
+        )
+        hash(key)
+    except Exception:  # anything unusual is simply checked every time
+        return None
+    return key
 
 
 def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, dict[str, Any]]]:
