@@ -116,12 +116,12 @@ class LinSpacedGrid(AbstractContinuousGrid):
         n = self.n_points_
         step = (points[-1] - points[0]) / (n - 1)
         coordinate = (x - points[0]) / step
-        nearest = jnp.round(coordinate)
+        to_nearest = jnp.round(coordinate) - coordinate
         tolerance = 16 * jnp.finfo(jnp.result_type(coordinate)).eps * jnp.maximum(n, 1)
         # Snap the value, not the derivative: at a grid point the weight's derivative
         # stays that of `x` (the slope of the interval above), not 0.
-        snapped = coordinate + jax.lax.stop_gradient(nearest - coordinate)
-        coordinate = jnp.where(jnp.abs(coordinate - nearest) <= tolerance, snapped, coordinate)
+        snapped = coordinate + jax.lax.stop_gradient(to_nearest)
+        coordinate = jnp.where(jnp.abs(to_nearest) <= tolerance, snapped, coordinate)
         coordinate = jnp.where(jnp.isnan(coordinate), 0.0, coordinate)
         lo = jnp.clip(jnp.floor(coordinate), 0, n - 2)
         return lo.astype(jnp.int32), coordinate - lo

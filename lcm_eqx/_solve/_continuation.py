@@ -233,8 +233,22 @@ def continuation_at(
             + ((2,) if layout.continuous else (1,))
             + (2,) * (len(layout.continuous) - 1)
         )
-        block = jax.lax.dynamic_slice(flat, starts, sizes)
-        if not layout.continuous:
+        if layout.continuous:
+            # The two nodes of the merged axis as two gathers of one element each, not
+            # one of a pair: inside a splayed (scanned) sweep, where XLA cannot hoist
+            # the index, a pair gather costs several times as much per point.
+            # (Every start is in bounds by construction: no negative-index handling.)
+            half = (*sizes[:n_stochastic], 1, *sizes[n_stochastic + 1 :])
+            upper = (*starts[:n_stochastic], offset + 1, *starts[n_stochastic + 1 :])
+            block = jax.lax.concatenate(
+                [
+                    jax.lax.dynamic_slice(flat, starts, half, allow_negative_indices=False),
+                    jax.lax.dynamic_slice(flat, upper, half, allow_negative_indices=False),
+                ],
+                n_stochastic,
+            )
+        else:
+            block = jax.lax.dynamic_slice(flat, starts, sizes, allow_negative_indices=False)
             block = block[..., 0]
     joint = None
     for name in layout.stochastic:
