@@ -45,6 +45,13 @@ from ._grids import TauchenGrid as TauchenGrid  # noqa: E402
 from ._grids._ar1 import rouwenhorst as rouwenhorst  # noqa: E402
 from ._grids._ar1 import tauchen as tauchen  # noqa: E402
 from ._logging import set_log_level as set_log_level  # noqa: E402
+from ._model._aggregator import AbstractAggregator as AbstractAggregator  # noqa: E402
+from ._model._aggregator import (  # noqa: E402
+    AbstractCertaintyEquivalent as AbstractCertaintyEquivalent,
+)
+from ._model._aggregator import EpsteinZin as EpsteinZin  # noqa: E402
+from ._model._aggregator import PowerMean as PowerMean  # noqa: E402
+from ._model._aggregator import PresentBias as PresentBias  # noqa: E402
 from ._model._markov import ExtremeValueShocks as ExtremeValueShocks  # noqa: E402
 from ._model._markov import MarkovTransition as MarkovTransition  # noqa: E402
 from ._model._model import Model as Model  # noqa: E402

@@ -60,11 +60,12 @@ def diagnose_nan(model, params, solution) -> str | None:
     resolved = resolve_params(plan, params)[name]
     next_values = None
     if not regime.is_terminal:
+        carried = solution.continuation_values
         next_values = {
             r: (
-                solution.values[r][period + 1]
+                carried[r][period + 1]
                 if period + 1 < plan.n_periods
-                else jnp.zeros(solution.values[r].shape[1:], solution.values[r].dtype)
+                else jnp.zeros(carried[r].shape[1:], carried[r].dtype)
             )
             for r in plan.regimes
         }

@@ -111,7 +111,7 @@ def _describe_regime(regime) -> dict:
     next_regime = None
     if regime.next_regime is not None:
         next_regime = "markov" if regime.next_regime_is_markov else "deterministic"
-    return {
+    described = {
         "id": regime.id,
         "states": list(regime.states),
         "actions": list(regime.actions),
@@ -125,6 +125,9 @@ def _describe_regime(regime) -> dict:
         },
         "next_regime": next_regime,
     }
+    if regime.aggregator is not None:  # only then, so that older files keep their match
+        described["aggregator"] = repr(regime.aggregator)
+    return described
 
 
 def _describe_grid(grid) -> dict:
@@ -254,7 +257,10 @@ def save(obj, path) -> None:
 
 def _arrays(obj) -> dict:
     if type(obj).__name__ == "Solution":
-        return {"values": dict(obj.values), "violations": dict(obj.violations)}
+        arrays = {"values": dict(obj.values), "violations": dict(obj.violations)}
+        if obj.exponential_values:  # present-biased regimes only: older files lack it
+            arrays["exponential_values"] = dict(obj.exponential_values)
+        return arrays
     return {
         "regime": obj.regime,
         "present": obj.present,
@@ -521,6 +527,7 @@ def _build(kind: str, arrays: dict, static: dict, model):
         return Solution(
             values=arrays["values"],
             violations=arrays["violations"],
+            exponential_values=arrays.get("exponential_values", {}),
             checks=tuples(static["checks"]),
             active={key: tuple(int(p) for p in value) for key, value in static["active"].items()},
             state_names=tuples(static["state_names"]),

@@ -340,7 +340,7 @@ def compute_policy(
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(n))
     solve_at = _policy_program(model, regime)
     chosen, value = solve_at(
-        params, solution.values, solution.policies, points, jnp.asarray(period), keys
+        params, solution.continuation_values, solution.policies, points, jnp.asarray(period), keys
     )
     return {name: np.asarray(x) for name, x in chosen.items()}, np.asarray(value)
 

@@ -154,6 +154,31 @@ def _index(f: Failure) -> str:
     )
 
 
+# The valid range of each aggregator parameter, as the message states it.
+_AGGREGATOR_RANGES = {
+    "risk_aversion": "positive and != 1 (the power certainty equivalent needs 1 - γ != 0)",
+    "eis": "positive and != 1 (the time aggregator needs 1 - 1/ψ != 0)",
+    "present_bias": "in (0, 1]",
+}
+
+
+def _aggregator(f: Failure) -> str:
+    aggregator = f.check.partition(":")[2].partition(":")[2]
+    requirement = _AGGREGATOR_RANGES.get(f.function, "inside its valid range")
+    return (
+        f"Regime {f.regime!r}, aggregator {aggregator}, parameter {f.function!r}, period "
+        f"{f.period}: must be {requirement}."
+    )
+
+
+def _positive(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: returns a value "
+        "<= 0 at a feasible point, but the regime's aggregator (EpsteinZin) needs a positive "
+        "utility (e.g. consumption itself, not its logarithm)."
+    )
+
+
 CHECKS: dict[str, CheckKind] = {
     "": CheckKind(InvalidTransitionProbabilitiesError, _transition),
     "unreachable": CheckKind(InvalidTransitionProbabilitiesError, _unreachable),
@@ -163,6 +188,8 @@ CHECKS: dict[str, CheckKind] = {
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
     "limit": CheckKind(ModelInitializationError, _limit),  # DCEGM's borrowing limit
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds
+    "aggregator": CheckKind(InvalidParamsError, _aggregator),  # an aggregator parameter
+    "positive": CheckKind(ModelInitializationError, _positive),  # utility under EpsteinZin
     # A check whose message is fixed when it is traced (passed to `enforce` as `texts`).
     "initial": CheckKind(InvalidInitialConditionsError, lambda f: f.check),
 }

@@ -393,7 +393,119 @@ def _dcegm_not_through_savings():
     return solve(PARAMS, lcm.Model(**model_kwargs(working=working)))
 
 
+def _ez_regimes(aggregator=None, utility=None, **overrides):
+    """`working` and `retired` with an aggregator and a positive utility (consumption)."""
+    aggregator = lcm.EpsteinZin() if aggregator is None else aggregator
+    positive = utility or {"utility": lambda consumption: consumption}
+    working = working_regime(
+        aggregator=aggregator, functions={**positive, "labor_income": labor_income}
+    )
+    retired = retired_regime(aggregator=aggregator, functions=positive, **overrides)
+    return {"working": working, "retired": retired}
+
+
+EZ_PARAMS = {**params_with(disutility_of_work=None), "risk_aversion": 4.0, "eis": 0.5}
+PB_PARAMS = {**params_with(disutility_of_work=None), "present_bias": 0.7}
+
+
+def _working_only(params, **bad):
+    """`params` with the regime-level entries `bad` set for `working` only."""
+    params = dict(params)
+    good = {name: params.pop(name) for name in bad}
+    return {**params, "working": bad, "retired": good}
+
+
+def _aggregator_solve(params, aggregator=None, utility=None):
+    return solve(params, lcm.Model(**model_kwargs(**_ez_regimes(aggregator, utility))))
+
+
 CASES = [
+    # ------------------------------------------------------ preference aggregators
+    pytest.param(
+        lambda: lambda: working_regime(aggregator="EpsteinZin"),
+        M,
+        ["Regime", "aggregator", "'EpsteinZin'"],
+        id="regime-aggregator-not-an-aggregator",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.PresentBias(kind="hyperbolic"),
+        M,
+        ["PresentBias", "kind", "'hyperbolic'", "'naive'"],
+        id="regime-present-bias-unknown-kind",
+    ),
+    pytest.param(
+        lambda: build_model(
+            retired=retired_regime(
+                aggregator=lcm.EpsteinZin(), transition=None, state_transitions={}
+            )
+        ),
+        M,
+        ["'retired'", "EpsteinZin", "terminal"],
+        id="model-aggregator-on-terminal-regime",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                aggregator=lcm.PresentBias(), taste_shocks=lcm.ExtremeValueShocks()
+            ),
+            retired=retired_regime(aggregator=lcm.PresentBias()),
+        ),
+        M,
+        ["'working'", "PresentBias", "taste_shocks"],
+        id="model-aggregator-with-taste-shocks",
+    ),
+    pytest.param(
+        lambda: build_model(working=working_regime(aggregator=lcm.EpsteinZin())),
+        M,
+        ["'working'", "'retired'", "EpsteinZin", "same aggregator"],
+        id="model-aggregator-differs-from-reached-regime",
+    ),
+    pytest.param(
+        lambda: build_model(
+            **_ez_regimes(),
+            solver=lcm.DCEGM(
+                state="wealth", action="consumption", savings=lcm.LinSpacedGrid(0.0, 10.0, 5)
+            ),
+        ),
+        M,
+        ["'working'", "DCEGM", "EpsteinZin", "not supported by DCEGM yet"],
+        id="model-aggregator-with-dcegm",
+    ),
+    pytest.param(
+        lambda: _aggregator_solve(_working_only(EZ_PARAMS, risk_aversion=1.0)),
+        P,
+        ["'working'", "EpsteinZin", "'risk_aversion'", "!= 1"],
+        id="solve-epstein-zin-risk-aversion-one",
+    ),
+    pytest.param(
+        lambda: _aggregator_solve(_working_only(EZ_PARAMS, eis=1.0)),
+        P,
+        ["'working'", "EpsteinZin", "'eis'", "!= 1"],
+        id="solve-epstein-zin-eis-one",
+    ),
+    pytest.param(
+        lambda: _aggregator_solve(
+            EZ_PARAMS,
+            utility={"utility": lambda consumption: jnp.log(consumption)},
+        ),
+        M,
+        ["'retired'", "'utility'", "EpsteinZin", "positive"],
+        id="solve-epstein-zin-non-positive-utility",
+    ),
+    pytest.param(
+        lambda: _aggregator_solve(_working_only(PB_PARAMS, present_bias=1.5), lcm.PresentBias()),
+        P,
+        ["'working'", "PresentBias", "'present_bias'", "(0, 1]"],
+        id="solve-present-bias-above-one",
+    ),
+    pytest.param(
+        lambda: _aggregator_solve(
+            _working_only(PB_PARAMS, present_bias=0.0), lcm.PresentBias(kind="naive")
+        ),
+        P,
+        ["'working'", "PresentBias", "'present_bias'", "(0, 1]"],
+        id="solve-present-bias-zero",
+    ),
     # ------------------------------------------------------ porting from pylcm
     pytest.param(
         lambda: lambda: lcm.AgeGrid(start=40, step="10W"),
@@ -1361,6 +1473,8 @@ JITTED = {
     "solve-discrete-next-state-out-of-range": None,
     "solve-mass-on-regime-inactive-next-period": None,
     "solve-nan-next-state-at-feasible-point": None,
+    "solve-epstein-zin-risk-aversion-one": None,
+    "solve-present-bias-above-one": None,
     "simulate-draw-probabilities-sum-to-0.99": None,
     "solve-nan-in-utility": [
         "Regime 'working', period 1: the value array contains NaN",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ("tiny", "retirement", "precautionary_savings", "retirement_dcegm")
+EXAMPLES = ("tiny", "retirement", "precautionary_savings", "retirement_dcegm", "epstein_zin")
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -41,7 +41,11 @@ def _has_init(cls: griffe.Class) -> bool:
         mro = [cls, *cls.mro()]
     except ValueError:
         mro = [cls]
-    return any("__init__" in klass.members for klass in mro)
+    # An `__init__` this extension made for a parent (line 0) is not the class's own: a
+    # subclass with fields of its own needs its own signature.
+    return any(
+        "__init__" in klass.members and klass.members["__init__"].lineno != 0 for klass in mro
+    )
 
 
 def _field_parameter(attribute: griffe.Attribute) -> griffe.Parameter | None:

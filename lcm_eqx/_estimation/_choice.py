@@ -103,7 +103,7 @@ def discrete_values(
     """
     _check(model, solution, regime, period)
     return _discrete_values_on_grid(
-        model, regime, params, solution.values, solution.policies, int(period)
+        model, regime, params, solution.continuation_values, solution.policies, int(period)
     )
 
 
@@ -141,7 +141,7 @@ def choice_probabilities(
         solution = model.solve(params)
     _check(model, solution, regime, period)
     return _probabilities_on_grid(
-        model, regime, params, solution.values, solution.policies, int(period)
+        model, regime, params, solution.continuation_values, solution.policies, int(period)
     )
 
 

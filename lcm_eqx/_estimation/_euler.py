@@ -102,7 +102,7 @@ def euler_errors(
         points = regime_plan.grids[state].to_jax()
     points = jnp.asarray(points, jnp.zeros(()).dtype)
     errors = _euler_errors(
-        model, regime, state, action, params, solution.values, solution.policies, points
+        model, regime, state, action, params, solution.continuation_values, solution.policies, points
     )
     active = np.zeros(plan.n_periods, bool)
     active[[t for t in regime_plan.active if t + 1 < plan.n_periods]] = True

@@ -282,7 +282,7 @@ class Model(eqx.Module):
             )
         n = regime.shape[0]
         chunk = subject_batch_size if 0 < subject_batch_size < n else n
-        next_values = prepare_next_values(self.plan, solution.values)
+        next_values = prepare_next_values(self.plan, solution.continuation_values)
         parts, violations = [], []
         n_chunks = -(-n // chunk)
         with log_time(f"simulate ({n} subjects in {n_chunks} chunk(s), {self.n_periods} periods)"):
@@ -377,7 +377,7 @@ class Model(eqx.Module):
                     "other than the first age is not supported)."
                 )
             mass = bin_initial(self.plan, jnp.asarray(regime), states)
-        return forward(self, params, solution.values, solution.policies, mass)
+        return forward(self, params, solution.continuation_values, solution.policies, mass)
 
     def _initial_mass(self, params, initial) -> dict[str, Any] | None:
         """`initial` as mass arrays by regime, or None when it is initial conditions."""

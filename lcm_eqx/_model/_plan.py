@@ -24,6 +24,7 @@ from ._dag import (
     resolve,
     transitive_inputs,
 )
+from ._aggregator import AbstractAggregator
 from ._markov import MarkovTransition
 from ._regime import Regime
 
@@ -64,6 +65,7 @@ class RegimePlan:
     targets: tuple[str, ...]
     parameters: Mapping[str, tuple[str, ...]]  # function key -> parameter names
     regime_parameters: tuple[str, ...]
+    aggregator: AbstractAggregator | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -150,6 +152,7 @@ def build_plan(
     plans = {}
     for name in sorted(regimes, key=lambda n: ids[n]):
         plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages, ages)
+    _check_aggregators(plans)
     segments = _segments(plans, n_periods)
     warn_device_constants(regimes)  # the model is valid; now what would slow it down
     return ModelPlan(
@@ -365,6 +368,10 @@ def _regime_plan(
                 f"Regime {name!r}: taste_shocks need at least one discrete action."
             )
         regime_parameters += ("taste_shock_scale",)
+    aggregator = regime.aggregator
+    if aggregator is not None:
+        aggregator.check(name, terminal=terminal, taste_shocks=regime.taste_shocks is not None)
+        regime_parameters += tuple(p for p in aggregator.parameters if p not in regime_parameters)
 
     produced = set(state_transitions)
     targets = ()
@@ -387,7 +394,23 @@ def _regime_plan(
         targets=targets,
         parameters=parameters,
         regime_parameters=regime_parameters,
+        aggregator=aggregator,
     )
+
+
+def _check_aggregators(plans: Mapping[str, RegimePlan]) -> None:
+    """A non-terminal regime and the non-terminal regimes it can reach share one aggregator:
+    their values are in the same units (an Epstein–Zin value, a present-biased `W`)."""
+    for name, plan in plans.items():
+        for target in plan.targets:
+            other = plans[target]
+            if other.is_terminal or other.aggregator == plan.aggregator:
+                continue
+            raise ModelInitializationError(
+                f"Regime {name!r} (aggregator {plan.aggregator!r}) can move to regime "
+                f"{target!r} (aggregator {other.aggregator!r}); a regime and the non-terminal "
+                "regimes it can reach must have the same aggregator."
+            )
 
 
 def _grid_of(regimes: Mapping[str, Regime], state: str) -> AbstractGrid:

@@ -10,6 +10,7 @@ import equinox as eqx
 
 from .._errors import ModelInitializationError
 from .._grids import AbstractGrid
+from ._aggregator import AbstractAggregator
 from ._markov import ExtremeValueShocks, MarkovTransition
 
 
@@ -33,6 +34,8 @@ class Regime(eqx.Module):
         taste_shocks: `ExtremeValueShocks()` for EV1 shocks on the discrete actions.
         solver: how this regime's problem is solved (`GridSearch()`, `DCEGM(...)`);
             `None` uses the model's `solver`.
+        aggregator: how utility and the continuation combine: `EpsteinZin()` or
+            `PresentBias(kind=...)`; `None` is the additive `u + β·E[V']`.
 
     Example:
         >>> retired = Regime(
@@ -54,6 +57,7 @@ class Regime(eqx.Module):
     active: Callable[..., bool] | tuple[int, ...] | None = eqx.field(static=True)
     taste_shocks: ExtremeValueShocks | None
     solver: Any
+    aggregator: AbstractAggregator | None
 
     def __init__(
         self,
@@ -67,6 +71,7 @@ class Regime(eqx.Module):
         active: Callable[..., bool] | Iterable[int] | None = None,
         taste_shocks: ExtremeValueShocks | None = None,
         solver: Any = None,
+        aggregator: AbstractAggregator | None = None,
     ):
         self.functions = _as_dict(functions, "functions")
         self.states = _as_dict(states, "states")
@@ -85,6 +90,7 @@ class Regime(eqx.Module):
         self.active = active
         self.taste_shocks = taste_shocks
         self.solver = solver
+        self.aggregator = aggregator
 
     def __check_init__(self):
         if "utility" not in self.functions:
@@ -124,6 +130,11 @@ class Regime(eqx.Module):
             raise ModelInitializationError(
                 f"Regime: solver must be None or an lcm_eqx solver such as GridSearch() or "
                 f"DCEGM(...), got {self.solver!r}."
+            )
+        if self.aggregator is not None and not isinstance(self.aggregator, AbstractAggregator):
+            raise ModelInitializationError(
+                "Regime: aggregator must be None or an lcm_eqx aggregator such as "
+                f"EpsteinZin() or PresentBias(kind='naive'), got {self.aggregator!r}."
             )
         if self.taste_shocks is not None and not isinstance(self.taste_shocks, ExtremeValueShocks):
             raise ModelInitializationError(

@@ -14,7 +14,7 @@ import numpy as np
 from .._model._plan import ModelPlan, RegimePlan
 from .._progress import simulate_tick
 from .._solve._backward import age_of
-from .._solve._kernel import RegimeProblem, probability_violation
+from .._solve._kernel import RegimeProblem, aggregator_checks, probability_violation
 from .._solve._solver import AbstractSolver
 
 # Purposes of the per-subject, per-period random streams (folded into the key).
@@ -200,7 +200,14 @@ def draw_checks(plan: ModelPlan, regime: RegimePlan) -> tuple[str, ...]:
             checks.append(f"next_{name}")
         elif transition.function is not None:
             checks.append(f"next_{name}:finite")
-    return (*checks, "next_regime", "next_regime:unreachable", "next_regime:inactive")
+    # The aggregator's checks are the solve's; the draws leave them at 0.
+    return (
+        *checks,
+        "next_regime",
+        "next_regime:unreachable",
+        "next_regime:inactive",
+        *aggregator_checks(regime),
+    )
 
 
 def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> jax.Array:

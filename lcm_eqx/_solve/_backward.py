@@ -70,6 +70,14 @@ def solve_model(
     )
     checks = {}
     values: dict[str, list] = {name: [] for name in plan.regimes}
+    # Regimes whose aggregator carries a second value array (`PresentBias`: W), which is
+    # what earlier periods read as the continuation.
+    two_valued = [
+        name
+        for name, r in plan.regimes.items()
+        if r.aggregator is not None and r.aggregator.n_values > 1
+    ]
+    exponential: dict[str, list] = {name: [] for name in two_valued}
     violations: dict[str, list] = {name: [] for name in plan.regimes}
     policies: dict[str, list] = {name: [] for name in endogenous}
 
@@ -79,6 +87,7 @@ def solve_model(
             next_values, next_policies = carried
             age = age_of(ages, period)
             current, current_violations, current_policies = {}, {}, {}
+            current_carried = {}
             for name in segment.regimes:
                 solver = solvers[name]
                 problem = RegimeProblem(
@@ -106,15 +115,17 @@ def solve_model(
                 checks[name] = (
                     (*problem.checks, *solver.extra_checks(plan.regimes[name])) if validate else ()
                 )
-                value, check, policy = solver.solve_period(problem)
+                value, check, policy, carried_value = solver.solve_period(problem)
                 current[name] = place(name, value.astype(dtype))
+                if carried_value is not None:
+                    current_carried[name] = place(name, carried_value.astype(dtype))
                 if policy is not None:
                     current_policies[name] = policy
                 # Reduce the checks over the unsharded state axes only: the sharded ones
                 # are reduced after the scan, so the period step stays device-local.
                 current_violations[name] = jnp.max(check, axis=unsharded_axes(name))
             next_carry = {
-                name: current.get(name)
+                name: current_carried.get(name, current[name])
                 if name in current
                 else place(name, jnp.full(shapes[name], -jnp.inf, dtype))
                 for name in plan.regimes
@@ -129,7 +140,13 @@ def solve_model(
                 name: (grid.nodes, grid.count, grid.continuation0, grid.feasible)
                 for name, grid in next_policy_carry.items()
             }
-            return (next_carry, next_policy_carry), (current, current_violations, emitted)
+            emitted_carried = {name: next_carry[name] for name in current_carried}
+            return (next_carry, next_policy_carry), (
+                current,
+                current_violations,
+                emitted,
+                emitted_carried,
+            )
 
         periods = jnp.arange(segment.start, segment.stop)
         checkpointed = jax.checkpoint(step)
@@ -139,9 +156,8 @@ def solve_model(
             solve_tick(progress, plan.n_periods, period)
             return checkpointed(carried, period)
 
-        carry, (segment_values, segment_violations, segment_policies) = jax.lax.scan(
-            ticked_step, carry, periods, reverse=True
-        )
+        carry, outputs = jax.lax.scan(ticked_step, carry, periods, reverse=True)
+        segment_values, segment_violations, segment_policies, segment_carried = outputs
         length = segment.stop - segment.start
         for name in endogenous:
             nodes, count, continuation0, feasible = segment_policies[name]
@@ -156,6 +172,12 @@ def solve_model(
                     borrowing_limit=jnp.broadcast_to(zero.borrowing_limit, (length,)),
                     status=jnp.full((length,), status, jnp.int32),
                 )
+            )
+        for name in two_valued:
+            exponential[name].append(
+                segment_carried[name]
+                if name in segment_carried
+                else place(name, jnp.full((length, *shapes[name]), -jnp.inf, dtype), 1)
             )
         for name in plan.regimes:
             if name in segment_values:
@@ -195,6 +217,10 @@ def solve_model(
         policies={
             name: jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts[::-1])
             for name, parts in policies.items()
+        },
+        exponential_values={
+            name: place(name, jnp.concatenate(parts[::-1], axis=0), 1)
+            for name, parts in exponential.items()
         },
     )
 

@@ -148,6 +148,11 @@ class DCEGM(AbstractSolver):
 
         if regime.is_terminal:
             fail("the regime is terminal (no continuation to invert); use GridSearch().")
+        if regime.aggregator is not None:
+            fail(
+                f"aggregator {type(regime.aggregator).__name__} not supported by DCEGM yet; "
+                "solve this regime with GridSearch()."
+            )
         if self.state not in regime.states or regime.grids[self.state].is_discrete:
             fail(f"{self.state!r} is not a continuous state of the regime.")
         if self.action not in regime.actions or regime.grids[self.action].is_discrete:

@@ -18,6 +18,7 @@ from jaxtyping import Array
 
 from .._errors import InvalidParamsError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
+from .._model._aggregator import Continuation
 from .._model._dag import Evaluator, has_array_parameter
 from .._model._plan import ModelPlan, RegimePlan
 from ._axes import Axis, Carried, lift
@@ -67,6 +68,20 @@ def _any_nan(arrays: list[Array]) -> Array:
 
 def probability_tolerance() -> float:
     return 1e-6 if jnp.zeros(()).dtype == jnp.float64 else 1e-5
+
+
+def aggregator_check(aggregator, parameter: str) -> str:
+    return f"{parameter}:aggregator:{type(aggregator).__name__}"
+
+
+def aggregator_checks(regime: RegimePlan) -> tuple[str, ...]:
+    """The check names of a regime's aggregator: one per parameter (its valid range,
+    tested once per period) and `utility:positive` where the aggregator needs it."""
+    aggregator = regime.aggregator
+    if aggregator is None or regime.is_terminal:
+        return ()
+    names = tuple(aggregator_check(aggregator, p) for p in aggregator.parameters)
+    return (*names, "utility:positive") if aggregator.positive_utility else names
 
 
 class RegimeProblem:
@@ -131,14 +146,25 @@ class RegimeProblem:
         self._period_violations: dict[str, Array] = {}
         self.continuations: dict[str, tuple[Array, Layout]] = {}
         self.target_points: dict[str, dict[str, Array]] = {}
+        self.aggregator = regime.aggregator
         if not regime.is_terminal:
             self._register_checks()
+            if self.aggregator is not None:
+                self._register_aggregator_checks()
         self.index_checks = self._index_checks() if validate else {}
         self.checks.extend(self.index_checks.values())
         if not regime.is_terminal:
             assert next_values is not None
             for target in regime.targets if prepare else ():
-                self.continuations[target] = self._prepare(target, next_values[target])
+                values = next_values[target]
+                if self.aggregator is not None:
+                    values = self.aggregator.prepare(
+                        values,
+                        params[""],
+                        terminal=model.regimes[target].is_terminal,
+                        has_future=self.has_future(),
+                    )
+                self.continuations[target] = self._prepare(target, values)
                 target_plan = model.regimes[target]
                 self.target_points[target] = {
                     s: cast(AbstractContinuousGrid, target_plan.grids[s]).to_jax()
@@ -179,6 +205,23 @@ class RegimeProblem:
         self.checks.append("next_regime")
         self.checks.append("next_regime:unreachable")
         self.checks.append("next_regime:inactive")
+
+    def _register_aggregator_checks(self) -> None:
+        """The aggregator's parameter checks (once per period) and, for aggregators that
+        need it, positive utility at feasible points (see `aggregator_checks`)."""
+        assert self.aggregator is not None
+        names = aggregator_checks(self.regime)
+        self.checks.extend(names)
+        violations = self.aggregator.violations(self.params[""])
+        for name in self.aggregator.parameters:
+            if name in violations:
+                self._period_violations[aggregator_check(self.aggregator, name)] = violations[
+                    name
+                ]
+
+    def has_future(self) -> Array:
+        """Whether a next period exists (False in the last period, where `V_T ≡ 0`)."""
+        return self.period < self.model.n_periods - 1
 
     def _index_checks(self) -> dict[str, str]:
         """A check per function with an array-valued parameter: does it index out of bounds?
@@ -300,12 +343,15 @@ class RegimeProblem:
         for target in targets:
             prepared, layout = self.continuations[target]
             grids = self.model.regimes[target].grids
-            key = (
+            key: tuple = (
                 layout,
                 prepared.shape,
                 prepared.dtype,
                 tuple(id(grids[s]) for s in layout.continuous),
             )
+            if self.aggregator is not None and self.aggregator.splits_terminal:
+                # The aggregator reads terminal and other regimes apart.
+                key += (self.model.regimes[target].is_terminal,)
             groups.setdefault(key, []).append(target)
         stacked: list[tuple[tuple[str, ...], Array | None]] = []
         for members in groups.values():
@@ -428,8 +474,18 @@ class RegimeProblem:
         per name in `checks`; empty without validation).
 
         `state` and `action` hold grid codes for discrete variables and values for
-        continuous ones. Infeasible actions get `-inf`.
+        continuous ones. Infeasible actions get `-inf`. With an aggregator that carries
+        a second value array (`PresentBias`), this is the decision value; `q_values`
+        returns both.
         """
+        values, diagnostics = self.q_values(state, action)
+        return values[0], diagnostics
+
+    def q_values(
+        self, state: dict[str, Array], action: dict[str, Array]
+    ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+        """Like `q`, with every value the regime's aggregator computes at the point:
+        `(decision value, carried value)` for `PresentBias`, one value otherwise."""
         regime = self.regime
         evaluate = self.evaluator({**state, **action})
         utility = jnp.asarray(evaluate(regime.utility))
@@ -440,15 +496,33 @@ class RegimeProblem:
             self._check_shape(constraint.key, allowed.shape, ())
             feasible = feasible & allowed.astype(bool)
         violations = dict(self._period_violations)
+        aggregator = self.aggregator
         if regime.is_terminal:
-            value = utility
+            values: tuple[Array, ...] = (utility,)
         else:
             # NaN in next period's values: a NaN discount factor makes the period NaN
             # at no cost per point (see `continuation_has_nan`).
             beta = self.params[""]["discount_factor"]
             beta = jnp.where(self.continuation_has_nan, jnp.nan, beta)
-            value = utility + discounted(beta, self._expected_value(evaluate, state, violations))
-        value = jnp.where(feasible, value, NEG_INF)
+            if aggregator is None:
+                expected = self._expected_value(evaluate, state, violations)
+                values = (utility + discounted(beta, expected),)
+            else:
+                continuation = self._expected_value(
+                    evaluate, state, violations, split=aggregator.splits_terminal
+                )
+                values = aggregator.combine(
+                    utility,
+                    continuation,
+                    {**self.params[""], "discount_factor": beta},
+                    self.has_future(),
+                )
+                if aggregator.positive_utility and self.validate:
+                    violations["utility:positive"] = jnp.where(
+                        feasible & ~(utility > 0), 1.0, 0.0
+                    )
+        values = tuple(jnp.where(feasible, v, NEG_INF) for v in values)
+        value = values[0]
         for check in self.checks:
             if check.endswith(":finite") and check in violations:
                 violations[check] = jnp.where(feasible, violations[check], 0.0)
@@ -471,7 +545,7 @@ class RegimeProblem:
             if self.validate
             else ()
         )
-        return value, diagnostics
+        return values, diagnostics
 
     def regime_probabilities(self, evaluate: Evaluator) -> Array:
         """Probabilities of next period's regimes (one-hot for a deterministic transition)."""
@@ -504,7 +578,9 @@ class RegimeProblem:
                 values[name] = result.astype(jnp.int32) if grid.is_discrete else result
         return values, probabilities
 
-    def _expected_value(self, evaluate, state, violations) -> Array:
+    def _expected_value(self, evaluate, state, violations, split: bool = False):
+        """`Σ_r' P(r' | s, a)·E[prepared V_r'(s')]` at one point; with `split`, the sums
+        over non-terminal and terminal regimes apart (a `Continuation`)."""
         regime_probabilities, next_regime_id = self._regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
         if self.validate:
@@ -523,6 +599,10 @@ class RegimeProblem:
         )
         # Weakly typed start values; an Array from the first group on.
         total = cast(Array, NEG_INF if deterministic else 0.0)
+        # With `split`: the sums over non-terminal regimes (with their probability) and
+        # over terminal ones; with a deterministic transition nothing reached is -inf.
+        alive_sum = alive_mass = cast(Array, 0.0)
+        terminal_sum = cast(Array, NEG_INF if deterministic else 0.0)
         for members, stacked in self.groups:
             target = members[0]
             prepared, layout = self.continuations[target]
@@ -561,13 +641,35 @@ class RegimeProblem:
                 # settled once, below.
                 settled=deterministic,
             )
-            if deterministic:
+            if split:
+                terminal = self.model.regimes[target].is_terminal
+                if deterministic:
+                    # (None: a stack of every regime, always reached.)
+                    reached = jnp.asarray(True) if reached is None else reached
+                    zero = jnp.zeros_like(expected)
+                    alive_sum = jnp.where(reached, zero if terminal else expected, alive_sum)
+                    alive_mass = jnp.where(reached, 0.0 if terminal else 1.0, alive_mass)
+                    terminal_sum = jnp.where(reached, expected if terminal else zero, terminal_sum)
+                elif terminal:
+                    terminal_sum = terminal_sum + p * expected  # pyright: ignore
+                else:
+                    alive_sum = alive_sum + p * expected  # pyright: ignore
+                    alive_mass = alive_mass + p  # pyright: ignore
+            elif deterministic:
                 # Exactly one regime is reached: select its continuation (one select per
                 # point, on a predicate that depends on the actions only through the id).
                 total = expected if reached is None else jnp.where(reached, expected, total)
             else:
                 # groups are stacked only with a deterministic transition, so `p` is set
                 total = total + p * expected  # pyright: ignore[reportPossiblyUnbound]
+        if split:
+            if not deterministic:
+                # (A kind of regime never reached leaves its sum a Python 0.0.)
+                alive_sum = settle_masked(jnp.asarray(alive_sum))
+                terminal_sum = jnp.where(blocked, NEG_INF, settle_masked(jnp.asarray(terminal_sum)))
+            return Continuation(
+                jnp.asarray(alive_sum), jnp.asarray(alive_mass), jnp.asarray(terminal_sum)
+            )
         if deterministic:
             return total
         return jnp.where(blocked, NEG_INF, settle_masked(total))

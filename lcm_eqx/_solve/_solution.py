@@ -19,6 +19,9 @@ class Solution(eqx.Module):
     declaration order; periods in which the regime is inactive hold `-inf`.
     `policies[regime]` holds, for regimes solved by `DCEGM`, the choice-specific
     consumption and value functions on their endogenous grids.
+    `exponential_values[regime]` holds, for regimes with `aggregator=PresentBias(...)`,
+    the exponentially discounted value `W` (same shape as `values`), which is what
+    earlier periods read as the continuation; `values` holds the decision value.
     `violations[regime]` has shape `(n_periods, n_checks)`: how far each check named in
     `checks[regime]` was from valid (0 when valid; the transition checks, and
     `"value:nan"`, 1 when that period's value array has a NaN). Without validation it has
@@ -39,9 +42,18 @@ class Solution(eqx.Module):
     # What endogenous-grid solvers keep per regime and period (`EndogenousGrid`s with a
     # leading period axis), read by the simulation and the likelihoods; empty otherwise.
     policies: dict[str, Any] = eqx.field(default_factory=dict)
+    exponential_values: dict[str, Float[Array, "n_periods ..."]] = eqx.field(
+        default_factory=dict
+    )
     # Canonical JSON of the structure of the model that produced it (set by Model.solve),
     # written into saved files so that loading can check the model it is loaded into.
     model_structure: str | None = eqx.field(static=True, default=None, repr=False)
+
+    @property
+    def continuation_values(self) -> dict[str, Float[Array, "n_periods ..."]]:
+        """The value arrays earlier periods read as the continuation: `values`, with
+        `exponential_values` in place for the present-biased regimes."""
+        return {**self.values, **self.exponential_values}
 
     @property
     def n_periods(self) -> int:

@@ -23,12 +23,16 @@ class PeriodSolution(NamedTuple):
 
     `values` has the regime's state shape; `violations` one more axis, the checks (see
     `RegimeProblem.checks` and the solver's `extra_checks`); `policy` is whatever the
-    solver keeps for later queries (simulation, likelihoods, the next period), or None.
+    solver keeps for later queries (simulation, likelihoods, the next period), or None;
+    `carried` the second value array of an aggregator that has one, or None.
     """
 
     values: Array
     violations: Array
     policy: Any
+    # The value array earlier periods read as this one's continuation, where it is not
+    # `values` (an aggregator that carries a second value array: `PresentBias`'s `W`).
+    carried: Array | None = None
 
 
 class AbstractSolver(eqx.Module):
@@ -87,8 +91,12 @@ class AbstractPointwiseSolver(AbstractSolver):
     """
 
     @abc.abstractmethod
-    def value(self, problem: RegimeProblem, state: dict[str, Array]) -> tuple[Array, Array]:
-        """Value of the best action at `state`, and the maximal check violations."""
+    def value(self, problem: RegimeProblem, state: dict[str, Array]) -> tuple[Any, Array]:
+        """Value of the best action at `state`, and the maximal check violations.
+
+        With an aggregator that carries a second value array (`problem.aggregator.n_values
+        == 2`), the value is the pair `(decision value, carried value)`.
+        """
 
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         carried = problem.carried()
@@ -100,6 +108,8 @@ class AbstractPointwiseSolver(AbstractSolver):
             )
         else:
             value, check = lift(lambda state: self.value(problem, state), problem.state_axes)
+        if isinstance(value, tuple):
+            return PeriodSolution(value[0], check, None, value[1])
         return PeriodSolution(value, check, None)
 
 
@@ -116,6 +126,23 @@ class GridSearch(AbstractPointwiseSolver):
         axes = problem.action_axes
         n_discrete = len(problem.regime.discrete_actions)
         scale = taste_shock_scale(problem)
+        aggregator = problem.aggregator
+        if aggregator is not None and aggregator.n_values > 1:
+            # Two values per point (no taste shocks): reduced together by the aggregator.
+            def reduce_pair(action: dict, depth: int):
+                if depth == len(axes):
+                    return problem.q_values(state, action)
+                axis = axes[depth]
+                values, violations = map_axis(
+                    lambda x: reduce_pair({**action, axis.name: x}, depth + 1),
+                    axis.points,
+                    axis.batch_size,
+                )
+                violations = tuple(jnp.max(v, axis=0) for v in violations)
+                return aggregator.best(values), violations
+
+            pair, violations = reduce_pair({}, 0)
+            return pair, stack_checks(violations, pair[0].dtype)
 
         def reduce(action: dict, depth: int):
             if depth == len(axes):
