@@ -36,10 +36,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 SIZES = {
-    "full": {"regimes": (1, 3, 6), "functions": (1, 4, 16), "n_wealth": 200,
-             "n_consumption": 400, "n_periods": 5, "rounds": 3},
-    "quick": {"regimes": (1, 3), "functions": (1, 4), "n_wealth": 20,
-              "n_consumption": 40, "n_periods": 3, "rounds": 1},
+    "full": {
+        "regimes": (1, 3, 6),
+        "functions": (1, 4, 16),
+        "n_wealth": 200,
+        "n_consumption": 400,
+        "n_periods": 5,
+        "rounds": 3,
+    },
+    "quick": {
+        "regimes": (1, 3),
+        "functions": (1, 4),
+        "n_wealth": 20,
+        "n_consumption": 40,
+        "n_periods": 3,
+        "rounds": 1,
+    },
 }
 
 CHILD = r"""
@@ -93,7 +105,8 @@ def build(
     parts = [f"part_{j}" for j in range(n_functions)]
     functions = {
         part: _function(
-            part, ["consumption", "wealth"],
+            part,
+            ["consumption", "wealth"],
             f"jnp.log(consumption + {0.01 * j}) / {n_functions} + {1e-4 * j} * wealth",
         )
         for j, part in enumerate(parts)
@@ -163,7 +176,7 @@ def measure(configs: list[dict], rounds: int, kernels: bool) -> list[dict]:
         for i, config in enumerate(configs):
             runs[i].append(run_child(config))
     rows = []
-    for config, results in zip(configs, runs):
+    for config, results in zip(configs, runs, strict=True):
         row = {**config, **min(results, key=lambda r: r["total_s"])}
         row["kernels"] = count_kernels(config) if kernels else None
         rows.append(row)
@@ -189,8 +202,9 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="1 / 3 regimes, 1 / 4 helpers")
     parser.add_argument("--regimes", type=int, nargs="+", default=None)
     parser.add_argument("--functions", type=int, nargs="+", default=None)
-    parser.add_argument("--transition", choices=("stochastic", "deterministic"),
-                        default="stochastic")
+    parser.add_argument(
+        "--transition", choices=("stochastic", "deterministic"), default="stochastic"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="fresh processes per point")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel counts")
     parser.add_argument(
@@ -204,8 +218,7 @@ def main(argv=None) -> None:
     functions = args.functions or config["functions"]
     rounds = args.rounds or config["rounds"]
     by_regimes = [
-        {"n_regimes": k, "n_functions": 1, "transition": args.transition, **shape}
-        for k in regimes
+        {"n_regimes": k, "n_functions": 1, "transition": args.transition, **shape} for k in regimes
     ]
     by_functions = [
         {"n_regimes": 1, "n_functions": k, "transition": args.transition, **shape}
@@ -219,10 +232,10 @@ def main(argv=None) -> None:
     rows_functions = [found[json.dumps(c, sort_keys=True)] for c in by_functions]
     print_table(
         f"working regimes (+ a terminal one), {args.transition} transition, 1 helper",
-        "n_regimes", rows_regimes,
+        "n_regimes",
+        rows_regimes,
     )
-    print_table("helper functions in the utility, 1 working regime", "n_functions",
-                rows_functions)
+    print_table("helper functions in the utility, 1 working regime", "n_functions", rows_functions)
     import jax
 
     result = {

@@ -199,7 +199,7 @@ def measure(dtypes, models, sizes, rounds: int, cold_rounds: int, api: bool) -> 
     for dtype in dtypes:
         for name in models:
             spec = {"model": name, "dtype": dtype, "size": list(sizes[name])}
-            row = {"model": name, "dtype": dtype, **dict(zip(_SIZE_KEYS, sizes[name]))}
+            row = {"model": name, "dtype": dtype, **dict(zip(_SIZE_KEYS, sizes[name], strict=True))}
             row["cold"] = cold(spec, cold_rounds)
             row["steady"] = run_child({**spec, "kind": "steady", "rounds": rounds})
             rows.append(row)
@@ -266,7 +266,10 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", choices=DTYPES, action="append", help="repeatable")
     parser.add_argument("--model", choices=MODELS, action="append", help="repeatable")
     parser.add_argument(
-        "--size", type=_size, action="append", default=[],
+        "--size",
+        type=_size,
+        action="append",
+        default=[],
         help="MODEL=PERIODS,WEALTH,CONSUMPTION (repeatable)",
     )
     parser.add_argument("--rounds", type=int, default=None, help="interleaved steady rounds")
