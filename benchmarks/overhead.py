@@ -150,6 +150,15 @@ def steady(model, params, spec: dict) -> dict:
     result["ratio_solve_to_jit"] = median["solve"] / median["jit"]
     result["ratio_solve_to_compiled"] = median["solve"] / median["compiled"]
     if "reference" in median:
+        # The ratio means something only if both solve the same model.
+        import numpy as np
+
+        solution = model.solve(params)
+        working, retired = calls["reference"]()
+        result["reference_max_abs_diff"] = max(
+            float(np.max(np.abs(np.asarray(working) - solution.values["working"]))),
+            float(np.max(np.abs(np.asarray(retired) - solution.values["retired"]))),
+        )
         result["ratio_solve_to_reference"] = median["solve"] / median["reference"]
         result["ratio_compiled_to_reference"] = median["compiled"] / median["reference"]
     return result
@@ -237,6 +246,8 @@ def print_row(row: dict) -> None:
         f"{s['overhead_ms']:>8.2f}{s['ratio_solve_to_jit']:>7.2f}{ref}",
         flush=True,
     )
+    if "reference_max_abs_diff" in s:
+        print(f"{'':<22}(reference vs library: max |difference| {s['reference_max_abs_diff']:.1e})")
 
 
 def print_api(row: dict) -> None:
