@@ -6,6 +6,10 @@
 Compile time is reported separately from run time (median of repeats after a warm-up,
 with `block_until_ready`); memory is XLA's own compiled temp size; variants are compared
 as ratios within one run. Results are printed as a table and written as JSON.
+
+Cold start and per-call overhead (`overhead.py`) and compile time against the number of
+regimes and user functions (`compile_regimes.py`) run as their own sections, each in
+fresh processes (see their docstrings and docs/benchmarking.md).
 """
 
 from __future__ import annotations
@@ -238,6 +242,8 @@ def main() -> None:
         rows.append(row)
         _print_row(row)
     dcegm = dcegm_rows(args.quick)
+    overhead = script_rows("overhead.py", ["--quick", "--no-api"] if args.quick else [])
+    regimes = script_rows("compile_regimes.py", ["--quick", "--no-kernels"] if args.quick else [])
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps(
@@ -247,6 +253,8 @@ def main() -> None:
                 "x64": bool(jax.config.jax_enable_x64),
                 "rows": rows,
                 "dcegm": dcegm,
+                "overhead": overhead,
+                "compile_regimes": regimes,
             },
             indent=2,
             default=str,
@@ -266,6 +274,22 @@ def dcegm_rows(quick: bool) -> dict:
             command += ["--quick", "--no-euler"]
         completed = subprocess.run(command, capture_output=True, text=True, check=True)
         print("\n" + completed.stdout.strip())
+        return json.loads(output.read_text())
+
+
+def script_rows(script: str, options: list[str]) -> dict:
+    """The JSON of another benchmark script run in its own process: `overhead.py` (cold
+    start and per-call overhead, float32 and float64 in fresh processes) and
+    `compile_regimes.py` (compile time against regimes and user functions). Quick runs
+    measure float64 retirement only, without API.md's cold-start model, and skip the
+    kernel counts."""
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "out.json"
+        command = [sys.executable, str(Path(__file__).with_name(script)), "--json", str(output)]
+        completed = subprocess.run([*command, *options], capture_output=True, text=True)
+        if completed.returncode != 0:
+            raise RuntimeError(f"{script} failed:\n{completed.stderr[-4000:]}")
+        print(f"\n== {script}\n" + completed.stdout.strip())
         return json.loads(output.read_text())
 
 

@@ -42,6 +42,12 @@ def test_quick_benchmark_run(tmp_path):
     for key in ("dcegm_steady_s", "grid_steady_s", "dcegm_simulate_s", "dcegm_temp_bytes"):
         assert dcegm[key] is not None and dcegm[key] > 0, key
     assert "DC-EGM" in completed.stdout
+    overhead = json.loads(output.read_text())["overhead"]
+    assert [(r["model"], r["dtype"]) for r in overhead["rows"]] == [("retirement", "float64")]
+    assert overhead["rows"][0]["steady"]["overhead_ms"] is not None
+    regimes = json.loads(output.read_text())["compile_regimes"]
+    assert [r["n_regimes"] for r in regimes["by_regimes"]] == [1, 3]
+    assert "overhead.py" in completed.stdout and "compile_regimes.py" in completed.stdout
 
 
 def test_asv_suite_builds_every_benchmark_model():
@@ -58,3 +64,60 @@ def test_asv_suite_builds_every_benchmark_model():
         model, params, sizes = lifecycle._model(name)
         assert model.n_periods == sizes["n_periods"]
         assert params
+
+
+def _run_script(tmp_path, script: str, *options: str) -> tuple[dict, str]:
+    output = tmp_path / "out.json"
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *options, "--json", str(output)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return json.loads(output.read_text()), completed.stdout
+
+
+def test_overhead_quick(tmp_path):
+    """`benchmarks/overhead.py --quick`: cold start (first call, its trace / lower /
+    compile split, programs compiled) and steady per-call times, float64 retirement, and
+    API.md's cold-start model."""
+    result, stdout = _run_script(tmp_path, "overhead.py", "--quick", "--rounds", "2")
+    (row,) = result["rows"]
+    assert (row["model"], row["dtype"]) == ("retirement", "float64")
+    for key in ("first_s", "trace_s", "lower_s", "compile_s", "second_s"):
+        assert row["cold"][key] > 0, key
+    assert row["cold"]["n_compiled"] >= 1
+    for key in (
+        "solve_s",
+        "jit_s",
+        "compiled_s",
+        "reference_s",
+        "ratio_solve_to_jit",
+        "ratio_solve_to_reference",
+    ):
+        assert row["steady"][key] > 0, key
+    assert "overhead_ms" in row["steady"]
+    api = result["api_cold_start"]
+    assert (api["n_periods"], api["n_wealth"], api["n_consumption"]) == (5, 100, 500)
+    assert not api["taste_shocks"] and api["dtype"] == "float64"
+    for key in ("first_s", "trace_s", "lower_s", "compile_s"):
+        assert api[key] > 0, key
+    assert "API.md's retirement model" in stdout
+
+
+def test_compile_regimes_quick(tmp_path):
+    """`benchmarks/compile_regimes.py`: trace / lower / compile times and kernel counts
+    against regimes and user functions (two points, one process each)."""
+    result, stdout = _run_script(
+        tmp_path, "compile_regimes.py", "--quick", "--regimes", "2", "--functions", "2"
+    )
+    assert [r["n_regimes"] for r in result["by_regimes"]] == [2]
+    assert [r["n_functions"] for r in result["by_functions"]] == [2]
+    for row in (*result["by_regimes"], *result["by_functions"]):
+        for key in ("trace_s", "lower_s", "compile_s", "total_s"):
+            assert row[key] > 0, key
+        assert row["kernels"] >= 1
+    assert "n_regimes" in stdout and "n_functions" in stdout
