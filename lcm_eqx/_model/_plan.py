@@ -146,9 +146,12 @@ def build_plan(
     ids = _regime_ids(regimes, regime_ids)
     _check_shared_states(regimes)
     all_states = {s for regime in regimes.values() for s in regime.states}
+    by_period = _grids_by_period(regimes, n_periods, ages)
     plans = {}
     for name in sorted(regimes, key=lambda n: ids[n]):
-        plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages, ages)
+        plans[name] = _regime_plan(
+            name, ids[name], regimes, all_states, n_periods, has_ages, ages, by_period
+        )
     segments = _segments(plans, n_periods)
     return ModelPlan(
         regimes=plans, regime_ids=ids, n_periods=n_periods, segments=segments, has_ages=has_ages
@@ -209,8 +212,27 @@ def _check_shared_states(regimes: Mapping[str, Regime]) -> None:
                 )
 
 
+def _grids_by_period(regimes: Mapping[str, Regime], n_periods: int, ages) -> dict:
+    """Every grid of every regime, with bounds that vary with age resolved to one value
+    per period (`AbstractGrid.by_period`), by regime and variable. A grid object shared
+    by several regimes or variables stays one object."""
+    periods = np.arange(n_periods)
+    age_values = None if ages is None else np.asarray([ages.age(int(t)) for t in periods])
+    resolved: dict[int, AbstractGrid] = {}
+    grids: dict[str, dict[str, AbstractGrid]] = {}
+    for name, regime in regimes.items():
+        grids[name] = {}
+        for kind, variables in (("state", regime.states), ("action", regime.actions)):
+            for variable, grid in variables.items():
+                if id(grid) not in resolved:
+                    where = f" (regime {name!r}, {kind} {variable!r})"
+                    resolved[id(grid)] = grid.by_period(periods, age_values, where)
+                grids[name][variable] = resolved[id(grid)]
+    return grids
+
+
 def _regime_plan(
-    name, regime_id, regimes, all_states, n_periods, has_ages, ages=None
+    name, regime_id, regimes, all_states, n_periods, has_ages, ages=None, by_period=None
 ) -> RegimePlan:
     regime = regimes[name]
     states = tuple(regime.states)
@@ -373,7 +395,7 @@ def _regime_plan(
         id=regime_id,
         states=states,
         actions=actions,
-        grids={**regime.states, **regime.actions},
+        grids=dict(by_period[name]) if by_period else {**regime.states, **regime.actions},
         helpers=helpers,
         utility=utility,
         constraints=constraints,

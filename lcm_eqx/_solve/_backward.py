@@ -16,7 +16,7 @@ from .._progress import solve_tick
 from .._validation import NAN_CHECK
 from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
 from ._envelope import INACTIVE, ORDINARY, EndogenousGrid
-from ._kernel import RegimeProblem
+from ._kernel import RegimeProblem, age_varying_points, shifted
 from ._sharding import sharding_plan
 from ._solution import Solution
 from ._solver import AbstractSolver
@@ -50,6 +50,11 @@ def solve_model(
     shapes = {name: state_shape(plan, name) for name in plan.regimes}
     sharding = sharding_plan(plan)  # None unless some state has distributed=True
     endogenous = {name: s for name, s in solvers.items() if isinstance(s, DCEGM)}
+    # Grids whose bounds vary with age: their points of period t (and t + 1, where next
+    # period's values are read) are scanned inputs, so periods still share one step.
+    # Empty for other models, which then scan over the periods alone.
+    tables = age_varying_points(plan)
+    next_tables = shifted(tables)
 
     def place(name, array, leading=0):
         """Constrain a value array (with `leading` extra axes) to its regime's sharding."""
@@ -75,8 +80,9 @@ def solve_model(
 
     for segment in reversed(plan.segments):
 
-        def step(carried, period, segment=segment):
+        def step(carried, inputs, segment=segment):
             next_values, next_policies = carried
+            period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
             age = age_of(ages, period)
             current, current_violations, current_policies = {}, {}, {}
             for name in segment.regimes:
@@ -91,6 +97,8 @@ def solve_model(
                     validate,
                     sharding=sharding,
                     prepare=not isinstance(solver, DCEGM),
+                    grid_points=grid_points,
+                    next_grid_points=next_grid_points,
                 )
                 if isinstance(solver, DCEGM):
                     problem.next_policies = continuation_readers(
@@ -102,6 +110,7 @@ def solve_model(
                         next_policies,
                         period + 1,
                         age_of(ages, period + 1),
+                        next_grid_points,
                     )
                 checks[name] = (
                     (*problem.checks, *solver.extra_checks(plan.regimes[name])) if validate else ()
@@ -132,15 +141,21 @@ def solve_model(
             return (next_carry, next_policy_carry), (current, current_violations, emitted)
 
         periods = jnp.arange(segment.start, segment.stop)
+        window = slice(segment.start, segment.stop)
+        inputs = (
+            (periods, *jax.tree.map(lambda t: t[window], (tables, next_tables)))
+            if tables
+            else periods
+        )
         checkpointed = jax.checkpoint(step)
 
-        def ticked_step(carried, period, checkpointed=checkpointed):
+        def ticked_step(carried, inputs, checkpointed=checkpointed, tables=tables):
             # Outside the checkpoint, so the backward pass of jax.grad does not replay it.
-            solve_tick(progress, plan.n_periods, period)
-            return checkpointed(carried, period)
+            solve_tick(progress, plan.n_periods, inputs[0] if tables else inputs)
+            return checkpointed(carried, inputs)
 
         carry, (segment_values, segment_violations, segment_policies) = jax.lax.scan(
-            ticked_step, carry, periods, reverse=True
+            ticked_step, carry, inputs, reverse=True
         )
         length = segment.stop - segment.start
         for name in endogenous:
@@ -196,7 +211,18 @@ def solve_model(
             name: jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts[::-1])
             for name, parts in policies.items()
         },
+        grids=state_points(plan, tables),
     )
+
+
+def state_points(plan: ModelPlan, tables) -> dict[str, dict[str, jax.Array]]:
+    """The points by period of the age-varying state grids (`Solution.grids`)."""
+    grids = {}
+    for name, varying in tables.items():
+        states = {s: varying[s] for s in plan.regimes[name].states if s in varying}
+        if states:
+            grids[name] = states
+    return grids
 
 
 def continuation_readers(
@@ -208,8 +234,10 @@ def continuation_readers(
     next_policies: dict,
     next_period,
     next_age,
+    next_grid_points=None,
 ) -> dict:
-    """How a DC-EGM regime reads each regime it can move to in the next period."""
+    """How a DC-EGM regime reads each regime it can move to in the next period
+    (`next_grid_points`: next period's points of the age-varying grids)."""
     solver = solvers[regime]
     assert isinstance(solver, DCEGM)
     readers = {}
@@ -226,7 +254,10 @@ def continuation_readers(
                 next_age,
             )
         else:
-            readers[target] = array_reader(plan, target, next_values[target], solver.state)
+            points = (next_grid_points or {}).get(target, {}).get(solver.state)
+            readers[target] = array_reader(
+                plan, target, next_values[target], solver.state, points
+            )
     return readers
 
 

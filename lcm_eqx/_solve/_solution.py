@@ -39,6 +39,10 @@ class Solution(eqx.Module):
     # What endogenous-grid solvers keep per regime and period (`EndogenousGrid`s with a
     # leading period axis), read by the simulation and the likelihoods; empty otherwise.
     policies: dict[str, Any] = eqx.field(default_factory=dict)
+    # The points of every period, `(n_periods, n_points)`, of each state grid whose bounds
+    # vary with age, by regime and state (empty when no grid varies): value arrays of
+    # period t are on the points of period t.
+    grids: dict[str, dict[str, Any]] = eqx.field(default_factory=dict)
     # Canonical JSON of the structure of the model that produced it (set by Model.solve),
     # written into saved files so that loading can check the model it is loaded into.
     model_structure: str | None = eqx.field(static=True, default=None, repr=False)
