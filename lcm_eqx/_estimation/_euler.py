@@ -71,6 +71,7 @@ def euler_errors(
         >>> float(np.nanmean(errors))   # e.g. -6.5 for DC-EGM, -2.5 for grid search
     """
     plan = model.plan
+    plan.reject_age_varying_grids("euler_errors")
     if regime not in plan.regimes:
         raise InvalidPeriodError(
             f"Unknown regime {regime!r}; the model's regimes are {list(plan.regimes)}."

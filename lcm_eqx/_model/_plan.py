@@ -13,7 +13,7 @@ from typing import cast
 
 import numpy as np
 
-from .._errors import ModelInitializationError
+from .._errors import LcmError, ModelInitializationError
 from .._grids import AbstractGrid, AbstractProcessGrid, DiscreteGrid
 from ._dag import (
     SPECIAL_ARGUMENTS,
@@ -114,6 +114,25 @@ class ModelPlan:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.regimes)
+
+    def age_varying_grids(self) -> tuple[tuple[str, str], ...]:
+        """(regime, variable) of every grid whose bounds vary with age."""
+        return tuple(
+            (name, variable)
+            for name, regime in self.regimes.items()
+            for variable, grid in regime.grids.items()
+            if grid.varies_with_age
+        )
+
+    def reject_age_varying_grids(self, what: str) -> None:
+        """Raise for a feature that does not support grids whose bounds vary with age."""
+        varying = self.age_varying_grids()
+        if varying:
+            regime, variable = varying[0]
+            raise LcmError(
+                f"{what} does not support grids whose bounds vary with age yet; regime "
+                f"{regime!r}, variable {variable!r} has one. Use fixed bounds for it."
+            )
 
     def state_grid(self, name: str) -> AbstractGrid:
         for regime in self.regimes.values():
