@@ -39,7 +39,9 @@ def next_wealth(wealth, consumption, interest_rate, income):
 
 
 def build(wealth, consumption=None, *, n_periods=N_PERIODS, utility=None, ages=AGES):
-    consumption = lcm.LinSpacedGrid(0.5, 10.0, N_CONSUMPTION) if consumption is None else consumption
+    consumption = (
+        lcm.LinSpacedGrid(0.5, 10.0, N_CONSUMPTION) if consumption is None else consumption
+    )
     alive = lcm.Regime(
         states={"wealth": wealth},
         actions={"consumption": consumption},
@@ -62,7 +64,10 @@ def oracle_points(kind):
     starts, stops = 1.0 + 0.0 * ages, 4.0 + 3.0 * (ages - 20)
     if kind == "lin":
         return [np.linspace(a, b, N_WEALTH) for a, b in zip(starts, stops, strict=True)]
-    return [np.exp(np.linspace(np.log(a), np.log(b), N_WEALTH)) for a, b in zip(starts, stops)]
+    return [
+        np.exp(np.linspace(np.log(a), np.log(b), N_WEALTH))
+        for a, b in zip(starts, stops, strict=True)
+    ]
 
 
 def oracle_interp(points, values, x):
@@ -204,7 +209,9 @@ def test_jit_vmap_and_grad():
 
 def test_splay_on_the_age_varying_axis_gives_the_same_values():
     plain = build(widening()).solve(PARAMS)
-    splayed = build(widening(batch_size=3), lcm.LinSpacedGrid(0.5, 10.0, N_CONSUMPTION, batch_size=4))
+    splayed = build(
+        widening(batch_size=3), lcm.LinSpacedGrid(0.5, 10.0, N_CONSUMPTION, batch_size=4)
+    )
     np.testing.assert_allclose(
         splayed.solve(PARAMS).values["alive"], plain.values["alive"], rtol=1e-14, atol=0
     )
@@ -292,12 +299,14 @@ def test_saved_solution_keeps_the_grids(tmp_path):
     solution = model.solve(PARAMS)
     solution.save(tmp_path / "s.lcm")
     loaded = lcm.load_solution(tmp_path / "s.lcm", model)
-    np.testing.assert_array_equal(loaded.grids["alive"]["wealth"], solution.grids["alive"]["wealth"])
+    np.testing.assert_array_equal(
+        loaded.grids["alive"]["wealth"], solution.grids["alive"]["wealth"]
+    )
 
 
 def test_distribution_rejects_age_varying_grids():
     model = build(widening())
-    with pytest.raises(lcm.LcmError, match="distribution does not support .*'alive'.*'wealth'"):
+    with pytest.raises(lcm.LcmError, match=r"distribution does not support .*'alive'.*'wealth'"):
         model.distribution(PARAMS, {"regime": jnp.zeros(2, int), "wealth": jnp.ones(2)})
 
 
@@ -325,13 +334,11 @@ def build_retirement(wealth, *, retired_solver=None, n_periods=4):
         actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
         functions={"utility": utility},
         state_transitions={
-            "wealth": lambda wealth, consumption, labor, wage: wealth
-            - consumption
-            + wage * (labor == Labor.work)
+            "wealth": lambda wealth, consumption, labor, wage: (
+                wealth - consumption + wage * (labor == Labor.work)
+            )
         },
-        transition=lambda labor: jnp.where(
-            labor == Labor.work, RegimeId.working, RegimeId.retired
-        ),
+        transition=lambda labor: jnp.where(labor == Labor.work, RegimeId.working, RegimeId.retired),
         constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
         solver=solver,
     )

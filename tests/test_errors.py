@@ -487,8 +487,10 @@ CASES = [
         id="grid-age-varying-one-point",
     ),
     pytest.param(
-        lambda: lambda: lcm.LinSpacedGrid(
-            start=np.array([1.0, 5.0]), stop=np.array([2.0, 3.0]), n_points=3
+        lambda: (
+            lambda: lcm.LinSpacedGrid(
+                start=np.array([1.0, 5.0]), stop=np.array([2.0, 3.0]), n_points=3
+            )
         ),
         G,
         ["LinSpacedGrid", "start must be < stop in every period", "start=5", "stop=3", "period 1"],
@@ -555,10 +557,12 @@ CASES = [
         id="model-age-varying-function-of-age-without-ages",
     ),
     pytest.param(
-        lambda: lambda: lcm.DCEGM(
-            state="wealth",
-            action="consumption",
-            savings=lcm.LinSpacedGrid(start=0.0, stop=lambda age: 10.0 + age, n_points=5),
+        lambda: (
+            lambda: lcm.DCEGM(
+                state="wealth",
+                action="consumption",
+                savings=lcm.LinSpacedGrid(start=0.0, stop=lambda age: 10.0 + age, n_points=5),
+            )
         ),
         M,
         ["DCEGM", "savings", "vary with age"],

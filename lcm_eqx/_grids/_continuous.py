@@ -54,9 +54,7 @@ def _is_function(value) -> bool:
 
 def _varies(value) -> bool:
     """Whether a bound varies by period: a function, or an array with one value per period."""
-    return _is_function(value) or (
-        not isinstance(value, jax.core.Tracer) and np.ndim(value) == 1
-    )
+    return _is_function(value) or (not isinstance(value, jax.core.Tracer) and np.ndim(value) == 1)
 
 
 def _bound_arguments(grid: str, name: str, function) -> tuple[str, ...]:
@@ -91,8 +89,7 @@ def _bound_values(grid: str, name: str, value) -> np.ndarray:
         values = np.asarray(value, dtype=float)
     except (TypeError, ValueError) as error:
         raise GridInitializationError(
-            f"{grid}: {name} must be a number or an array with one value per period, got "
-            f"{value!r}."
+            f"{grid}: {name} must be a number or an array with one value per period, got {value!r}."
         ) from error
     if values.ndim > 1 or (values.ndim == 1 and values.shape[0] == 0):
         raise GridInitializationError(
@@ -130,7 +127,9 @@ def _check_bounds(grid: str, start, stop, *, log: bool, where: str = "") -> None
     if log:
         bad = np.flatnonzero(np.atleast_1d(~(low > 0)))
         if bad.size:
-            shown = f"{np.atleast_1d(low)[bad[0]]:g} in period {bad[0]}{where}" if varying else start
+            shown = (
+                f"{np.atleast_1d(low)[bad[0]]:g} in period {bad[0]}{where}" if varying else start
+            )
             raise GridInitializationError(
                 f"{grid}: start must be > 0 for geometric spacing, got {shown}."
             )

@@ -255,9 +255,7 @@ def continuation_readers(
             )
         else:
             points = (next_grid_points or {}).get(target, {}).get(solver.state)
-            readers[target] = array_reader(
-                plan, target, next_values[target], solver.state, points
-            )
+            readers[target] = array_reader(plan, target, next_values[target], solver.state, points)
     return readers
 
 
