@@ -179,6 +179,22 @@ def test_simulation_reads_each_periods_grid():
     )
 
 
+def test_compute_policy_reads_the_periods_grids_like_the_simulation():
+    """Callers outside the scans (policy plots, choice probabilities) get the period's
+    points from the model: the policy at the simulated states is the simulated one."""
+    model = build(widening(), lcm.LinSpacedGrid(0.5, lambda age: 6.0 + 2.0 * (age - 20), 25))
+    solution = model.solve(PARAMS)
+    conditions = {"regime": jnp.zeros(4, int), "wealth": jnp.array([1.3, 2.2, 3.1, 3.9])}
+    df = model.simulate(PARAMS, conditions, solution, key=jax.random.key(0)).to_dataframe()
+    for t in range(N_PERIODS):
+        rows = df[df.period == t]
+        chosen, value = lcm.compute_policy(
+            model, PARAMS, solution, "alive", t, {"wealth": rows.wealth.to_numpy()}
+        )
+        np.testing.assert_array_equal(chosen["consumption"], rows.consumption.to_numpy())
+        np.testing.assert_array_equal(value, rows.value.to_numpy())
+
+
 def test_jit_vmap_and_grad():
     model = build(widening())
     eager = model.solve(PARAMS)
@@ -304,8 +320,10 @@ def test_saved_solution_keeps_the_grids(tmp_path):
     )
 
 
-def test_distribution_rejects_age_varying_grids():
+def test_distribution_and_euler_errors_reject_age_varying_grids():
     model = build(widening())
+    with pytest.raises(lcm.LcmError, match=r"euler_errors does not support .*'wealth'"):
+        lcm.euler_errors(model, PARAMS, regime="alive", state="wealth", action="consumption")
     with pytest.raises(lcm.LcmError, match=r"distribution does not support .*'alive'.*'wealth'"):
         model.distribution(PARAMS, {"regime": jnp.zeros(2, int), "wealth": jnp.ones(2)})
 

@@ -19,6 +19,8 @@ class Solution(eqx.Module):
     declaration order; periods in which the regime is inactive hold `-inf`.
     `policies[regime]` holds, for regimes solved by `DCEGM`, the choice-specific
     consumption and value functions on their endogenous grids.
+    `grids[regime][state]` holds, for each state grid whose bounds vary with age, its
+    points in every period, `(n_periods, n_points)`: period t's values are on row t.
     `violations[regime]` has shape `(n_periods, n_checks)`: how far each check named in
     `checks[regime]` was from valid (0 when valid; the transition checks, and
     `"value:nan"`, 1 when that period's value array has a NaN). Without validation it has
