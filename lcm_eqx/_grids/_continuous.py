@@ -54,7 +54,7 @@ def _is_function(value) -> bool:
 
 def _varies(value) -> bool:
     """Whether a bound varies by period: a function, or an array with one value per period."""
-    return _is_function(value) or (not isinstance(value, jax.core.Tracer) and np.ndim(value) == 1)
+    return _is_function(value) or np.ndim(value) == 1
 
 
 def _bound_arguments(grid: str, name: str, function) -> tuple[str, ...]:
