@@ -251,7 +251,7 @@ def _grids_by_period(regimes: Mapping[str, Regime], n_periods: int, ages) -> dic
 
 
 def _regime_plan(
-    name, regime_id, regimes, all_states, n_periods, has_ages, ages=None, by_period=None
+    name, regime_id, regimes, all_states, n_periods, has_ages, ages, by_period
 ) -> RegimePlan:
     regime = regimes[name]
     states = tuple(regime.states)
@@ -414,7 +414,7 @@ def _regime_plan(
         id=regime_id,
         states=states,
         actions=actions,
-        grids=dict(by_period[name]) if by_period else {**regime.states, **regime.actions},
+        grids=dict(by_period[name]),  # states and actions, bounds resolved by period
         helpers=helpers,
         utility=utility,
         constraints=constraints,
