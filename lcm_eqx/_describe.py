@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from typing import cast
+
+import numpy as np
 
 from ._errors import LcmError
-from ._grids import AbstractGrid
+from ._grids import AbstractContinuousGrid, AbstractGrid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +99,13 @@ def _grid_label(grid: AbstractGrid) -> str:
         knobs.append(f"batch_size={grid.batch_size}")
     if grid.distributed:
         knobs.append("distributed")
+    if grid.varies_with_age:
+        # Resolved by the build: one (start, stop) per period.
+        points = np.asarray(cast(AbstractContinuousGrid, grid).points_by_period())
+        knobs.append(
+            f"varies with age: [{points[0, 0]:.4g}, {points[0, -1]:.4g}] in period 0 to "
+            f"[{points[-1, 0]:.4g}, {points[-1, -1]:.4g}] in period {points.shape[0] - 1}"
+        )
     return f"{type(grid).__name__}({grid.n_points}{', ' if knobs else ''}{', '.join(knobs)})"
 
 

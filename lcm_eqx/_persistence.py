@@ -522,9 +522,12 @@ def _build(kind: str, arrays: dict, static: dict, model):
 
     structure = model_structure(model)
     if kind == "Solution":
+        from ._solve._backward import state_points
+        from ._solve._kernel import age_varying_points
         from ._solve._solution import Solution
 
         return Solution(
+            grids=state_points(model.plan, age_varying_points(model.plan)),
             values=arrays["values"],
             violations=arrays["violations"],
             exponential_values=arrays.get("exponential_values", {}),

@@ -103,9 +103,12 @@ def _fixed_indices(regime_plan, x_state: str, fixed: Mapping[str, int] | None) -
     return indices
 
 
-def _grid_points(grid, process_points=None) -> tuple[np.ndarray, str]:
-    """Values to show along an axis, and a suffix for the axis label."""
+def _grid_points(grid, process_points=None, period: int = 0) -> tuple[np.ndarray, str]:
+    """Values to show along an axis (in `period`, for a grid that varies with age), and a
+    suffix for the axis label."""
     if isinstance(grid, AbstractContinuousGrid):
+        if grid.varies_with_age:
+            return np.asarray(grid.points_by_period()[period], dtype=float), ""
         return np.asarray(grid.to_jax(), dtype=float), ""
     if isinstance(grid, AbstractProcessGrid):
         if process_points is not None:
@@ -173,6 +176,8 @@ def _fixed_note(regime_plan, indices: Mapping[str, int], process_points=None) ->
         grid = regime_plan.grids[name]
         if isinstance(grid, DiscreteGrid):
             parts.append(f"{name}={grid.labels[index]}")
+        elif grid.varies_with_age:  # its value at `index` differs between periods
+            parts.append(f"{name}=#{index}")
         else:
             points, suffix = _grid_points(grid, (process_points or {}).get(name))
             parts.append(f"{name}={_fmt(points, index)}" if not suffix else f"{name}=#{index}")
@@ -203,7 +208,7 @@ def _line_specs(model, solution, regime_plan, x_state, indices, periods, by, pro
     if len(periods) != 1:
         raise PlotError(f"With by={by!r}, give a single period, got {periods}.")
     grid = regime_plan.grids[by]
-    points, suffix = _grid_points(grid, (process or {}).get(by))
+    points, suffix = _grid_points(grid, (process or {}).get(by), periods[0])
     specs = []
     for i in range(grid.n_points):
         if isinstance(grid, DiscreteGrid):
@@ -270,9 +275,9 @@ def plot_values(
     indices = _fixed_indices(regime_plan, x_state, fixed)
     specs = _line_specs(model, solution, regime_plan, x_state, indices, periods, by)
     x_grid = regime_plan.grids[x_state]
-    x, suffix = _grid_points(x_grid)
     ax = _new_axes(ax)
     for (period, at, label), color in zip(specs, _colors(len(specs)), strict=True):
+        x, suffix = _grid_points(x_grid, period=period)  # per period: bounds may vary with age
         selector = tuple(slice(None) if s == x_state else at[s] for s in regime_plan.states)
         values = np.asarray(solution.values[regime][period][selector], dtype=float)
         values = np.where(np.isfinite(values), values, np.nan)
@@ -440,11 +445,11 @@ def plot_policy(
     process = _process_points(model, params, regime_plan)
     specs = _line_specs(model, solution, regime_plan, x_state, indices, period, by, process)
     x_grid = regime_plan.grids[x_state]
-    x, suffix = _grid_points(x_grid, process.get(x_state))
-    n = len(x)
     action_grid = regime_plan.grids[action]
     ax = _new_axes(ax)
     for (p, at, label), color in zip(specs, _colors(len(specs)), strict=True):
+        x, suffix = _grid_points(x_grid, process.get(x_state), p)
+        n = len(x)
         points = {}
         for name in regime_plan.states:
             grid = regime_plan.grids[name]
@@ -453,7 +458,7 @@ def plot_policy(
             elif grid.is_discrete:
                 points[name] = np.full(n, at[name])
             else:
-                points[name] = np.full(n, _grid_points(grid)[0][at[name]])
+                points[name] = np.full(n, _grid_points(grid, period=p)[0][at[name]])
         chosen, value = compute_policy(model, params, solution, regime, p, points)
         y = np.asarray(chosen[action], dtype=float)
         y = np.where(np.isfinite(value), y, np.nan)

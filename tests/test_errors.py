@@ -591,6 +591,95 @@ CASES = [
         ["'income'", "'income:index'", "one of them"],
         id="simulate-process-value-and-index",
     ),
+    # ------------------------------------------------- grids that vary with age
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=1.0, stop=lambda age: 10.0 + age, n_points=1),
+        G,
+        ["LinSpacedGrid", "n_points", ">= 2"],
+        id="grid-age-varying-one-point",
+    ),
+    pytest.param(
+        lambda: (
+            lambda: lcm.LinSpacedGrid(
+                start=np.array([1.0, 5.0]), stop=np.array([2.0, 3.0]), n_points=3
+            )
+        ),
+        G,
+        ["LinSpacedGrid", "start must be < stop in every period", "start=5", "stop=3", "period 1"],
+        id="grid-age-varying-start-above-stop-in-a-period",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LogSpacedGrid(start=np.array([1.0, 0.0]), stop=5.0, n_points=3),
+        G,
+        ["LogSpacedGrid", "start must be > 0", "period 1"],
+        id="grid-age-varying-log-start-not-positive",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=1.0, stop=lambda wealth: wealth, n_points=3),
+        G,
+        ["LinSpacedGrid", "stop", "'wealth'", "'age'"],
+        id="grid-age-varying-bound-not-a-function-of-age",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.LinSpacedGrid(start=1.0, stop=np.ones((2, 2)), n_points=3),
+        G,
+        ["LinSpacedGrid", "stop", "one-dimensional", "(2, 2)"],
+        id="grid-age-varying-bound-two-dimensional",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                states={
+                    "wealth": lcm.LinSpacedGrid(start=1.0, stop=lambda age: 50.0 - age, n_points=3),
+                    "health": lcm.DiscreteGrid(Health),
+                }
+            ),
+            ages=lcm.AgeGrid(start=48),
+        ),
+        G,
+        ["LinSpacedGrid", "'working'", "'wealth'", "start=1", "stop=1", "period 1"],
+        id="model-age-varying-start-reaches-stop-at-some-age",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                states={
+                    "wealth": lcm.LinSpacedGrid(
+                        start=1.0, stop=np.array([10.0, 11.0, 12.0]), n_points=3
+                    ),
+                    "health": lcm.DiscreteGrid(Health),
+                }
+            )
+        ),
+        M,
+        ["LinSpacedGrid", "'working'", "'wealth'", "stop has 3 values", "(2)"],
+        id="model-age-varying-array-of-wrong-length",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                states={
+                    "wealth": lcm.LinSpacedGrid(start=1.0, stop=lambda age: age, n_points=3),
+                    "health": lcm.DiscreteGrid(Health),
+                }
+            )
+        ),
+        M,
+        ["LinSpacedGrid", "'working'", "'wealth'", "'age'", "AgeGrid"],
+        id="model-age-varying-function-of-age-without-ages",
+    ),
+    pytest.param(
+        lambda: (
+            lambda: lcm.DCEGM(
+                state="wealth",
+                action="consumption",
+                savings=lcm.LinSpacedGrid(start=0.0, stop=lambda age: 10.0 + age, n_points=5),
+            )
+        ),
+        M,
+        ["DCEGM", "savings", "vary with age"],
+        id="solver-dcegm-savings-varies-with-age",
+    ),
     # ------------------------------------------------------------------- grids
     pytest.param(
         lambda: lambda: lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=1),

@@ -71,6 +71,7 @@ def euler_errors(
         >>> float(np.nanmean(errors))   # e.g. -6.5 for DC-EGM, -2.5 for grid search
     """
     plan = model.plan
+    plan.reject_age_varying_grids("euler_errors")
     if regime not in plan.regimes:
         raise InvalidPeriodError(
             f"Unknown regime {regime!r}; the model's regimes are {list(plan.regimes)}."
@@ -102,7 +103,14 @@ def euler_errors(
         points = regime_plan.grids[state].to_jax()
     points = jnp.asarray(points, jnp.zeros(()).dtype)
     errors = _euler_errors(
-        model, regime, state, action, params, solution.continuation_values, solution.policies, points
+        model,
+        regime,
+        state,
+        action,
+        params,
+        solution.continuation_values,
+        solution.policies,
+        points,
     )
     active = np.zeros(plan.n_periods, bool)
     active[[t for t in regime_plan.active if t + 1 < plan.n_periods]] = True

@@ -274,7 +274,9 @@ def _map_rows(model, resolved, solution, name: str, block: RegimeBlock, fn):
 
     def group(inputs):
         period, states, d_obs, c_obs = inputs
-        problem = regime_problem(model, resolved, name, period, solution.continuation_values, solution.policies)
+        problem = regime_problem(
+            model, resolved, name, period, solution.continuation_values, solution.policies
+        )
 
         def one(state, d, c):
             state = dict(state)

@@ -6,6 +6,7 @@ import abc
 from typing import ClassVar
 
 import equinox as eqx
+import numpy as np
 from jaxtyping import Array
 
 from .._errors import GridInitializationError
@@ -29,6 +30,24 @@ class AbstractGrid(eqx.Module):
     @abc.abstractmethod
     def n_points(self) -> int:
         """Number of points on the grid (static)."""
+
+    @property
+    def varies_with_age(self) -> bool:
+        """Whether the points differ between periods (bounds that vary with age)."""
+        return False
+
+    def by_period(self, periods: np.ndarray, ages: np.ndarray | None, where: str = ""):
+        """This grid with bounds that vary with age resolved to one value per period.
+
+        Args:
+            periods: the model's periods, `0 .. n_periods - 1`.
+            ages: the age of each period, or None for a model without ages.
+            where: where the grid is used (regime and variable), for error messages.
+
+        A grid whose points do not vary is returned unchanged.
+        """
+        del periods, ages, where
+        return self
 
     def _check_knobs(self) -> None:
         name = type(self).__name__
@@ -65,6 +84,11 @@ class AbstractContinuousGrid(AbstractGrid):
     @abc.abstractmethod
     def to_jax(self) -> Array:
         """The grid points as a 1-d array, increasing."""
+
+    def points_by_period(self) -> Array:
+        """The points of every period, `(n_periods, n_points)`, of a grid resolved by
+        `by_period` whose points vary with age."""
+        raise NotImplementedError(f"{type(self).__name__} has the same points in every period.")
 
     def interval(self, x: Array, points: Array) -> tuple[Array, Array]:
         """Index `lo` of the interval containing `x` and the weight on `points[lo + 1]`.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
+import abc
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -13,30 +15,8 @@ import numpy as np
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
-from .._errors import GridInitializationError
+from .._errors import GridInitializationError, ModelInitializationError
 from ._base import AbstractContinuousGrid, _weight
-
-
-def _is_concrete(grid: str, **values) -> bool:
-    """Whether `values` can be checked now; raises if one is not a finite number.
-
-    Traced values (a grid built inside `jax.jit` or `jax.vmap`) cannot be checked at
-    construction: then False.
-    """
-    if any(isinstance(v, jax.core.Tracer) for v in values.values()):
-        return False
-    for name, value in values.items():
-        if isinstance(value, str | bytes | np.str_ | np.bytes_):
-            raise GridInitializationError(f"{grid}: {name} must be a number, got {value!r}.")
-        try:
-            number = float(value)
-        except (TypeError, ValueError) as error:
-            raise GridInitializationError(
-                f"{grid}: {name} must be a number, got {value!r}."
-            ) from error
-        if not np.isfinite(number):
-            raise GridInitializationError(f"{grid}: {name} must be finite, got {number}.")
-    return True
 
 
 def _check_n_points(grid: str, n_points, argument: str = "n_points") -> None:
@@ -64,23 +44,224 @@ def _geomspace(start, stop, n: int) -> Array:
     return points.at[0].set(start).at[-1].set(stop)
 
 
-class LinSpacedGrid(AbstractContinuousGrid):
+# The arguments a grid bound that varies with age may take (resolved like `active`).
+PERIOD_LABELS = ("age", "period")
+
+
+def _is_function(value) -> bool:
+    return callable(value) and not isinstance(value, jax.Array | np.ndarray)
+
+
+def _varies(value) -> bool:
+    """Whether a bound varies by period: a function, or an array with one value per period."""
+    return _is_function(value) or np.ndim(value) == 1
+
+
+def _bound_arguments(grid: str, name: str, function) -> tuple[str, ...]:
+    """The arguments of a bound given as a function; each must be `age` or `period`."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError) as error:
+        raise GridInitializationError(
+            f"{grid}: {name} is a function whose signature cannot be read; use a function "
+            "of 'age' (e.g. `lambda age: 10 + 5 * age`)."
+        ) from error
+    arguments = tuple(
+        p.name
+        for p in parameters
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.default is p.empty
+    )
+    other = [a for a in arguments if a not in PERIOD_LABELS]
+    if other or not arguments:
+        got = f"a function of {other}" if other else "a function of no argument"
+        raise GridInitializationError(
+            f"{grid}: {name} must be a number, an array with one value per period, or a "
+            f"function of 'age' (or 'period'), e.g. `lambda age: 10 + 5 * age`; got {got}."
+        )
+    return arguments
+
+
+def _bound_values(grid: str, name: str, value) -> np.ndarray:
+    """A concrete bound as a float array (0-d or one value per period), checked finite."""
+    if isinstance(value, str | bytes | np.str_ | np.bytes_):
+        raise GridInitializationError(f"{grid}: {name} must be a number, got {value!r}.")
+    try:
+        values = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as error:
+        raise GridInitializationError(
+            f"{grid}: {name} must be a number or an array with one value per period, got {value!r}."
+        ) from error
+    if values.ndim > 1 or (values.ndim == 1 and values.shape[0] == 0):
+        raise GridInitializationError(
+            f"{grid}: {name} must be a number or a one-dimensional array with one value per "
+            f"period, got shape {values.shape}."
+        )
+    if not np.all(np.isfinite(values)):
+        shown = float(values) if values.ndim == 0 else values.tolist()
+        raise GridInitializationError(f"{grid}: {name} must be finite, got {shown}.")
+    return values
+
+
+def _check_bounds(grid: str, start, stop, *, log: bool, where: str = "") -> None:
+    """The invariants of `start` and `stop` that can be checked now: finite numbers (or
+    arrays by period), `start < stop` in every period and, for a log grid, `start > 0`.
+
+    Traced bounds and bounds given as functions are left to `by_period` (at build)."""
+    if any(_is_function(v) for v in (start, stop)):
+        for name, value in (("start", start), ("stop", stop)):
+            if _is_function(value):
+                _bound_arguments(grid, name, value)
+            elif not isinstance(value, jax.core.Tracer):
+                _bound_values(grid, name, value)
+        return
+    if any(isinstance(v, jax.core.Tracer) for v in (start, stop)):
+        return
+    low, high = _bound_values(grid, "start", start), _bound_values(grid, "stop", stop)
+    if low.ndim == 1 and high.ndim == 1 and low.shape != high.shape:
+        raise GridInitializationError(
+            f"{grid}: start and stop must have one value per period each, got "
+            f"{low.shape[0]} and {high.shape[0]} values."
+        )
+    varying = low.ndim == 1 or high.ndim == 1
+    low, high = np.broadcast_arrays(low, high)
+    if log:
+        bad = np.flatnonzero(np.atleast_1d(~(low > 0)))
+        if bad.size:
+            shown = (
+                f"{np.atleast_1d(low)[bad[0]]:g} in period {bad[0]}{where}" if varying else start
+            )
+            raise GridInitializationError(
+                f"{grid}: start must be > 0 for geometric spacing, got {shown}."
+            )
+    bad = np.flatnonzero(np.atleast_1d(~(low < high)))
+    if bad.size:
+        if not varying:
+            raise GridInitializationError(
+                f"{grid}: start must be < stop, got start={start}, stop={stop}."
+            )
+        i = bad[0]
+        raise GridInitializationError(
+            f"{grid}: start must be < stop in every period, got start={low[i]:g}, "
+            f"stop={high[i]:g} in period {i}{where}."
+        )
+
+
+class AbstractBoundedGrid(AbstractContinuousGrid):
+    """A grid of `n_points` points from `start` to `stop` (both included), spaced by the
+    subclass. The bounds may vary with age: each is a number, an array with one value
+    per period, or a function of `age` (or `period`); `n_points` is fixed."""
+
+    start: eqx.AbstractVar[float | Array | Callable[..., Any]]
+    stop: eqx.AbstractVar[float | Array | Callable[..., Any]]
+    n_points_: eqx.AbstractVar[int]
+    geometric: ClassVar[bool]
+
+    @abc.abstractmethod
+    def spaced(self, start, stop) -> Array:
+        """The `n_points` points from `start` to `stop`."""
+
+    def _check_grid(self) -> None:
+        name = type(self).__name__
+        _check_n_points(name, self.n_points_)
+        _check_bounds(name, self.start, self.stop, log=self.geometric)
+        self._check_knobs()
+
+    @property
+    def n_points(self) -> int:
+        return self.n_points_
+
+    @property
+    def varies_with_age(self) -> bool:
+        return _varies(self.start) or _varies(self.stop)
+
+    def to_jax(self) -> Float[Array, " n"]:
+        if self.varies_with_age:
+            raise GridInitializationError(
+                f"{type(self).__name__}: its bounds vary with age, so it has one set of points "
+                "per period: read them with `points_by_period()` of the model's grid "
+                "(`model.grid_points(regime, variable, period)`)."
+            )
+        return self.spaced(self.start, self.stop)
+
+    def by_period(self, periods: np.ndarray, ages: np.ndarray | None, where: str = ""):
+        if not self.varies_with_age:
+            return self
+        name = type(self).__name__
+        n_periods = periods.shape[0]
+
+        def resolve(bound_name, value):
+            if _is_function(value):
+                arguments = _bound_arguments(name, bound_name, value)
+                if "age" in arguments and ages is None:
+                    raise ModelInitializationError(
+                        f"{name}{where}: {bound_name} is a function of 'age', but the model "
+                        "has no ages; pass ages=AgeGrid(...) to Model (or use a function of "
+                        "'period')."
+                    )
+                labels = {"age": ages, "period": periods}
+                values = [
+                    value(**{a: labels[a][t].item() for a in arguments}) for t in range(n_periods)
+                ]
+                try:
+                    return np.asarray(values, dtype=float).reshape(n_periods)
+                except (TypeError, ValueError) as error:
+                    raise GridInitializationError(
+                        f"{name}{where}: {bound_name} must return one number per age, got "
+                        f"{values!r}."
+                    ) from error
+            if isinstance(value, jax.core.Tracer):
+                return jnp.broadcast_to(value, (n_periods,))
+            values = _bound_values(name, bound_name, value)
+            if values.ndim == 1 and values.shape[0] != n_periods:
+                raise ModelInitializationError(
+                    f"{name}{where}: {bound_name} has {values.shape[0]} values, but it needs "
+                    f"one per period ({n_periods})."
+                )
+            return np.broadcast_to(values, (n_periods,)).copy()
+
+        start, stop = resolve("start", self.start), resolve("stop", self.stop)
+        _check_bounds(name, start, stop, log=self.geometric, where=where)
+        return eqx.tree_at(lambda g: (g.start, g.stop), self, (start, stop))
+
+    def points_by_period(self) -> Float[Array, "n_periods n"]:
+        start = jnp.asarray(self.start)
+        stop = jnp.asarray(self.stop)
+        return jax.vmap(self.spaced)(*jnp.broadcast_arrays(start, stop))
+
+
+class LinSpacedGrid(AbstractBoundedGrid):
     """`n_points` evenly spaced points from `start` to `stop` (both included).
+
+    `start` and `stop` may vary with age, with `n_points` fixed (e.g. a wealth grid that
+    widens as agents grow older): each is a number, an array with one value per period,
+    or a function of `age` (or `period`), evaluated once per period when the model is
+    built. In period t the solve uses period t's points for this period's states and
+    reads next period's values on period t + 1's points.
+
+    Args:
+        start: the first point: a number, an array with one value per period, or a
+            function of `age` (or `period`).
+        stop: the last point, like `start`; `start < stop` in every period.
+        n_points: the number of points (at least 2, the same in every period).
+        batch_size: splay this axis in chunks of this many points (0: no splay).
+        distributed: shard this axis (not allowed on continuous grids).
 
     Example:
         >>> wealth = LinSpacedGrid(start=0.0, stop=100.0, n_points=50)
+        >>> widening = LinSpacedGrid(start=0.0, stop=lambda age: 10 + 5 * age, n_points=50)
     """
 
-    start: float | Array
-    stop: float | Array
+    start: float | Array | Callable[..., Any]
+    stop: float | Array | Callable[..., Any]
     n_points_: int = eqx.field(static=True)
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
+    geometric: ClassVar[bool] = False
 
     def __init__(
         self,
-        start: float | Array,
-        stop: float | Array,
+        start: float | Array | Callable[..., Any],
+        stop: float | Array | Callable[..., Any],
         n_points: int,
         *,
         batch_size: int = 0,
@@ -93,21 +274,10 @@ class LinSpacedGrid(AbstractContinuousGrid):
         self.distributed = distributed
 
     def __check_init__(self):
-        _check_n_points("LinSpacedGrid", self.n_points_)
-        if _is_concrete("LinSpacedGrid", start=self.start, stop=self.stop) and not float(
-            self.start
-        ) < float(self.stop):
-            raise GridInitializationError(
-                f"LinSpacedGrid: start must be < stop, got start={self.start}, stop={self.stop}."
-            )
-        self._check_knobs()
+        self._check_grid()
 
-    @property
-    def n_points(self) -> int:
-        return self.n_points_
-
-    def to_jax(self) -> Float[Array, " n"]:
-        return jnp.linspace(self.start, self.stop, self.n_points_)
+    def spaced(self, start, stop) -> Array:
+        return jnp.linspace(start, stop, self.n_points_)
 
     def interval(self, x, points):
         # Fully closed form (no gathers: this runs at every state-action point). A
@@ -127,25 +297,36 @@ class LinSpacedGrid(AbstractContinuousGrid):
         return lo.astype(jnp.int32), coordinate - lo
 
 
-class LogSpacedGrid(AbstractContinuousGrid):
+class LogSpacedGrid(AbstractBoundedGrid):
     """`n_points` geometrically spaced points from `start > 0` to `stop` (both included).
 
-    Values between points are interpolated linearly in levels.
+    Values between points are interpolated linearly in levels. Like `LinSpacedGrid`,
+    `start` and `stop` may vary with age (numbers, arrays with one value per period, or
+    functions of `age`), with `n_points` fixed.
+
+    Args:
+        start: the first point (> 0): a number, an array with one value per period, or a
+            function of `age` (or `period`).
+        stop: the last point, like `start`; `start < stop` in every period.
+        n_points: the number of points (at least 2, the same in every period).
+        batch_size: splay this axis in chunks of this many points (0: no splay).
+        distributed: shard this axis (not allowed on continuous grids).
 
     Example:
         >>> wealth = LogSpacedGrid(start=0.1, stop=1000.0, n_points=60)
     """
 
-    start: float | Array
-    stop: float | Array
+    start: float | Array | Callable[..., Any]
+    stop: float | Array | Callable[..., Any]
     n_points_: int = eqx.field(static=True)
     batch_size: int = eqx.field(static=True)
     distributed: bool = eqx.field(static=True)
+    geometric: ClassVar[bool] = True
 
     def __init__(
         self,
-        start: float | Array,
-        stop: float | Array,
+        start: float | Array | Callable[..., Any],
+        stop: float | Array | Callable[..., Any],
         n_points: int,
         *,
         batch_size: int = 0,
@@ -158,25 +339,10 @@ class LogSpacedGrid(AbstractContinuousGrid):
         self.distributed = distributed
 
     def __check_init__(self):
-        _check_n_points("LogSpacedGrid", self.n_points_)
-        if _is_concrete("LogSpacedGrid", start=self.start, stop=self.stop):
-            if not float(self.start) > 0:
-                raise GridInitializationError(
-                    f"LogSpacedGrid: start must be > 0 for geometric spacing, got {self.start}."
-                )
-            if not float(self.start) < float(self.stop):
-                raise GridInitializationError(
-                    f"LogSpacedGrid: start must be < stop, got start={self.start}, "
-                    f"stop={self.stop}."
-                )
-        self._check_knobs()
+        self._check_grid()
 
-    @property
-    def n_points(self) -> int:
-        return self.n_points_
-
-    def to_jax(self) -> Float[Array, " n"]:
-        return _geomspace(self.start, self.stop, self.n_points_)
+    def spaced(self, start, stop) -> Array:
+        return _geomspace(start, stop, self.n_points_)
 
     def interval(self, x, points):
         log_step = jnp.log(points[-1] / points[0]) / (self.n_points_ - 1)

@@ -111,8 +111,8 @@ class AbstractAggregator(eqx.Module):
     `u + β·E[V']`. Subclasses provide:
 
     - `parameters`: the regime-level parameters they read (besides `discount_factor`);
-    - `prepare(values, params, terminal=..., has_future=...)`: the transform of a next regime's value
-      array, once per period;
+    - `prepare(values, params, terminal=..., has_future=...)`: the transform of a next
+      regime's value array, once per period;
     - `combine(utility, continuation, params, has_future)`: the value(s) of one point;
     - `n_values`: 1, or 2 for aggregators that carry a second value array from period
       to period (then `combine` returns `(decision value, carried value)` and `best`

@@ -356,6 +356,7 @@ class Model(eqx.Module):
             solution: a solution of this model with these params; `None` solves first.
             validate: passed to `solve` when `solution` is None.
         """
+        self.plan.reject_age_varying_grids("distribution")
         params = _plain_dicts(coerce_params(params))
         _check_validate(validate)
         check_params(self.plan, params)

@@ -82,9 +82,7 @@ def _structure_key(params) -> tuple | None:
         leaves, tree = jax.tree.flatten(params)
         key = (
             tree,
-            tuple(
-                (type(leaf), np.shape(leaf), str(getattr(leaf, "dtype", ""))) for leaf in leaves
-            ),
+            tuple((type(leaf), np.shape(leaf), str(getattr(leaf, "dtype", ""))) for leaf in leaves),
         )
         hash(key)
     except Exception:  # anything unusual is simply checked every time

@@ -13,8 +13,9 @@ from typing import cast
 
 import numpy as np
 
-from .._errors import ModelInitializationError
+from .._errors import LcmError, ModelInitializationError
 from .._grids import AbstractGrid, AbstractProcessGrid, DiscreteGrid
+from ._aggregator import AbstractAggregator
 from ._constants import warn_device_constants
 from ._dag import (
     SPECIAL_ARGUMENTS,
@@ -24,7 +25,6 @@ from ._dag import (
     resolve,
     transitive_inputs,
 )
-from ._aggregator import AbstractAggregator
 from ._markov import MarkovTransition
 from ._regime import Regime
 
@@ -118,6 +118,25 @@ class ModelPlan:
     def names(self) -> tuple[str, ...]:
         return tuple(self.regimes)
 
+    def age_varying_grids(self) -> tuple[tuple[str, str], ...]:
+        """(regime, variable) of every grid whose bounds vary with age."""
+        return tuple(
+            (name, variable)
+            for name, regime in self.regimes.items()
+            for variable, grid in regime.grids.items()
+            if grid.varies_with_age
+        )
+
+    def reject_age_varying_grids(self, what: str) -> None:
+        """Raise for a feature that does not support grids whose bounds vary with age."""
+        varying = self.age_varying_grids()
+        if varying:
+            regime, variable = varying[0]
+            raise LcmError(
+                f"{what} does not support grids whose bounds vary with age yet; regime "
+                f"{regime!r}, variable {variable!r} has one. Use fixed bounds for it."
+            )
+
     def state_grid(self, name: str) -> AbstractGrid:
         for regime in self.regimes.values():
             if name in regime.states:
@@ -149,9 +168,12 @@ def build_plan(
     ids = _regime_ids(regimes, regime_ids)
     _check_shared_states(regimes)
     all_states = {s for regime in regimes.values() for s in regime.states}
+    by_period = _grids_by_period(regimes, n_periods, ages)
     plans = {}
     for name in sorted(regimes, key=lambda n: ids[n]):
-        plans[name] = _regime_plan(name, ids[name], regimes, all_states, n_periods, has_ages, ages)
+        plans[name] = _regime_plan(
+            name, ids[name], regimes, all_states, n_periods, has_ages, ages, by_period
+        )
     _check_aggregators(plans)
     segments = _segments(plans, n_periods)
     warn_device_constants(regimes)  # the model is valid; now what would slow it down
@@ -214,8 +236,27 @@ def _check_shared_states(regimes: Mapping[str, Regime]) -> None:
                 )
 
 
+def _grids_by_period(regimes: Mapping[str, Regime], n_periods: int, ages) -> dict:
+    """Every grid of every regime, with bounds that vary with age resolved to one value
+    per period (`AbstractGrid.by_period`), by regime and variable. A grid object shared
+    by several regimes or variables stays one object."""
+    periods = np.arange(n_periods)
+    age_values = None if ages is None else np.asarray([ages.age(int(t)) for t in periods])
+    resolved: dict[int, AbstractGrid] = {}
+    grids: dict[str, dict[str, AbstractGrid]] = {}
+    for name, regime in regimes.items():
+        grids[name] = {}
+        for kind, variables in (("state", regime.states), ("action", regime.actions)):
+            for variable, grid in variables.items():
+                if id(grid) not in resolved:
+                    where = f" (regime {name!r}, {kind} {variable!r})"
+                    resolved[id(grid)] = grid.by_period(periods, age_values, where)
+                grids[name][variable] = resolved[id(grid)]
+    return grids
+
+
 def _regime_plan(
-    name, regime_id, regimes, all_states, n_periods, has_ages, ages=None
+    name, regime_id, regimes, all_states, n_periods, has_ages, ages, by_period
 ) -> RegimePlan:
     regime = regimes[name]
     states = tuple(regime.states)
@@ -382,7 +423,7 @@ def _regime_plan(
         id=regime_id,
         states=states,
         actions=actions,
-        grids={**regime.states, **regime.actions},
+        grids=dict(by_period[name]),  # states and actions, bounds resolved by period
         helpers=helpers,
         utility=utility,
         constraints=constraints,

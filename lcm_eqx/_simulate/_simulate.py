@@ -14,7 +14,13 @@ import numpy as np
 from .._model._plan import ModelPlan, RegimePlan
 from .._progress import simulate_tick
 from .._solve._backward import age_of
-from .._solve._kernel import RegimeProblem, aggregator_checks, probability_violation
+from .._solve._kernel import (
+    RegimeProblem,
+    age_varying_points,
+    aggregator_checks,
+    probability_violation,
+    shifted,
+)
 from .._solve._solver import AbstractSolver
 
 # Purposes of the per-subject, per-period random streams (folded into the key).
@@ -70,12 +76,16 @@ def simulate_chunk(
         entry = jnp.zeros(n, jnp.int32)
     state_names = tuple(state_kinds)
     carry = (regime, jnp.zeros(n, dtype=bool), states)
+    # Points by period of the grids whose bounds vary with age (empty for most models):
+    # scanned like the continuation, period t's for the actions, t + 1's for next values.
+    tables = age_varying_points(plan)
+    next_tables = shifted(tables)
     outputs = []
     for segment in plan.segments:
 
         def step(carry, inputs, segment=segment):
             regime, present, states = carry
-            period, continuation, own_policies = inputs
+            period, continuation, own_policies, grid_points, next_grid_points = inputs
             simulate_tick(progress, plan.n_periods, period, chunk)
             age = age_of(ages, period)
             keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
@@ -104,7 +114,15 @@ def simulate_chunk(
             for name in segment.regimes:
                 regime_plan = plan.regimes[name]
                 problem = RegimeProblem(
-                    plan, regime_plan, resolved_params[name], period, age, continuation, False
+                    plan,
+                    regime_plan,
+                    resolved_params[name],
+                    period,
+                    age,
+                    continuation,
+                    False,
+                    grid_points=grid_points,
+                    next_grid_points=next_grid_points,
                 )
                 problem.policy = own_policies.get(name)
                 solver = solvers[name]
@@ -145,8 +163,10 @@ def simulate_chunk(
         window = {
             name: values[segment.start : segment.stop] for name, values in next_values.items()
         }
-        own = jax.tree.map(lambda x: x[segment.start : segment.stop], policies or {})
-        carry, record = jax.lax.scan(step, carry, (periods, window, own))
+        own, points, next_points = jax.tree.map(
+            lambda x: x[segment.start : segment.stop], (policies or {}, tables, next_tables)
+        )
+        carry, record = jax.lax.scan(step, carry, (periods, window, own, points, next_points))
         outputs.append(record)
     return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outputs)
 

@@ -16,7 +16,7 @@ from .._progress import solve_tick
 from .._validation import NAN_CHECK
 from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
 from ._envelope import INACTIVE, ORDINARY, EndogenousGrid
-from ._kernel import RegimeProblem
+from ._kernel import RegimeProblem, age_varying_points, shifted
 from ._sharding import sharding_plan
 from ._solution import Solution
 from ._solver import AbstractSolver
@@ -50,6 +50,11 @@ def solve_model(
     shapes = {name: state_shape(plan, name) for name in plan.regimes}
     sharding = sharding_plan(plan)  # None unless some state has distributed=True
     endogenous = {name: s for name, s in solvers.items() if isinstance(s, DCEGM)}
+    # Grids whose bounds vary with age: their points of period t (and t + 1, where next
+    # period's values are read) are scanned inputs, so periods still share one step.
+    # Empty for other models, which then scan over the periods alone.
+    tables = age_varying_points(plan)
+    next_tables = shifted(tables)
 
     def place(name, array, leading=0):
         """Constrain a value array (with `leading` extra axes) to its regime's sharding."""
@@ -83,8 +88,9 @@ def solve_model(
 
     for segment in reversed(plan.segments):
 
-        def step(carried, period, segment=segment):
+        def step(carried, inputs, segment=segment):
             next_values, next_policies = carried
+            period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
             age = age_of(ages, period)
             current, current_violations, current_policies = {}, {}, {}
             current_carried = {}
@@ -100,6 +106,8 @@ def solve_model(
                     validate,
                     sharding=sharding,
                     prepare=not isinstance(solver, DCEGM),
+                    grid_points=grid_points,
+                    next_grid_points=next_grid_points,
                 )
                 if isinstance(solver, DCEGM):
                     problem.next_policies = continuation_readers(
@@ -111,6 +119,7 @@ def solve_model(
                         next_policies,
                         period + 1,
                         age_of(ages, period + 1),
+                        next_grid_points,
                     )
                 checks[name] = (
                     (*problem.checks, *solver.extra_checks(plan.regimes[name])) if validate else ()
@@ -149,14 +158,20 @@ def solve_model(
             )
 
         periods = jnp.arange(segment.start, segment.stop)
+        window = slice(segment.start, segment.stop)
+        inputs = (
+            (periods, *jax.tree.map(lambda t: t[window], (tables, next_tables)))
+            if tables
+            else periods
+        )
         checkpointed = jax.checkpoint(step)
 
-        def ticked_step(carried, period, checkpointed=checkpointed):
+        def ticked_step(carried, inputs, checkpointed=checkpointed, tables=tables):
             # Outside the checkpoint, so the backward pass of jax.grad does not replay it.
-            solve_tick(progress, plan.n_periods, period)
-            return checkpointed(carried, period)
+            solve_tick(progress, plan.n_periods, inputs[0] if tables else inputs)
+            return checkpointed(carried, inputs)
 
-        carry, outputs = jax.lax.scan(ticked_step, carry, periods, reverse=True)
+        carry, outputs = jax.lax.scan(ticked_step, carry, inputs, reverse=True)
         segment_values, segment_violations, segment_policies, segment_carried = outputs
         length = segment.stop - segment.start
         for name in endogenous:
@@ -222,7 +237,18 @@ def solve_model(
             name: place(name, jnp.concatenate(parts[::-1], axis=0), 1)
             for name, parts in exponential.items()
         },
+        grids=state_points(plan, tables),
     )
+
+
+def state_points(plan: ModelPlan, tables) -> dict[str, dict[str, jax.Array]]:
+    """The points by period of the age-varying state grids (`Solution.grids`)."""
+    grids = {}
+    for name, varying in tables.items():
+        states = {s: varying[s] for s in plan.regimes[name].states if s in varying}
+        if states:
+            grids[name] = states
+    return grids
 
 
 def continuation_readers(
@@ -234,8 +260,10 @@ def continuation_readers(
     next_policies: dict,
     next_period,
     next_age,
+    next_grid_points=None,
 ) -> dict:
-    """How a DC-EGM regime reads each regime it can move to in the next period."""
+    """How a DC-EGM regime reads each regime it can move to in the next period
+    (`next_grid_points`: next period's points of the age-varying grids)."""
     solver = solvers[regime]
     assert isinstance(solver, DCEGM)
     readers = {}
@@ -252,7 +280,8 @@ def continuation_readers(
                 next_age,
             )
         else:
-            readers[target] = array_reader(plan, target, next_values[target], solver.state)
+            points = (next_grid_points or {}).get(target, {}).get(solver.state)
+            readers[target] = array_reader(plan, target, next_values[target], solver.state, points)
     return readers
 
 

@@ -109,6 +109,12 @@ class DCEGM(AbstractSolver):
                 f"DCEGM: savings must be a continuous grid (e.g. IrregSpacedGrid), got "
                 f"{self.savings!r}."
             )
+        if self.savings.varies_with_age:
+            raise ModelInitializationError(
+                "DCEGM: the savings grid must be the same in every period; its bounds vary "
+                "with age. (The state grid may vary with age: the endogenous policy is read "
+                "onto each period's own state grid.)"
+            )
         if not isinstance(self.upper_envelope, AbstractUpperEnvelope):
             raise ModelInitializationError(
                 f"DCEGM: upper_envelope must be an AbstractUpperEnvelope, got "
@@ -776,10 +782,11 @@ def endogenous_reader(
 
 
 def array_reader(
-    model: ModelPlan, target: str, values: Array, continuous: str
+    model: ModelPlan, target: str, values: Array, continuous: str, points: Array | None = None
 ) -> ContinuationReader:
     """A reader of a value array on a regime's state grid (e.g. a `GridSearch` regime):
-    linear interpolation along `continuous` and the interpolant's slope."""
+    linear interpolation along `continuous` and the interpolant's slope. `points`: the
+    grid's points in the period read (for a grid whose bounds vary with age)."""
     target_plan = model.regimes[target]
     if continuous not in target_plan.states:
 
@@ -793,13 +800,14 @@ def array_reader(
     grid = target_plan.grids[continuous]
     assert isinstance(grid, AbstractContinuousGrid)
 
+    nodes = grid.to_jax() if points is None else points
+
     def linear(data, fixed, x):
         moved = data[0]
-        points = grid.to_jax()
-        lo, w = grid.interval(x, points)
+        lo, w = grid.interval(x, nodes)
         low, high = moved[..., lo], moved[..., lo + 1]
         value = settle(weighted(1 - w, low) + weighted(w, high))
-        slope = (high - low) / (points[lo + 1] - points[lo])
+        slope = (high - low) / (nodes[lo + 1] - nodes[lo])
         slope = jnp.where(jnp.isfinite(slope), slope, 0.0)
         return value, slope
 

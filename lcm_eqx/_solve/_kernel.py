@@ -66,6 +66,36 @@ def _any_nan(arrays: list[Array]) -> Array:
     return jnp.isnan(functools.reduce(jnp.maximum, [jnp.max(a) for a in arrays]))
 
 
+GridPoints = dict[str, dict[str, Array]]
+
+
+def age_varying_points(model: ModelPlan) -> GridPoints:
+    """The points of every period, `(n_periods, n_points)`, of each grid whose bounds vary
+    with age, by regime and variable (states and actions). Empty for a model without such
+    grids, so that nothing extra is traced."""
+    tables: GridPoints = {}
+    for name, regime in model.regimes.items():
+        varying = {
+            variable: cast(AbstractContinuousGrid, grid).points_by_period()
+            for variable, grid in regime.grids.items()
+            if grid.varies_with_age
+        }
+        if varying:
+            tables[name] = varying
+    return tables
+
+
+def points_in(tables: GridPoints, period) -> GridPoints:
+    """The points of `period` (clipped to the horizon: after the last period, the last
+    period's points, which nothing reads with positive weight since V_T = 0)."""
+    return jax.tree.map(lambda table: table[jnp.clip(period, 0, table.shape[0] - 1)], tables)
+
+
+def shifted(tables: GridPoints) -> GridPoints:
+    """Index t holds period t + 1's points (the last period's after the last period)."""
+    return jax.tree.map(lambda t: jnp.concatenate([t[1:], t[-1:]], axis=0), tables)
+
+
 def probability_tolerance() -> float:
     return 1e-6 if jnp.zeros(()).dtype == jnp.float64 else 1e-5
 
@@ -100,6 +130,11 @@ class RegimeProblem:
             jointly with that continuation axis: see `carried` and `with_continuations`.
         prepare: whether to prepare the continuations `q` reads (solvers that read next
             period themselves, like `DCEGM`, skip it).
+        grid_points: this period's points of the grids whose bounds vary with age, by
+            regime and variable (see `age_varying_points`); the backward induction and the
+            simulation pass them as scanned inputs. None: read from the model at `period`.
+        next_grid_points: the same for period + 1, on which next period's values are
+            interpolated.
     """
 
     def __init__(
@@ -114,7 +149,15 @@ class RegimeProblem:
         sharding: ShardingPlan | None = None,
         *,
         prepare: bool = True,
+        grid_points: GridPoints | None = None,
+        next_grid_points: GridPoints | None = None,
     ):
+        if grid_points is None or next_grid_points is None:
+            tables = age_varying_points(model)
+            grid_points = points_in(tables, period)
+            next_grid_points = points_in(tables, period + 1)
+        self.grid_points = grid_points
+        self.next_grid_points = next_grid_points
         self.sharding = sharding
         # Set by callers that solve with, or read, an endogenous-grid solver: readers of
         # next period's regimes (`DCEGM` in the backward induction) and this period's own
@@ -167,7 +210,7 @@ class RegimeProblem:
                 self.continuations[target] = self._prepare(target, values)
                 target_plan = model.regimes[target]
                 self.target_points[target] = {
-                    s: cast(AbstractContinuousGrid, target_plan.grids[s]).to_jax()
+                    s: self.next_points(target, s)
                     for s in target_plan.states
                     if not target_plan.grids[s].is_discrete
                 }
@@ -185,13 +228,26 @@ class RegimeProblem:
             )
 
     # ----------------------------------------------------------------- set-up
+    def points(self, name: str) -> Array:
+        """This period's points of the regime's continuous state or action `name`."""
+        varying = self.grid_points.get(self.regime.name, {})
+        if name in varying:
+            return varying[name]
+        return cast(AbstractContinuousGrid, self.regime.grids[name]).to_jax()
+
+    def next_points(self, target: str, state: str) -> Array:
+        """Next period's points of the continuous state `state` of regime `target`."""
+        varying = self.next_grid_points.get(target, {})
+        if state in varying:
+            return varying[state]
+        return cast(AbstractContinuousGrid, self.model.regimes[target].grids[state]).to_jax()
+
     def _axis(self, name: str) -> Axis:
         grid = self.regime.grids[name]
         if grid.is_discrete:
             points = jnp.arange(grid.n_points, dtype=jnp.int32)
         else:
-            assert isinstance(grid, AbstractContinuousGrid)
-            points = grid.to_jax()
+            points = self.points(name)
         return Axis(name, points, grid.batch_size, grid.is_discrete, grid.distributed)
 
     def _register_checks(self) -> None:
@@ -215,9 +271,7 @@ class RegimeProblem:
         violations = self.aggregator.violations(self.params[""])
         for name in self.aggregator.parameters:
             if name in violations:
-                self._period_violations[aggregator_check(self.aggregator, name)] = violations[
-                    name
-                ]
+                self._period_violations[aggregator_check(self.aggregator, name)] = violations[name]
 
     def has_future(self) -> Array:
         """Whether a next period exists (False in the last period, where `V_T ≡ 0`)."""
@@ -518,9 +572,7 @@ class RegimeProblem:
                     self.has_future(),
                 )
                 if aggregator.positive_utility and self.validate:
-                    violations["utility:positive"] = jnp.where(
-                        feasible & ~(utility > 0), 1.0, 0.0
-                    )
+                    violations["utility:positive"] = jnp.where(feasible & ~(utility > 0), 1.0, 0.0)
         values = tuple(jnp.where(feasible, v, NEG_INF) for v in values)
         value = values[0]
         for check in self.checks:

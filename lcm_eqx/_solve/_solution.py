@@ -22,6 +22,8 @@ class Solution(eqx.Module):
     `exponential_values[regime]` holds, for regimes with `aggregator=PresentBias(...)`,
     the exponentially discounted value `W` (same shape as `values`), which is what
     earlier periods read as the continuation; `values` holds the decision value.
+    `grids[regime][state]` holds, for each state grid whose bounds vary with age, its
+    points in every period, `(n_periods, n_points)`: period t's values are on row t.
     `violations[regime]` has shape `(n_periods, n_checks)`: how far each check named in
     `checks[regime]` was from valid (0 when valid; the transition checks, and
     `"value:nan"`, 1 when that period's value array has a NaN). Without validation it has
@@ -42,9 +44,11 @@ class Solution(eqx.Module):
     # What endogenous-grid solvers keep per regime and period (`EndogenousGrid`s with a
     # leading period axis), read by the simulation and the likelihoods; empty otherwise.
     policies: dict[str, Any] = eqx.field(default_factory=dict)
-    exponential_values: dict[str, Float[Array, "n_periods ..."]] = eqx.field(
-        default_factory=dict
-    )
+    exponential_values: dict[str, Float[Array, "n_periods ..."]] = eqx.field(default_factory=dict)
+    # The points of every period, `(n_periods, n_points)`, of each state grid whose bounds
+    # vary with age, by regime and state (empty when no grid varies): value arrays of
+    # period t are on the points of period t.
+    grids: dict[str, dict[str, Any]] = eqx.field(default_factory=dict)
     # Canonical JSON of the structure of the model that produced it (set by Model.solve),
     # written into saved files so that loading can check the model it is loaded into.
     model_structure: str | None = eqx.field(static=True, default=None, repr=False)
