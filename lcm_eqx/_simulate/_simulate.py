@@ -198,7 +198,7 @@ def draw_checks(plan: ModelPlan, regime: RegimePlan) -> tuple[str, ...]:
     for name, transition in regime.state_transitions.items():
         if transition.is_markov or plan.state_grid(name).is_discrete:
             checks.append(f"next_{name}")
-        elif transition.function is not None:
+        elif not transition.is_process:
             checks.append(f"next_{name}:finite")
     return (*checks, "next_regime", "next_regime:unreachable", "next_regime:inactive")
 
@@ -209,7 +209,13 @@ def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> 
     assert checks == tuple(problem.checks), (checks, problem.checks)
     deterministic, stochastic = problem.next_states(evaluate)
     violations: dict[str, jax.Array] = {}
-    problem._record_violations(regime_probabilities, deterministic, stochastic, violations)
+    problem._record_violations(
+        regime_probabilities,
+        deterministic,
+        stochastic,
+        violations,
+        problem.target_next_states(evaluate),
+    )
     for name, p in markov.items():
         violations[f"next_{name}"] = probability_violation(p, problem.tolerance)
     # A subject with no feasible action (value -inf) has no next state to check.
@@ -240,6 +246,11 @@ def _simulate_subject(
     ).astype(jnp.int32)
     deterministic, stochastic = problem.next_states(evaluate)
     moved_states = dict(deterministic)
+    # A per-target law of motion: the next value for the regime moved to.
+    for target, values in problem.target_next_states(evaluate).items():
+        reached = moved_to == plan.regimes[target].id
+        for name, value in values.items():
+            moved_states[name] = jnp.where(reached, value, moved_states.get(name, value))
     markov = {}
     for i, (name, transition) in enumerate(regime.state_transitions.items()):
         if not transition.is_markov:
