@@ -109,7 +109,9 @@ def _describe_model(plan, ages) -> dict:
 def _describe_fixed(tree) -> dict:
     """The values of `Model(fixed_params=...)`: a solution depends on them like on a grid."""
     return {
-        key: _describe_fixed(value) if isinstance(value, dict) else _grid_value(value, integer=False)
+        key: _describe_fixed(value)
+        if isinstance(value, dict)
+        else _grid_value(value, integer=False)
         for key, value in tree.items()
     }
 

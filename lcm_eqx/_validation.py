@@ -94,7 +94,8 @@ def _unreachable(f: Failure) -> str:
     return (
         f"Regime {f.regime!r}, function 'next_regime', period {f.period}: puts probability "
         f"{f.size:.3g} on regimes it cannot reach (their states are not all produced by "
-        "this regime's state_transitions)."
+        "this regime's state_transitions, or a per-target state transition names no law of "
+        "motion into them)."
     )
 
 

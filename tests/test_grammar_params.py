@@ -15,6 +15,7 @@ Wages are an array indexed by period (so a fixed parameter may be an array).
 
 from __future__ import annotations
 
+import itertools
 from enum import IntEnum
 
 import jax
@@ -69,14 +70,14 @@ def oracle(params, *, severance=None, stochastic=False) -> dict[str, np.ndarray]
         next_retired = None if last else values["retired"][t + 1]
         for i, w in enumerate(WEALTH):
             best_retired = -np.inf
-            for c in CONSUMPTION[CONSUMPTION <= w]:
+            for c in CONSUMPTION[w >= CONSUMPTION]:
                 continuation = 0.0 if last else _interpolate(next_retired, (1 + r) * (w - c))
                 best_retired = max(best_retired, np.log(c) + beta * continuation)
             values["retired"][t, i] = best_retired
             best_working = -np.inf
             for labor in (Labor.work, Labor.retire):
                 income = wages[t] if labor == Labor.work else 0.0
-                for c in CONSUMPTION[CONSUMPTION <= w]:
+                for c in CONSUMPTION[w >= CONSUMPTION]:
                     u = np.log(c) - disutility * (labor == Labor.work)
                     if last:
                         best_working = max(best_working, u)
@@ -197,9 +198,10 @@ def test_fixed_params_match_the_oracle_and_leave_the_template():
     model = build(fixed_params=FIXED)
     template = model.params_template()
     assert template == {
-        "working": {"discount_factor": template["working"]["discount_factor"],
-                    "utility": {"disutility_of_work": template["working"]["utility"][
-                        "disutility_of_work"]}},
+        "working": {
+            "discount_factor": template["working"]["discount_factor"],
+            "utility": {"disutility_of_work": template["working"]["utility"]["disutility_of_work"]},
+        },
         "retired": {"discount_factor": template["retired"]["discount_factor"]},
     }
     assert_matches(model.solve(FREE), oracle(PARAMS))
@@ -214,7 +216,10 @@ WAGES = PARAMS["wages"]
     [
         ({"interest_rate": 0.04}, {**FREE, "wages": WAGES}),
         (
-            {"working": {"interest_rate": 0.04}, "retired": {"next_wealth": {"interest_rate": 0.04}}},
+            {
+                "working": {"interest_rate": 0.04},
+                "retired": {"next_wealth": {"interest_rate": 0.04}},
+            },
             {**FREE, "wages": WAGES},
         ),
         ({"discount_factor": 0.95}, {k: v for k, v in PARAMS.items() if k != "discount_factor"}),
@@ -235,7 +240,8 @@ def test_fixed_params_at_every_level(fixed, free):
 def _fixed_at_top(fixed, key):
     """Whether `key` is fixed somewhere, so that it may not be given at the top."""
     return key in fixed or any(
-        isinstance(v, dict) and (key in v or any(isinstance(w, dict) and key in w for w in v.values()))
+        isinstance(v, dict)
+        and (key in v or any(isinstance(w, dict) and key in w for w in v.values()))
         for v in fixed.values()
     )
 
@@ -318,12 +324,14 @@ def test_with_batch_size_keeps_fixed_params():
 
 
 def test_fixed_params_with_dcegm():
-    wealth, consumption = grids()
     savings = lcm.IrregSpacedGrid(points=[12.0 * (i / 39) ** 2 for i in range(40)])
     solver = lcm.DCEGM(state="wealth", action="consumption", savings=savings)
     plain = lcm.Model(regimes=regimes(), n_periods=N_PERIODS, regime_ids=RegimeId, solver=solver)
     fixed = lcm.Model(
-        regimes=regimes(), n_periods=N_PERIODS, regime_ids=RegimeId, solver=solver,
+        regimes=regimes(),
+        n_periods=N_PERIODS,
+        regime_ids=RegimeId,
+        solver=solver,
         fixed_params=FIXED,
     )
     assert isinstance(fixed.solvers["working"], lcm.DCEGM)
@@ -357,9 +365,7 @@ def test_per_target_transitions_match_the_oracle(stochastic):
     expected = oracle(PARAMS, severance=SEVERANCE, stochastic=stochastic)
     assert_matches(model.solve(params), expected)
     # Without severance the per-target model is the plain one.
-    assert_matches(
-        model.solve({**params, "severance": 0.0}), oracle(PARAMS, stochastic=stochastic)
-    )
+    assert_matches(model.solve({**params, "severance": 0.0}), oracle(PARAMS, stochastic=stochastic))
 
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["deterministic", "markov"])
@@ -373,7 +379,7 @@ def test_per_target_transitions_in_simulate(stochastic):
     moves = 0
     for _, subject in df.groupby("subject_id"):
         rows = subject.to_dict("records")
-        for now, after in zip(rows, rows[1:], strict=False):
+        for now, after in itertools.pairwise(rows):
             if now["regime"] != "working":
                 continue
             income = PARAMS["wages"][now["period"]] if now["labor"] == "work" else 0.0
@@ -525,7 +531,9 @@ def test_a_shared_per_target_transition():
         regimes={"working": working, "retired": retired},
         n_periods=N_PERIODS,
         regime_ids=RegimeId,
-        state_transitions={"wealth": {"working": next_wealth, "retired": next_wealth_into_retirement}},
+        state_transitions={
+            "wealth": {"working": next_wealth, "retired": next_wealth_into_retirement}
+        },
     )
     assert model.regimes["retired"].state_transitions == {}  # terminal: nothing inherited
     model.solve({**PARAMS, "severance": SEVERANCE})

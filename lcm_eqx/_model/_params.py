@@ -88,9 +88,7 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
         for key, names in regime.parameters.items():
             defaults = function_defaults(regime, key)
             values = {
-                p: _lookup(
-                    params, name, key, p, convert, kinds, defaults.get(p, _MISSING), fixed
-                )
+                p: _lookup(params, name, key, p, convert, kinds, defaults.get(p, _MISSING), fixed)
                 for p in names
             }
             # A parameter left out falls back to its function's default value.
@@ -315,7 +313,7 @@ def bind_fixed(plan: ModelPlan, fixed_params: Mapping | None) -> FixedParams:
     try:
         _check_unknown(plan, fixed_params, root="fixed_params")
         for name, regime in plan.regimes.items():
-            keyed = [(None, p) for p in regime.regime_parameters]
+            keyed: list[tuple[str | None, str]] = [(None, p) for p in regime.regime_parameters]
             keyed += [(key, p) for key, names in regime.parameters.items() for p in names]
             for key, p in keyed:
                 found = _candidates(fixed_params, name, key, p, "fixed_params")

@@ -34,9 +34,10 @@ class StateTransition:
     """How regime r produces next period's value of one state.
 
     `function` is None for a process state whose transition is its own Markov chain, and
-    for a per-target law of motion, whose deterministic functions by target regime are
-    in `per_target` (all looked up under the key `next_<state>`). `precontract` lists the current discrete states the probabilities depend on, when
-    they depend on nothing else (besides period, age and parameters): then the
+    for a per-target law of motion, whose deterministic functions by target regime are in
+    `per_target` (all looked up under the key `next_<state>`). `precontract` lists the
+    current discrete states the probabilities depend on, when they depend on nothing else
+    (besides period, age and parameters): then the
     expectation over this state is taken once per period, before the state-action sweep.
     """
 

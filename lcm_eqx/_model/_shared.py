@@ -104,7 +104,7 @@ def _with_shared(name: str, regime: Regime, functions: dict, state_transitions: 
     return regime.replace(functions=own_functions, state_transitions=own_transitions)
 
 
-def _callables(transitions: Mapping[str, object]) -> list[tuple[str, Callable]]:
+def _callables(transitions: Mapping[str, object]) -> list[tuple[str, object]]:
     """`(next_<state>, function)` inside transitions (Markov ones unwrapped, per-target
     ones split)."""
     out = []
