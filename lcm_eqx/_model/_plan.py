@@ -1,7 +1,8 @@
 """Build: turn a model specification into a static plan, surfacing every structural error.
 
 The plan holds only Python structure (names, axis order, resolved functions, which
-regimes can follow which, period segments). Nothing in it depends on parameter values.
+regimes can follow which, period segments), and the values of `fixed_params`. Nothing in
+it depends on the values of `params`.
 """
 
 from __future__ import annotations
