@@ -246,6 +246,22 @@ def _fixed_at_top(fixed, key):
     )
 
 
+def test_fixed_params_as_a_series_and_not_traced():
+    model = build(fixed_params=lcm.params_to_series(FIXED))
+    assert_matches(model.solve(FREE), oracle(PARAMS))
+
+    @jax.jit
+    def build_inside(rate):
+        return (
+            build(fixed_params={"interest_rate": rate})
+            .solve({**FREE, "wages": PARAMS["wages"]})
+            .value("working", 0)
+        )
+
+    with pytest.raises(lcm.ModelInitializationError, match="traced"):
+        build_inside(0.04)
+
+
 def test_a_fixed_param_given_again_is_an_error():
     model = build(fixed_params={"interest_rate": 0.04})
     with pytest.raises(lcm.InvalidParamsError, match="fixed at construction"):

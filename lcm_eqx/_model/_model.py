@@ -61,7 +61,8 @@ class Model(eqx.Module):
             own `Regime(solver=...)` wins. A default `DCEGM` leaves terminal regimes and
             regimes without its state and action to `GridSearch`.
         fixed_params: parameters bound at construction, nested like `params` (at
-            `[regime][function][name]`, `[regime][name]` or `[name]`, one level each).
+            `[regime][function][name]`, `[regime][name]` or `[name]`, one level each; a
+            pandas Series like `params` works too).
             They leave `params_template()`, giving one again in `params` is an
             `InvalidParamsError`, and they are constants of the compiled programs.
         functions: functions shared by the regimes: each regime gets the entries that
@@ -114,7 +115,8 @@ class Model(eqx.Module):
         start = time.perf_counter()
         regimes = with_shared(regimes, functions, state_transitions)
         plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None, ages=ages)
-        plan = dataclasses.replace(plan, fixed=bind_fixed(plan, _plain_dicts(fixed_params)))
+        fixed = _plain_dicts(coerce_params(fixed_params))  # a Series, like params
+        plan = dataclasses.replace(plan, fixed=bind_fixed(plan, fixed))
         self.regimes = dict(regimes)
         self.fixed_params = dict(plan.fixed.values)
         self.n_periods = n_periods
