@@ -214,7 +214,7 @@ def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> 
         deterministic,
         stochastic,
         violations,
-        problem.target_next_states(evaluate),
+        by_target=problem.target_next_states(evaluate),
     )
     for name, p in markov.items():
         violations[f"next_{name}"] = probability_violation(p, problem.tolerance)

@@ -519,7 +519,11 @@ class RegimeProblem:
         by_target = self.target_next_states(evaluate)
         if self.validate:
             self._record_violations(
-                regime_probabilities, next_values, next_probabilities, violations, by_target
+                regime_probabilities,
+                next_values,
+                next_probabilities,
+                violations,
+                by_target=by_target,
             )
         deterministic = not self.regime.next_regime_is_markov
         # Mass on a regime this one cannot reach (its states are not all produced) has no
@@ -587,7 +591,13 @@ class RegimeProblem:
         return ~jnp.asarray(active)[:, jnp.minimum(self.period + 1, n_periods)]
 
     def _record_violations(
-        self, regime_probabilities, next_values, next_probabilities, violations, by_target=None
+        self,
+        regime_probabilities,
+        next_values,
+        next_probabilities,
+        violations,
+        *,
+        by_target: dict[str, dict[str, Array]] | None = None,
     ) -> None:
         targets = self.regime.targets
         violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
