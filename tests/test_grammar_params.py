@@ -392,6 +392,17 @@ def test_per_target_transitions_in_simulate(stochastic):
         params["forced"] = 0.5
     df = model.simulate(params, initial_conditions(40), key=jax.random.key(3)).to_dataframe()
     df = df.sort_values(["subject_id", "period"])
+    # Without severance, the panel is the plain model's (same draws), values included.
+    plain_params = {k: v for k, v in params.items() if k != "severance"}
+    plain = build(stochastic=stochastic).simulate(
+        plain_params, initial_conditions(40), key=jax.random.key(3)
+    )
+    no_severance = model.simulate(
+        {**params, "severance": 0.0}, initial_conditions(40), key=jax.random.key(3)
+    )
+    pd.testing.assert_frame_equal(
+        no_severance.to_dataframe(), plain.to_dataframe(), check_exact=False, rtol=1e-12
+    )
     moves = 0
     for _, subject in df.groupby("subject_id"):
         rows = subject.to_dict("records")
@@ -553,3 +564,63 @@ def test_a_shared_per_target_transition():
     )
     assert model.regimes["retired"].state_transitions == {}  # terminal: nothing inherited
     model.solve({**PARAMS, "severance": SEVERANCE})
+
+
+def claim_model(claim_law):
+    """Working and retired with a discrete state `claimed`, set when the agent retires."""
+    wealth, consumption = grids()
+    states = {"wealth": wealth, "claimed": lcm.DiscreteGrid(["no", "yes"])}
+    working = lcm.Regime(
+        states=states,
+        actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
+        functions={"utility": utility, "labor_income": labor_income},
+        state_transitions={"wealth": next_wealth, "claimed": claim_law},
+        transition=next_regime,
+        constraints={"borrowing": borrowing},
+    )
+    retired = lcm.Regime(
+        states=states,
+        actions={"consumption": consumption},
+        functions={
+            "utility": lambda consumption, claimed, bonus: jnp.log(consumption) + bonus * claimed
+        },
+        state_transitions={"wealth": next_wealth_retired, "claimed": lambda claimed: claimed},
+        transition=lambda: RegimeId.retired,
+        constraints={"borrowing": borrowing},
+    )
+    return lcm.Model(
+        regimes={"working": working, "retired": retired}, n_periods=N_PERIODS, regime_ids=RegimeId
+    )
+
+
+def test_a_per_target_discrete_state_equals_the_law_written_on_the_choice():
+    per_target = claim_model({"working": lambda claimed: claimed, "retired": lambda: 1})
+    on_choice = claim_model(lambda claimed, labor: jnp.where(labor == Labor.retire, 1, claimed))
+    params = {**PARAMS, "bonus": 0.2}
+    a, b = per_target.solve(params), on_choice.solve(params)
+    for name in ("working", "retired"):
+        np.testing.assert_allclose(
+            np.asarray(a.values[name]), np.asarray(b.values[name]), rtol=0, atol=1e-12
+        )
+    conditions = {**initial_conditions(), "claimed": np.zeros(6, dtype=int)}
+    sim_a = per_target.simulate(params, conditions, a, key=jax.random.key(2)).to_dataframe()
+    sim_b = on_choice.simulate(params, conditions, b, key=jax.random.key(2)).to_dataframe()
+    pd.testing.assert_frame_equal(sim_a, sim_b)
+    assert (sim_a.loc[sim_a["regime"] == "retired", "claimed"] == "yes").all()
+
+
+def test_a_per_target_code_out_of_range_is_caught_where_the_target_is_reached():
+    bad = claim_model({"working": lambda claimed: claimed, "retired": lambda: 5})
+    with pytest.raises(lcm.InvalidTransitionProbabilitiesError, match="'next_claimed'"):
+        bad.solve({**PARAMS, "bonus": 0.2})
+    # Never reached: a model whose working agents never retire is not flagged.
+    never = claim_model({"working": lambda claimed: claimed, "retired": lambda: 5})
+    never = lcm.Model(
+        regimes={
+            "working": never.regimes["working"].replace(transition=lambda: RegimeId.working),
+            "retired": never.regimes["retired"],
+        },
+        n_periods=N_PERIODS,
+        regime_ids=RegimeId,
+    )
+    never.solve({**PARAMS, "bonus": 0.2})

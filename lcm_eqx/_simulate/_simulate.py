@@ -247,10 +247,10 @@ def _simulate_subject(
     deterministic, stochastic = problem.next_states(evaluate)
     moved_states = dict(deterministic)
     # A per-target law of motion: the next value for the regime moved to.
-    for target, values in problem.target_next_states(evaluate).items():
+    for target, next_values in problem.target_next_states(evaluate).items():
         reached = moved_to == plan.regimes[target].id
-        for name, value in values.items():
-            moved_states[name] = jnp.where(reached, value, moved_states.get(name, value))
+        for name, next_value in next_values.items():
+            moved_states[name] = jnp.where(reached, next_value, moved_states.get(name, next_value))
     markov = {}
     for i, (name, transition) in enumerate(regime.state_transitions.items()):
         if not transition.is_markov:
