@@ -126,8 +126,14 @@ def with_batch_size(model, axis: str, batch_size: int):
         regimes[name] = regime.replace(states=states, actions=actions)
     if not found:
         raise LcmError(f"with_batch_size: no regime has a state or action named {axis!r}.")
+    # The regimes already hold the model's shared functions and transitions.
     return type(model)(
-        regimes, model.n_periods, regime_ids=model.regime_ids, ages=model.ages, solver=model.solver
+        regimes,
+        model.n_periods,
+        regime_ids=model.regime_ids,
+        ages=model.ages,
+        solver=model.solver,
+        fixed_params=model.fixed_params,
     )
 
 

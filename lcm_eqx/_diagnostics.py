@@ -93,6 +93,11 @@ def diagnose_nan(model, params, solution) -> str | None:
         for s, t in regime.state_transitions.items()
         if t.function is not None
     ]
+    terms += [
+        (f"next_{s} (to {target!r})", function)
+        for s, t in regime.state_transitions.items()
+        for target, function in t.per_target.items()
+    ]
     if regime.next_regime is not None:
         terms.append(("next_regime", regime.next_regime))
 

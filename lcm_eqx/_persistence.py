@@ -8,11 +8,12 @@ One object, one file::
 The header records the library version, the kind of object, the shape and dtype of every
 array leaf, the object's static fields, a description of the structure of the model the
 object came from (regimes, states and actions with their grids, active periods, taste
-shocks, function names; never code) with its sha256 fingerprint, and the size and sha256
-of the leaves. Loading checks the header, checks that the model it is loaded into has the
-same structure (a clear `SavedFileError` says what differs), then verifies the leaves'
-checksum and reads them with `equinox.tree_deserialise_leaves` against a skeleton of
-`jax.ShapeDtypeStruct`s (or NumPy arrays) built from the header. Leaves round-trip
+shocks, function names, the values of `fixed_params`; never code) with its sha256
+fingerprint, and the size and sha256 of the leaves. Loading checks the header, checks
+that the model it is loaded into has the same structure (a clear `SavedFileError` says
+what differs), then verifies the leaves' checksum and reads them with
+`equinox.tree_deserialise_leaves` against a skeleton of `jax.ShapeDtypeStruct`s (or
+NumPy arrays) built from the header. Leaves round-trip
 bit-exactly. Writes are atomic: a temporary file in the target's folder is written,
 flushed, fsync'ed and then renamed onto the target, so a crash mid-write leaves the
 previous file intact.
@@ -93,17 +94,32 @@ def _fingerprint(structure: str) -> str:
 
 
 def _describe_model(plan, ages) -> dict:
-    return {
+    description = {
         "n_periods": plan.n_periods,
         "ages": None
         if ages is None
         else {"start": _number(ages.start), "step": _number(ages.step)},
         "regimes": {name: _describe_regime(regime) for name, regime in plan.regimes.items()},
     }
+    if plan.fixed.values:  # recorded only when there are some: older files still match
+        description["fixed_params"] = _describe_fixed(plan.fixed.values)
+    return description
+
+
+def _describe_fixed(tree) -> dict:
+    """The values of `Model(fixed_params=...)`: a solution depends on them like on a grid."""
+    return {
+        key: _describe_fixed(value)
+        if isinstance(value, dict)
+        else _grid_value(value, integer=False)
+        for key, value in tree.items()
+    }
 
 
 def _describe_regime(regime) -> dict:
     def transition_kind(transition):
+        if transition.per_target:
+            return {target: "deterministic" for target in sorted(transition.per_target)}
         if transition.function is None:
             return "process"
         return "markov" if transition.is_markov else "deterministic"
@@ -172,6 +188,11 @@ def _differences(saved: dict, current: dict) -> list[str]:
     if saved["ages"] != current["ages"]:
         found.append(
             f"ages are {_short(saved['ages'])} in the file, {_short(current['ages'])} in the model"
+        )
+    if saved.get("fixed_params") != current.get("fixed_params"):
+        found.append(
+            f"fixed_params are {_short(saved.get('fixed_params'))} in the file, "
+            f"{_short(current.get('fixed_params'))} in the model"
         )
     for name in saved["regimes"]:
         if name not in current["regimes"]:

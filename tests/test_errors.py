@@ -1526,6 +1526,146 @@ CASES = [
         ["'working'", "constraint 'borrowing'", "borrowing limit", "savings"],
         id="solve-dcegm-savings-below-the-borrowing-constraint",
     ),
+    # ------------------------------------------------------ fixed_params (issue 12)
+    pytest.param(
+        lambda: build_model(fixed_params={"interst_rate": 0.03}),
+        M,
+        ["fixed_params", "'interst_rate'"],
+        id="model-fixed-param-unknown",
+    ),
+    pytest.param(
+        lambda: build_model(
+            fixed_params={"interest_rate": 0.03, "working": {"interest_rate": 0.0}}
+        ),
+        M,
+        ["'working'", "'next_wealth'", "'interest_rate'", "two levels"],
+        id="model-fixed-param-at-two-levels",
+    ),
+    pytest.param(
+        lambda: build_model(fixed_params={"wage": "high"}),
+        M,
+        ["'working'", "'labor_income'", "'wage'", "fixed_params"],
+        id="model-fixed-param-not-a-number",
+    ),
+    pytest.param(
+        lambda: build_model(fixed_params=[("wage", 1.0)]),
+        M,
+        ["fixed_params", "list"],
+        id="model-fixed-params-not-a-dict",
+    ),
+    pytest.param(
+        lambda: solve(PARAMS, lcm.Model(**model_kwargs(fixed_params={"interest_rate": 0.0}))),
+        P,
+        ["'working'", "'next_wealth'", "'interest_rate'", "fixed at construction"],
+        id="solve-fixed-param-given-again",
+    ),
+    # ------------------------------------------------------ per-target state transitions
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                state_transitions={
+                    "wealth": {"working": next_wealth, "retird": next_wealth},
+                    "health": lcm.MarkovTransition(next_health),
+                }
+            )
+        ),
+        M,
+        ["'working'", "state_transitions['wealth']", "'retird'", "not a regime"],
+        id="model-per-target-unknown-regime",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                state_transitions={
+                    "wealth": next_wealth,
+                    "health": {"working": lambda health: health, "retired": lambda health: health},
+                }
+            )
+        ),
+        M,
+        ["'working'", "state_transitions['health']['retired']", "no state 'health'"],
+        id="model-per-target-into-a-regime-without-the-state",
+    ),
+    pytest.param(
+        lambda: (
+            lambda: working_regime(
+                state_transitions={
+                    "wealth": {"working": lcm.MarkovTransition(next_health)},
+                    "health": lcm.MarkovTransition(next_health),
+                }
+            )
+        ),
+        M,
+        ["state_transitions['wealth']['working']", "deterministic"],
+        id="regime-per-target-markov",
+    ),
+    pytest.param(
+        lambda: (
+            lambda: working_regime(
+                state_transitions={"wealth": {}, "health": lcm.MarkovTransition(next_health)}
+            )
+        ),
+        M,
+        ["state_transitions['wealth']", "empty"],
+        id="regime-per-target-empty",
+    ),
+    pytest.param(
+        lambda: solve(
+            PARAMS,
+            lcm.Model(
+                **model_kwargs(
+                    working=working_regime(
+                        state_transitions={
+                            "wealth": {"retired": next_wealth},
+                            "health": lcm.MarkovTransition(next_health),
+                        }
+                    )
+                )
+            ),
+        ),
+        T,
+        ["'working'", "'next_regime'", "per-target"],
+        id="solve-per-target-reachable-regime-left-out",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                solver=_dcegm(),
+                state_transitions={
+                    "wealth": {"working": next_wealth, "retired": next_wealth},
+                    "health": lcm.MarkovTransition(next_health),
+                },
+            )
+        ),
+        M,
+        ["'working'", "DCEGM", "'wealth'", "GridSearch"],
+        id="model-dcegm-per-target-transition",
+    ),
+    # ------------------------------------------------------ model-level shared entries
+    pytest.param(
+        lambda: build_model(functions={"labor_income": labor_income}),
+        M,
+        ["'working'", "functions['labor_income']", "Model", "exactly one level"],
+        id="model-shared-function-also-in-a-regime",
+    ),
+    pytest.param(
+        lambda: build_model(state_transitions={"wealth": next_wealth_retired}),
+        M,
+        ["'working'", "state_transitions['wealth']", "Model", "exactly one level"],
+        id="model-shared-transition-also-in-a-regime",
+    ),
+    pytest.param(
+        lambda: build_model(functions={"utility": utility_retired}),
+        M,
+        ["functions['utility']", "each regime"],
+        id="model-shared-utility",
+    ),
+    pytest.param(
+        lambda: build_model(functions={"pension": 3.0}),
+        M,
+        ["functions['pension']", "must be a function"],
+        id="model-shared-function-not-callable",
+    ),
 ]
 
 

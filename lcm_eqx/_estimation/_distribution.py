@@ -628,10 +628,12 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
         action = {**dict(zip(d_names, codes, strict=True)), **continuous}
         evaluate = problem.evaluator({**state, **action})
         regime_p = problem.regime_probabilities(evaluate)
-        deterministic, stochastic = problem.next_states(evaluate)
+        shared, stochastic = problem.next_states(evaluate)
+        by_target = problem.target_next_states(evaluate)
         flows = {}
         for target in targets:
             target_plan = plan.regimes[target]
+            deterministic = {**shared, **by_target.get(target, {})}
             dims = []
             for s in target_plan.states:
                 transition = regime.state_transitions[s]

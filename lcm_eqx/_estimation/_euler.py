@@ -92,6 +92,11 @@ def euler_errors(
         raise LcmError(f"euler_errors: {state!r} is not a continuous state of regime {regime!r}.")
     if action not in regime_plan.actions or regime_plan.grids[action].is_discrete:
         raise LcmError(f"euler_errors: {action!r} is not a continuous action of regime {regime!r}.")
+    if any(t.per_target for t in regime_plan.state_transitions.values()):
+        raise LcmError(
+            f"euler_errors: regime {regime!r} has a law of motion that depends on the regime "
+            "moved to (a per-target state transition); its Euler equation is not supported."
+        )
     if solution is None:
         solution = model.solve(params)
     if not isinstance(solution, Solution):

@@ -177,7 +177,10 @@ class Evaluator:
                 kwargs[name] = function_params[name]
         if self._check_indices and has_array_parameter(function, function_params):
             error, out = checkify.checkify(function.fn, errors=checkify.index_checks)(**kwargs)
-            self.index_errors[function.key] = index_failed(error)
+            failed = index_failed(error)
+            # Several functions may share a key (a per-target law of motion).
+            previous = self.index_errors.get(function.key)
+            self.index_errors[function.key] = failed if previous is None else previous | failed
             return out
         return function.fn(**kwargs)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import logging
@@ -38,9 +39,10 @@ from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch, assign_solvers
 from .._typing import InitialConditions, Params
 from .._validation import enforce, is_traced
-from ._params import check_params, params_template, resolve_params
+from ._params import bind_fixed, check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
+from ._shared import with_shared
 
 VALIDATE_OPTIONS = ("raise", "warn", "off")
 
@@ -58,6 +60,17 @@ class Model(eqx.Module):
         solver: the default solver of every regime (default `GridSearch()`); a regime's
             own `Regime(solver=...)` wins. A default `DCEGM` leaves terminal regimes and
             regimes without its state and action to `GridSearch`.
+        fixed_params: parameters bound at construction, nested like `params` (at
+            `[regime][function][name]`, `[regime][name]` or `[name]`, one level each; a
+            pandas Series like `params` works too).
+            They leave `params_template()`, giving one again in `params` is an
+            `InvalidParamsError`, and they are constants of the compiled programs.
+        functions: functions shared by the regimes: each regime gets the entries that
+            it uses (by argument name, from its own functions, constraints and
+            transitions). Not `"utility"`; a name that a regime also defines is an error.
+        state_transitions: laws of motion shared by the regimes: each non-terminal
+            regime with the state gets the entry; a regime that also defines it is an
+            error.
 
     All structural errors surface here as `ModelInitializationError`.
 
@@ -68,6 +81,7 @@ class Model(eqx.Module):
     """
 
     regimes: dict[str, Regime]
+    fixed_params: dict[str, Any]
     n_periods: int = eqx.field(static=True)
     regime_ids: type[enum.IntEnum] = eqx.field(static=True)
     ages: AgeGrid | None
@@ -85,6 +99,9 @@ class Model(eqx.Module):
         regime_ids: type[enum.IntEnum] | None = None,
         ages: AgeGrid | None = None,
         solver: AbstractSolver | None = None,
+        fixed_params: Mapping[str, Any] | None = None,
+        functions: Mapping[str, Callable] | None = None,
+        state_transitions: Mapping[str, Any] | None = None,
     ):
 
         if ages is not None and not isinstance(ages, AgeGrid):
@@ -96,8 +113,12 @@ class Model(eqx.Module):
                 f"Model: solver must be an lcm_eqx solver such as GridSearch(), got {solver!r}."
             )
         start = time.perf_counter()
+        regimes = with_shared(regimes, functions, state_transitions)
         plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None, ages=ages)
+        fixed = _plain_dicts(coerce_params(fixed_params))  # a Series, like params
+        plan = dataclasses.replace(plan, fixed=bind_fixed(plan, fixed))
         self.regimes = dict(regimes)
+        self.fixed_params = dict(plan.fixed.values)
         self.n_periods = n_periods
         self.regime_ids = plan.regime_ids
         self.ages = ages

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import InvalidParamsError
-from ._plan import ModelPlan, RegimePlan
+from .._errors import InvalidParamsError, ModelInitializationError
+from ._plan import FixedParams, ModelPlan, RegimePlan
 
 _MISSING = object()
 
@@ -22,16 +22,24 @@ def params_template(plan: ModelPlan) -> dict[str, dict]:
 
     Regime-level parameters (`discount_factor`, `taste_shock_scale`) sit at
     `{regime: {name: nan}}`. Any parameter may instead be given one level up (at
-    `params[regime]` or `params`), as long as it is found at exactly one level. A
-    parameter with a default value in its function's signature holds that default
+    `params[regime]` or `params`), as long as it is found at exactly one level.
+    Parameters bound with `Model(fixed_params=...)` are left out. A parameter with a
+    default value in its function's signature holds that default
     (it is optional; a non-numeric default, which `params` could not hold, is left out).
     """
     template: dict[str, dict] = {}
+    fixed = plan.fixed.values
+
+    def free(name: str, key: str | None, p: str) -> bool:
+        return not _candidates(fixed, name, key, p, "fixed_params")
+
     for name, regime in plan.regimes.items():
-        entry: dict[str, Any] = {p: float("nan") for p in regime.regime_parameters}
+        entry: dict[str, Any] = {
+            p: float("nan") for p in regime.regime_parameters if free(name, None, p)
+        }
         for key, names in regime.parameters.items():
             defaults = function_defaults(regime, key)
-            values = {p: defaults.get(p, float("nan")) for p in names}
+            values = {p: defaults.get(p, float("nan")) for p in names if free(name, key, p)}
             values = {p: v for p, v in values.items() if _is_numeric(v)}
             if values:
                 entry[key] = values
@@ -96,6 +104,7 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
             f"params must be a dict (see model.params_template()), got {_describe(params)}."
         )
     _check_unknown(plan, params)
+    fixed = plan.fixed.values
     resolved: dict[str, dict[str, dict[str, Any]]] = {}
     for name, regime in plan.regimes.items():
         kinds = {
@@ -105,12 +114,13 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
         }
         per_function: dict[str, dict[str, Any]] = {}
         per_function[""] = {
-            p: _lookup(params, name, None, p, convert) for p in regime.regime_parameters
+            p: _lookup(params, name, None, p, convert, fixed=fixed)
+            for p in regime.regime_parameters
         }
         for key, names in regime.parameters.items():
             defaults = function_defaults(regime, key)
             values = {
-                p: _lookup(params, name, key, p, convert, kinds, defaults.get(p, _MISSING))
+                p: _lookup(params, name, key, p, convert, kinds, defaults.get(p, _MISSING), fixed)
                 for p in names
             }
             # A parameter left out falls back to its function's default value.
@@ -120,11 +130,24 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
 
 
 def function_defaults(regime: RegimePlan, key: str) -> dict[str, Any]:
-    """`{parameter: default value}` of the function whose parameters are looked up at `key`."""
+    """`{parameter: default value}` of the function whose parameters are looked up at `key`.
+
+    For a per-target law of motion (several functions at `next_<state>`), a parameter is
+    optional only if every one of them that takes it has a default (the first applies).
+    """
     transition = regime.state_transitions.get(key[5:]) if key.startswith("next_") else None
-    if transition is not None and transition.function is None:  # a process state
-        return {}
-    return dict(regime.function(key).defaults)
+    if transition is None:
+        return dict(regime.function(key).defaults)
+    functions = transition.functions
+    defaults: dict[str, Any] = {}
+    for function in functions:
+        for name, value in function.defaults:
+            defaults.setdefault(name, value)
+    return {
+        name: value
+        for name, value in defaults.items()
+        if all(name in dict(f.defaults) for f in functions if name in f.params)
+    }
 
 
 def _describe(value) -> str:
@@ -154,6 +177,24 @@ def _is_numeric(value) -> bool:
     return True
 
 
+def _candidates(tree: Mapping, regime: str, key: str | None, name: str, root: str):
+    """Where `tree` (nested like `params`, named `root` in messages) holds parameter `name`
+    of function `key` in `regime`: `[(location, value)]` over the three levels."""
+    regime_params = tree.get(regime, _MISSING)
+    if not isinstance(regime_params, Mapping):
+        regime_params = {}
+    found = []
+    if key is not None:
+        function_params = regime_params.get(key, _MISSING)
+        if isinstance(function_params, Mapping) and name in function_params:
+            found.append((f"{root}[{regime!r}][{key!r}][{name!r}]", function_params[name]))
+    if name in regime_params and not isinstance(regime_params[name], Mapping):
+        found.append((f"{root}[{regime!r}][{name!r}]", regime_params[name]))
+    if name in tree and not isinstance(tree[name], Mapping):
+        found.append((f"{root}[{name!r}]", tree[name]))
+    return found
+
+
 def _lookup(
     params: Mapping,
     regime: str,
@@ -162,20 +203,20 @@ def _lookup(
     convert: bool = True,
     kinds: Mapping[str, str] | None = None,
     default: Any = _MISSING,
+    fixed: Mapping | None = None,
 ):
-    regime_params = params.get(regime, _MISSING)
-    if not isinstance(regime_params, Mapping):
-        regime_params = {}
-    candidates = []
-    if key is not None:
-        function_params = regime_params.get(key, _MISSING)
-        if isinstance(function_params, Mapping) and name in function_params:
-            candidates.append((f"params[{regime!r}][{key!r}][{name!r}]", function_params[name]))
-    if name in regime_params and not isinstance(regime_params[name], Mapping):
-        candidates.append((f"params[{regime!r}][{name!r}]", regime_params[name]))
-    if name in params and not isinstance(params[name], Mapping):
-        candidates.append((f"params[{name!r}]", params[name]))
+    candidates = _candidates(params, regime, key, name, "params")
     where = f"function {key!r}" if key else "the regime"
+    bound = _candidates(fixed, regime, key, name, "fixed_params") if fixed else []
+    if bound and candidates:
+        raise InvalidParamsError(
+            f"Regime {regime!r}, {where}: parameter {name!r} is fixed at construction "
+            f"({bound[0][0]} of Model) and given again at "
+            f"{' and '.join(c for c, _ in candidates)}; remove it from params."
+        )
+    if bound:
+        value = bound[0][1]  # checked once at construction
+        return jnp.asarray(value) if convert else value
     if not candidates and default is not _MISSING:
         return _MISSING  # the function's default applies
     if not candidates:
@@ -201,16 +242,7 @@ def _lookup(
             f"{' and '.join(c for c, _ in candidates)}; keep exactly one."
         )
     location, value = candidates[0]
-    if not _is_numeric(value):
-        raise InvalidParamsError(
-            f"Regime {regime!r}, {where}: parameter {name!r} at {location} must be a number or "
-            f"an array of numbers, got {value!r:.80}."
-        )
-    if key is None and np.shape(value) != ():
-        raise InvalidParamsError(
-            f"Regime {regime!r}: parameter {name!r} at {location} must be a scalar, got shape "
-            f"{np.shape(value)}."
-        )
+    _check_value(regime, where, name, location, value, scalar=key is None)
     if not convert:
         return value
     try:
@@ -222,33 +254,46 @@ def _lookup(
         ) from error
 
 
-def _check_unknown(plan: ModelPlan, params: Mapping) -> None:
+def _check_value(regime: str, where: str, name: str, location: str, value, *, scalar: bool):
+    if not _is_numeric(value):
+        raise InvalidParamsError(
+            f"Regime {regime!r}, {where}: parameter {name!r} at {location} must be a number or "
+            f"an array of numbers, got {value!r:.80}."
+        )
+    if scalar and np.shape(value) != ():
+        raise InvalidParamsError(
+            f"Regime {regime!r}: parameter {name!r} at {location} must be a scalar, got shape "
+            f"{np.shape(value)}."
+        )
+
+
+def _check_unknown(plan: ModelPlan, params: Mapping, root: str = "params") -> None:
     used_anywhere = set()
     for regime in plan.regimes.values():
         used_anywhere |= _used_in(regime)
     for key, value in params.items():
         if key in plan.regimes and isinstance(value, Mapping):
-            _check_regime_level(plan.regimes[key], value)
+            _check_regime_level(plan.regimes[key], value, root)
         elif key in plan.regimes:
             raise InvalidParamsError(
-                f"params[{key!r}] must be a dict of regime {key!r}'s parameters, got "
+                f"{root}[{key!r}] must be a dict of regime {key!r}'s parameters, got "
                 f"{_describe(value)}."
             )
         elif isinstance(value, Mapping):
             owners = [r.name for r in plan.regimes.values() if key in r.parameters]
             if owners:
                 raise InvalidParamsError(
-                    f"params[{key!r}] is a dict, but {key!r} is not a regime: the parameters "
+                    f"{root}[{key!r}] is a dict, but {key!r} is not a regime: the parameters "
                     f"of function {key!r} go at params[regime][{key!r}] (regime: "
                     f"{' or '.join(repr(o) for o in owners)}) or at params[regime] or params."
                 )
             raise InvalidParamsError(
-                f"params[{key!r}] is a dict, but {key!r} is not a regime (regimes: "
+                f"{root}[{key!r}] is a dict, but {key!r} is not a regime (regimes: "
                 f"{list(plan.regimes)}); a parameter is a number or an array."
             )
         elif key not in used_anywhere:
             raise InvalidParamsError(
-                f"Unknown parameter params[{key!r}]: no function of any regime uses it "
+                f"Unknown parameter {root}[{key!r}]: no function of any regime uses it "
                 f"(known: {sorted(used_anywhere)})."
             )
 
@@ -260,7 +305,7 @@ def _used_in(regime: RegimePlan) -> set[str]:
     return used
 
 
-def _check_regime_level(regime: RegimePlan, values: Mapping) -> None:
+def _check_regime_level(regime: RegimePlan, values: Mapping, root: str = "params") -> None:
     used = _used_in(regime)
     for key, value in values.items():
         if key in regime.parameters and isinstance(value, Mapping):
@@ -272,7 +317,7 @@ def _check_regime_level(regime: RegimePlan, values: Mapping) -> None:
                     )
         elif isinstance(value, Mapping):
             raise InvalidParamsError(
-                f"Regime {regime.name!r}: params[{regime.name!r}][{key!r}] is a dict, but "
+                f"Regime {regime.name!r}: {root}[{regime.name!r}][{key!r}] is a dict, but "
                 f"{key!r} is not a function with parameters (those are "
                 f"{sorted(regime.parameters)})."
             )
@@ -281,3 +326,56 @@ def _check_regime_level(regime: RegimePlan, values: Mapping) -> None:
                 f"Regime {regime.name!r}: unknown parameter {key!r} (no function of this regime "
                 f"uses it; known: {sorted(used)})."
             )
+
+
+def bind_fixed(plan: ModelPlan, fixed_params: Mapping | None) -> FixedParams:
+    """Check `Model(fixed_params=...)` against the plan and freeze it (NumPy values).
+
+    Every entry must be a parameter of some function, found at one level only for each
+    regime and function that uses it, and a number or an array of numbers. Raises
+    `ModelInitializationError` at construction otherwise.
+    """
+    if fixed_params is None:
+        return FixedParams()
+    if not isinstance(fixed_params, Mapping):
+        raise ModelInitializationError(
+            f"Model: fixed_params must be a dict nested like params, got "
+            f"{type(fixed_params).__name__}."
+        )
+    try:
+        _check_unknown(plan, fixed_params, root="fixed_params")
+        for name, regime in plan.regimes.items():
+            keyed: list[tuple[str | None, str]] = [(None, p) for p in regime.regime_parameters]
+            keyed += [(key, p) for key, names in regime.parameters.items() for p in names]
+            for key, p in keyed:
+                found = _candidates(fixed_params, name, key, p, "fixed_params")
+                where = f"function {key!r}" if key else "the regime"
+                if len(found) > 1:
+                    raise InvalidParamsError(
+                        f"Regime {name!r}, {where}: parameter {p!r} is fixed at two levels, "
+                        f"{' and '.join(c for c, _ in found)}; keep exactly one."
+                    )
+                for location, value in found:
+                    _check_value(name, where, p, location, value, scalar=key is None)
+    except InvalidParamsError as error:
+        raise ModelInitializationError(f"Model: fixed_params: {error}") from error
+    return FixedParams(_as_numpy(fixed_params, "fixed_params"))
+
+
+def _as_numpy(tree: Mapping, root: str) -> dict:
+    """The nested dict with NumPy leaves: constants of the compiled programs."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        location = f"{root}[{key!r}]"
+        if isinstance(value, Mapping):
+            out[key] = _as_numpy(value, location)
+            continue
+        try:
+            out[key] = np.asarray(value)
+        except jax.errors.TracerArrayConversionError as error:
+            raise ModelInitializationError(
+                f"Model: {location} is traced (the Model is built inside jax.jit, vmap or "
+                "grad); fixed parameters are constants of the compiled program, so pass a "
+                "traced value in params instead."
+            ) from error
+    return out

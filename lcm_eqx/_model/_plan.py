@@ -1,7 +1,8 @@
 """Build: turn a model specification into a static plan, surfacing every structural error.
 
 The plan holds only Python structure (names, axis order, resolved functions, which
-regimes can follow which, period segments). Nothing in it depends on parameter values.
+regimes can follow which, period segments), and the values of `fixed_params`. Nothing in
+it depends on the values of `params`.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ REGIME_LEVEL_PARAMS = ("discount_factor", "taste_shock_scale")
 class StateTransition:
     """How regime r produces next period's value of one state.
 
-    `function` is None for a process state whose transition is its own Markov chain.
-    `precontract` lists the current discrete states the probabilities depend on, when
-    they depend on nothing else (besides period, age and parameters): then the
+    `function` is None for a process state whose transition is its own Markov chain, and
+    for a per-target law of motion, whose deterministic functions by target regime are in
+    `per_target` (all looked up under the key `next_<state>`). `precontract` lists the
+    current discrete states the probabilities depend on, when they depend on nothing else
+    (besides period, age and parameters): then the
     expectation over this state is taken once per period, before the state-action sweep.
     """
 
@@ -45,6 +48,18 @@ class StateTransition:
     function: ResolvedFunction | None
     is_markov: bool
     precontract: tuple[str, ...] | None
+    per_target: Mapping[str, ResolvedFunction] = dataclasses.field(default_factory=dict)
+
+    @property
+    def is_process(self) -> bool:
+        return self.function is None and not self.per_target
+
+    @property
+    def functions(self) -> tuple[ResolvedFunction, ...]:
+        """Every user function of this transition (one, or one per target regime)."""
+        if self.per_target:
+            return tuple(self.per_target.values())
+        return () if self.function is None else (self.function,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +106,10 @@ class RegimePlan:
         if key in self.constraints:
             return self.constraints[key]
         if key.startswith("next_") and key[5:] in self.state_transitions:
-            function = self.state_transitions[key[5:]].function
-            assert function is not None
-            return function
+            transition = self.state_transitions[key[5:]]
+            # A per-target law of motion: its first function (callers that need all of
+            # them read `transition.functions`).
+            return transition.functions[0]
         return self.helpers[key]
 
 
@@ -106,6 +122,17 @@ class Segment:
     regimes: tuple[str, ...]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class FixedParams:
+    """Parameters bound at model construction, nested like `params` (NumPy values).
+
+    Compared by identity: the values are constants of the compiled programs of the one
+    model that holds them.
+    """
+
+    values: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelPlan:
     regimes: Mapping[str, RegimePlan]
@@ -113,6 +140,7 @@ class ModelPlan:
     n_periods: int
     segments: tuple[Segment, ...]
     has_ages: bool
+    fixed: FixedParams = dataclasses.field(default_factory=FixedParams)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -334,8 +362,17 @@ def _regime_plan(
                     f"{type(regime.states[state]).__name__}, whose transition is its own "
                     f"Markov chain; remove state_transitions[{state!r}]."
                 )
-            is_markov = isinstance(fn, MarkovTransition)
             target_grid = _grid_of(regimes, state)
+            if isinstance(fn, Mapping):
+                if isinstance(target_grid, AbstractProcessGrid):
+                    raise ModelInitializationError(
+                        f"Regime {name!r}: state_transitions[{state!r}] is a dict by target "
+                        f"regime, but {state!r} is a {type(target_grid).__name__}, whose "
+                        "transitions are Markov; per-target laws of motion are deterministic."
+                    )
+                state_transitions[state] = _per_target(name, state, fn, regimes, _resolve)
+                continue
+            is_markov = isinstance(fn, MarkovTransition)
             if is_markov and not target_grid.is_discrete:
                 raise ModelInitializationError(
                     f"Regime {name!r}: state_transitions[{state!r}] is a MarkovTransition, but "
@@ -384,7 +421,7 @@ def _regime_plan(
         *helpers.values(),
         *constraints.values(),
         next_regime,
-        *(t.function for t in state_transitions.values()),
+        *(f for t in state_transitions.values() for f in t.functions),
     ):
         if resolved is not None and resolved.params:
             parameters[resolved.key] = tuple(
@@ -417,7 +454,17 @@ def _regime_plan(
     produced = set(state_transitions)
     targets = ()
     if not terminal:
-        targets = tuple(r for r in regimes if set(regimes[r].states) <= produced)
+        # A per-target law of motion produces its state only for the regimes it names.
+        targets = tuple(
+            r
+            for r in regimes
+            if set(regimes[r].states) <= produced
+            and all(
+                r in state_transitions[s].per_target
+                for s in regimes[r].states
+                if state_transitions[s].per_target
+            )
+        )
     return RegimePlan(
         name=name,
         id=regime_id,
@@ -452,6 +499,25 @@ def _check_aggregators(plans: Mapping[str, RegimePlan]) -> None:
                 f"{target!r} (aggregator {other.aggregator!r}); a regime and the non-terminal "
                 "regimes it can reach must have the same aggregator."
             )
+
+
+def _per_target(name, state, by_target, regimes, resolve_function) -> StateTransition:
+    """A law of motion of `state` that depends on the regime moved to."""
+    resolved = {}
+    for target, fn in by_target.items():
+        if target not in regimes:
+            raise ModelInitializationError(
+                f"Regime {name!r}: state_transitions[{state!r}] names the target {target!r}, "
+                f"which is not a regime of the model (regimes: {list(regimes)})."
+            )
+        if state not in regimes[target].states:
+            raise ModelInitializationError(
+                f"Regime {name!r}: state_transitions[{state!r}][{target!r}] is a law of "
+                f"motion into regime {target!r}, which has no state {state!r} (its states: "
+                f"{list(regimes[target].states)})."
+            )
+        resolved[target] = resolve_function(fn, f"next_{state}")
+    return StateTransition(state, None, False, None, resolved)
 
 
 def _grid_of(regimes: Mapping[str, Regime], state: str) -> AbstractGrid:

@@ -22,8 +22,10 @@ class Regime(eqx.Module):
             helpers whose outputs other functions use as arguments (a DAG by name).
         states: state grids by name; value arrays have one axis per state in this order.
         actions: action grids by name.
-        state_transitions: next value of each state, by state name: a function, or a
-            `MarkovTransition` returning probabilities over the target grid's points.
+        state_transitions: next value of each state, by state name: a function, a
+            `MarkovTransition` returning probabilities over the target grid's points, or a
+            dict `{target regime: function}` when the law of motion depends on the regime
+            moved to (every regime with the state that can follow needs an entry).
         transition: the next regime id (a function returning a member of the model's
             `regime_ids`) or a `MarkovTransition` over all regimes; `None` makes the
             regime terminal.
@@ -51,7 +53,7 @@ class Regime(eqx.Module):
     functions: dict[str, Callable]
     states: dict[str, AbstractGrid]
     actions: dict[str, AbstractGrid]
-    state_transitions: dict[str, Callable | MarkovTransition]
+    state_transitions: dict[str, Callable | MarkovTransition | dict[str, Callable]]
     transition: Callable | MarkovTransition | None
     constraints: dict[str, Callable]
     active: Callable[..., bool] | tuple[int, ...] | None = eqx.field(static=True)
@@ -65,7 +67,8 @@ class Regime(eqx.Module):
         functions: Mapping[str, Callable],
         states: Mapping[str, AbstractGrid] | None = None,
         actions: Mapping[str, AbstractGrid] | None = None,
-        state_transitions: Mapping[str, Callable | MarkovTransition] | None = None,
+        state_transitions: Mapping[str, Callable | MarkovTransition | Mapping[str, Callable]]
+        | None = None,
         transition: Callable | MarkovTransition | None = None,
         constraints: Mapping[str, Callable] | None = None,
         active: Callable[..., bool] | Iterable[int] | None = None,
@@ -76,7 +79,10 @@ class Regime(eqx.Module):
         self.functions = _as_dict(functions, "functions")
         self.states = _as_dict(states, "states")
         self.actions = _as_dict(actions, "actions")
-        self.state_transitions = _as_dict(state_transitions, "state_transitions")
+        self.state_transitions = {
+            state: dict(fn) if isinstance(fn, Mapping) else fn
+            for state, fn in _as_dict(state_transitions, "state_transitions").items()
+        }
         self.transition = transition
         self.constraints = _as_dict(constraints, "constraints")
         if active is not None and not callable(active):
@@ -99,8 +105,29 @@ class Regime(eqx.Module):
                 f"{sorted(self.functions)} (states {sorted(self.states)}, "
                 f"actions {sorted(self.actions)})."
             )
+        for state, by_target in self.state_transitions.items():
+            if not isinstance(by_target, Mapping):
+                continue
+            if not by_target:
+                raise ModelInitializationError(
+                    f"Regime: state_transitions[{state!r}] is an empty dict; give "
+                    "{target regime: function} or one function."
+                )
+            for target, fn in by_target.items():
+                if not isinstance(target, str):
+                    raise ModelInitializationError(
+                        f"Regime: the keys of state_transitions[{state!r}] must be regime "
+                        f"names, got {target!r}."
+                    )
+                if isinstance(fn, MarkovTransition) or not callable(fn):
+                    raise ModelInitializationError(
+                        f"Regime: state_transitions[{state!r}][{target!r}] must be a function "
+                        f"(per-target laws of motion are deterministic), got {fn!r}."
+                    )
         for group in ("functions", "state_transitions", "constraints"):
             for name, fn in getattr(self, group).items():
+                if group == "state_transitions" and isinstance(fn, Mapping):
+                    continue
                 if not (callable(fn) or isinstance(fn, MarkovTransition)):
                     raise ModelInitializationError(
                         f"Regime: {group}[{name!r}] must be a function, got {fn!r}."

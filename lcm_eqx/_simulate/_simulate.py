@@ -218,7 +218,7 @@ def draw_checks(plan: ModelPlan, regime: RegimePlan) -> tuple[str, ...]:
     for name, transition in regime.state_transitions.items():
         if transition.is_markov or plan.state_grid(name).is_discrete:
             checks.append(f"next_{name}")
-        elif transition.function is not None:
+        elif not transition.is_process:
             checks.append(f"next_{name}:finite")
     # The aggregator's checks are the solve's; the draws leave them at 0.
     return (
@@ -236,7 +236,13 @@ def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> 
     assert checks == tuple(problem.checks), (checks, problem.checks)
     deterministic, stochastic = problem.next_states(evaluate)
     violations: dict[str, jax.Array] = {}
-    problem._record_violations(regime_probabilities, deterministic, stochastic, violations)
+    problem._record_violations(
+        regime_probabilities,
+        deterministic,
+        stochastic,
+        violations,
+        by_target=problem.target_next_states(evaluate),
+    )
     for name, p in markov.items():
         violations[f"next_{name}"] = probability_violation(p, problem.tolerance)
     # A subject with no feasible action (value -inf) has no next state to check.
@@ -267,6 +273,11 @@ def _simulate_subject(
     ).astype(jnp.int32)
     deterministic, stochastic = problem.next_states(evaluate)
     moved_states = dict(deterministic)
+    # A per-target law of motion: the next value for the regime moved to.
+    for target, next_values in problem.target_next_states(evaluate).items():
+        reached = moved_to == plan.regimes[target].id
+        for name, next_value in next_values.items():
+            moved_states[name] = jnp.where(reached, next_value, moved_states.get(name, next_value))
     markov = {}
     for i, (name, transition) in enumerate(regime.state_transitions.items()):
         if not transition.is_markov:

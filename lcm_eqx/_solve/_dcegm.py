@@ -185,6 +185,12 @@ class DCEGM(AbstractSolver):
                 "DC-EGM needs it to depend on discrete variables only."
             )
         for state, transition in regime.state_transitions.items():
+            if transition.per_target:
+                fail(
+                    f"the law of motion of {state!r} depends on the regime moved to "
+                    f"(state_transitions[{state!r}] is a dict by target); DC-EGM needs one "
+                    "law of motion per state. Solve this regime with GridSearch()."
+                )
             if state == self.state:
                 continue
             if not model.state_grid(state).is_discrete:

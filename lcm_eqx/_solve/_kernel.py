@@ -254,7 +254,7 @@ class RegimeProblem:
         for name, transition in self.regime.state_transitions.items():
             if transition.is_markov or self.model.state_grid(name).is_discrete:
                 self.checks.append(f"next_{name}")
-            elif transition.function is not None:
+            elif not transition.is_process:
                 # A continuous next state must be finite at feasible points: the kernel's
                 # interpolation does no per-point NaN bookkeeping (see `settle_masked`).
                 self.checks.append(f"next_{name}:finite")
@@ -289,7 +289,7 @@ class RegimeProblem:
             regime.utility,
             *regime.helpers.values(),
             *regime.constraints.values(),
-            *(t.function for t in regime.state_transitions.values() if t.function is not None),
+            *(f for t in regime.state_transitions.values() for f in t.functions),
             *([regime.next_regime] if regime.next_regime is not None else []),
         ]
         checks = {}
@@ -402,6 +402,13 @@ class RegimeProblem:
                 prepared.shape,
                 prepared.dtype,
                 tuple(id(grids[s]) for s in layout.continuous),
+                # Targets read at different next states (per-target laws of motion) are
+                # read apart.
+                tuple(
+                    (s, id(t.per_target[target].fn))
+                    for s, t in self.regime.state_transitions.items()
+                    if target in t.per_target
+                ),
             )
             if self.aggregator is not None and self.aggregator.splits_terminal:
                 # The aggregator reads terminal and other regimes apart.
@@ -615,7 +622,8 @@ class RegimeProblem:
         return jax.nn.one_hot(code, n_regimes), code
 
     def next_states(self, evaluate: Evaluator) -> tuple[dict[str, Array], dict[str, Array]]:
-        """Deterministic next values and in-kernel probability vectors, by state."""
+        """Deterministic next values and in-kernel probability vectors, by state (the
+        states with a per-target law of motion are in `target_next_states`)."""
         values, probabilities = {}, {}
         for name, transition in self.regime.state_transitions.items():
             if transition.function is None or transition.precontract is not None:
@@ -630,14 +638,36 @@ class RegimeProblem:
                 values[name] = result.astype(jnp.int32) if grid.is_discrete else result
         return values, probabilities
 
+    def target_next_states(self, evaluate: Evaluator) -> dict[str, dict[str, Array]]:
+        """Next values of the states with a per-target law of motion, `{target: {state:
+        value}}`, for every regime this one can move to."""
+        values: dict[str, dict[str, Array]] = {}
+        for name, transition in self.regime.state_transitions.items():
+            grid = self.model.state_grid(name)
+            for target, function in transition.per_target.items():
+                if target not in self.regime.targets:
+                    continue
+                result = jnp.asarray(evaluate(function))
+                self._check_shape(f"next_{name}", result.shape, ())
+                values.setdefault(target, {})[name] = (
+                    result.astype(jnp.int32) if grid.is_discrete else result
+                )
+        return values
+
     def _expected_value(self, evaluate, state, violations, split: bool = False):
         """`Σ_r' P(r' | s, a)·E[prepared V_r'(s')]` at one point; with `split`, the sums
         over non-terminal and terminal regimes apart (a `Continuation`)."""
         regime_probabilities, next_regime_id = self._regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
+        by_target = self.target_next_states(evaluate)
         if self.validate:
             self._record_violations(
-                regime_probabilities, next_values, next_probabilities, violations, next_regime_id
+                regime_probabilities,
+                next_values,
+                next_probabilities,
+                violations,
+                next_regime_id,
+                by_target=by_target,
             )
         deterministic = not self.regime.next_regime_is_markov
         # Mass on a regime this one cannot reach (its states are not all produced) has no
@@ -675,9 +705,10 @@ class RegimeProblem:
                 covers_all = self.validate and len(ids) == len(self.model.regimes)
                 reached = None if covers_all else chosen >= 0
             target_grids = self.model.regimes[target].grids
+            next_values_here = {**next_values, **by_target.get(target, {})}
             intervals = {
                 s: cast(AbstractContinuousGrid, target_grids[s]).interval(
-                    next_values[s], self.target_points[target][s]
+                    next_values_here[s], self.target_points[target][s]
                 )
                 for s in layout.continuous
             }
@@ -685,7 +716,7 @@ class RegimeProblem:
                 prepared,
                 layout,
                 current={s: state[s] for s in layout.current},
-                discrete={s: next_values[s] for s in layout.discrete},
+                discrete={s: next_values_here[s] for s in layout.discrete},
                 intervals=intervals,
                 probabilities=next_probabilities,
                 regime_index=regime_index,
@@ -748,6 +779,8 @@ class RegimeProblem:
         next_probabilities,
         violations,
         next_regime_id: Array | None = None,
+        *,
+        by_target: dict[str, dict[str, Array]] | None = None,
     ) -> None:
         targets = self.regime.targets
         unreachable = [r.id for name, r in self.model.regimes.items() if name not in targets]
@@ -775,4 +808,16 @@ class RegimeProblem:
             if grid.is_discrete:
                 violations[f"next_{name}"] = jnp.where(
                     (code < 0) | (code >= grid.n_points), 1.0, 0.0
+                )
+        # A per-target next state is checked where its target regime is reached.
+        for target, values in (by_target or {}).items():
+            reached = regime_probabilities[self.model.regimes[target].id] > 0
+            for name, code in values.items():
+                grid = self.model.state_grid(name)
+                if grid.is_discrete:
+                    check, bad = f"next_{name}", (code < 0) | (code >= grid.n_points)
+                else:
+                    check, bad = f"next_{name}:finite", ~jnp.isfinite(code)
+                violations[check] = jnp.maximum(
+                    violations.get(check, 0.0), jnp.where(reached & bad, 1.0, 0.0)
                 )
