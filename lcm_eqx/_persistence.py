@@ -73,16 +73,16 @@ def model_structure(model) -> str:
 
     Built from the static plan only, so it works while `model.solve` is being traced.
     """
-    key = id(model.plan)
+    return plan_structure(model.plan, model.ages)
+
+
+def plan_structure(plan, ages) -> str:
+    """`model_structure` from the model's plan and ages (what the solve is built from)."""
+    key = id(plan)
     if key not in _structure_cache:
-        _structure_cache[key] = _canonical(_describe_model(model.plan, model.ages))
-        weakref.finalize(model.plan, _structure_cache.pop, key, None)
+        _structure_cache[key] = _canonical(_describe_model(plan, ages))
+        weakref.finalize(plan, _structure_cache.pop, key, None)
     return _structure_cache[key]
-
-
-def with_model_structure(obj, model):
-    """`obj` (a `Solution` or `SimulationResult`) recording the structure of `model`."""
-    return dataclasses.replace(obj, model_structure=model_structure(model))
 
 
 def _canonical(description) -> str:

@@ -25,7 +25,7 @@ from .._estimation._distribution import Distribution, bin_initial, forward
 from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from .._logging import log_time, logger, timed
 from .._pandas import coerce_params
-from .._persistence import model_structure, with_model_structure
+from .._persistence import model_structure
 from .._progress import progress_mode
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import (
@@ -210,7 +210,7 @@ class Model(eqx.Module):
         with timed(self._solve, "solve", params, **options) as timer:
             raw = self._solve(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
-        solution = with_model_structure(raw, self)
+        solution = raw  # it records the model's structure (`Solution.model_structure`)
         enforce(
             validate,
             solution.violations,

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
+from .._persistence import plan_structure
 from .._progress import solve_tick
 from .._validation import NAN_CHECK
 from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
@@ -238,6 +239,8 @@ def solve_model(
             for name, parts in exponential.items()
         },
         grids=state_points(plan, tables),
+        # Static: set when the solve is traced, so a call does not copy the Solution.
+        model_structure=plan_structure(plan, ages),
     )
 
 
