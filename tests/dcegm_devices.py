@@ -3,7 +3,10 @@ tests/test_dcegm.py (XLA_FLAGS must be set before jax is imported).
 
 Prints one JSON object: the largest difference to the unsharded solve, the value array's
 sharding, and the collectives of the compiled `jax.jit(model.solve)` with and without
-validation (with the element count of each all-reduce).
+validation (with the element count of each all-reduce). Then the simulation against the
+sharded solution (each device reads its own types' policies): whether its panel equals
+the unsharded simulation's against the same (gathered) solution, in one pass and in
+chunks, and the collectives of the compiled simulation.
 """
 
 import json
@@ -20,6 +23,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
 from tests.models import retirement as R  # noqa: E402
@@ -67,9 +71,32 @@ def build(distributed):
 
 
 def collectives(model, params, validate):
-    text = jax.jit(lambda p: model.solve(p, validate=validate).values).lower(params)
+    lowered = jax.jit(lambda p: model.solve(p, validate=validate).values).lower(params)
+    return collectives_in(lowered.compile().as_text())
+
+
+# Also collectives of several operands: `%name = (f64[12], s32[12]) all-reduce(...)`.
+COLLECTIVE_LINES = re.compile(
+    r"= (.*?) \b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
+    r"(?:-start)?\("
+)
+
+
+def simulate_collectives(text):
+    """`[kind, number of elements of its largest operand]` per collective in `text`."""
     found = []
-    for shape, kind in COLLECTIVE.findall(text.compile().as_text()):
+    for shapes, kind in COLLECTIVE_LINES.findall(text):
+        sizes = [
+            int(np.prod([int(d) for d in dims.split(",") if d]))
+            for dims in re.findall(r"\w+\[([\d,]*)\]", shapes)
+        ]
+        found.append([kind, max(sizes, default=0)])
+    return found
+
+
+def collectives_in(text):
+    found = []
+    for shape, kind in COLLECTIVE.findall(text):
         dims = re.findall(r"\[([\d,]*)\]", shape)
         size = 1
         for dim in dims[0].split(",") if dims and dims[0] else []:
@@ -86,9 +113,29 @@ def main():
     difference = max(
         float(jnp.max(jnp.abs(plain.values[r] - sharded.values[r]))) for r in plain.values
     )
+    n = 12
+    initial = {
+        "regime": jnp.zeros(n, jnp.int32),
+        "wealth": jnp.linspace(5.0, 300.0, n),
+        "skill": jnp.arange(n) % 4,
+    }
+    key = jax.random.key(1)
+    gathered = jax.tree.map(np.asarray, sharded)  # the same solution, on one device
+    expected = build(False).simulate(params, initial, gathered, key=key).to_dataframe()
+    same = [
+        model.simulate(params, initial, sharded, key=key, subject_batch_size=b)
+        .to_dataframe()
+        .equals(expected)
+        for b in (0, 5)
+    ]
+    program = jax.jit(
+        lambda p, s: model.simulate(p, initial, s, key=key, validate="off").value
+    ).lower(params, sharded)
     print(
         json.dumps(
             {
+                "simulate_equal": same,
+                "simulate_collectives": simulate_collectives(program.compile().as_text()),
                 "difference": difference,
                 "spec": [str(s) for s in sharded.values["working"].sharding.spec],
                 "unvalidated": collectives(model, params, "off"),

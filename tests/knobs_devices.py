@@ -19,7 +19,6 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -74,14 +73,57 @@ def checked_collectives(model, params):
     }
 
 
-def initial_conditions():
-    n = 10
+def initial_conditions(n_skill=4):
+    return knobs_model.initial_conditions(n_skill)
+
+
+def collectives_in(text):
+    """`[kind, number of elements of its largest operand]` per collective in `text`."""
+    found = []
+    for shapes, kind in COLLECTIVE_LINES.findall(text):
+        sizes = [
+            int(np.prod([int(d) for d in dims.split(",") if d]))
+            for dims in re.findall(r"\w+\[([\d,]*)\]", shapes)
+        ]
+        found.append([kind, max(sizes, default=0)])
+    return found
+
+
+def simulate_program(model, params, solution, n_skill=4):
+    """The compiled simulation against `solution` (an argument, as `model.simulate` gets
+    it): its collectives and XLA's per-device memory (bytes)."""
+    initial = initial_conditions(n_skill)
+    compiled = (
+        jax.jit(lambda p, s: model.simulate(p, initial, s, key=jax.random.key(3), validate="off"))
+        .lower(params, solution)
+        .compile()
+    )
+    memory = compiled.memory_analysis()
     return {
-        "regime": jnp.array([0] * 8 + [1] * 2),
-        "wealth": jnp.linspace(2.0, 30.0, n),
-        "income": jnp.arange(n) % 4,
-        "skill": (jnp.arange(n) * 3) % 4,
+        "collectives": collectives_in(compiled.as_text()),
+        "argument": memory.argument_size_in_bytes,
+        "temp": memory.temp_size_in_bytes,
+        "value_elements": max(int(v.size) for v in solution.values.values()),
     }
+
+
+def simulate_memory():
+    """Per-device memory of the simulation program, unsharded and with 8 types sharded
+    over the 4 devices (200 wealth points, so that the value arrays dominate)."""
+    params = knobs_model.params(n_skill=8)
+    result = {}
+    for name, distributed in (("unsharded", False), ("sharded", True)):
+        model = knobs_model.build(n_wealth=200, n_skill=8, skill_distributed=distributed)
+        solution = model.solve(params, validate="off")
+        result[name] = simulate_program(model, params, solution, n_skill=8)
+    return result
+
+
+def on_one_device(model, params, solution):
+    """The unsharded simulation against the same (gathered) solution values."""
+    gathered = jax.tree.map(np.asarray, solution)
+    plain = knobs_model.build()
+    return simulate(plain, params, gathered, 0)
 
 
 def checked_simulate_collectives(model, params):
@@ -137,10 +179,29 @@ def main(out):
             report[name]["validated_collectives"] = collectives(model, params)
             report[name]["simulate_user"] = checked_simulate_collectives(model, params)
             frames = [simulate(model, params, solution, b) for b in (0, 4)]
-            report["simulate"] = {"batch_invariant": bool(frames[0].equals(frames[1]))}
+            expected = on_one_device(model, params, solution)
+            report["simulate"] = {
+                "batch_invariant": bool(frames[0].equals(frames[1])),
+                "exact": [bool(frame.equals(expected)) for frame in frames],
+                "program": simulate_program(model, params, solution),
+                "memory": simulate_memory(),
+            }
             frames[0].to_pickle(out + ".simulated.pkl")
         if name == "income":
             report[name]["collectives"] = collectives(model, params)
+            frames = [simulate(model, params, solution, b) for b in (0, 4)]
+            expected = on_one_device(model, params, solution)
+            report[name]["simulate"] = {
+                "choices_exact": [
+                    bool(frame.drop(columns="value").equals(expected.drop(columns="value")))
+                    for frame in frames
+                ],
+                "value_difference": max(
+                    float(np.max(np.abs(frame["value"].to_numpy() - expected["value"].to_numpy())))
+                    for frame in frames
+                ),
+                "program": simulate_program(model, params, solution),
+            }
     for kind in ("process", "deterministic"):
         plain_values = knobs_model.build_small(kind, False).solve(knobs_model.SMALL_PARAMS)
         model = knobs_model.build_small(kind, True)

@@ -155,6 +155,17 @@ def build(
     )
 
 
+def initial_conditions(n_skill=4):
+    """Ten subjects: eight working, two retired, every income state and type."""
+    n = 10
+    return {
+        "regime": jnp.array([0] * 8 + [1] * 2),
+        "wealth": jnp.linspace(2.0, 30.0, n),
+        "income": jnp.arange(n) % 4,
+        "skill": (jnp.arange(n) * 3) % n_skill,
+    }
+
+
 SMALL_PARAMS = {"discount_factor": 0.95, "interest_rate": 0.02}
 
 

@@ -2,7 +2,9 @@
 
 Usage: python knobs_multiprocess.py PORT PROCESS_ID OUT.npz
 Each process has 2 host CPU devices; the 4 global devices shard the 4-type skill axis.
-Process 0 writes the gathered value arrays to OUT.npz.
+Then both processes simulate against the sharded solution (each device simulates the
+subjects of its types), in one pass and in chunks of 4 subjects.
+Process 0 writes the gathered value arrays to OUT.npz and the panels to OUT.npz.sim<b>.pkl.
 """
 
 import os
@@ -32,6 +34,18 @@ gathered = {}
 for regime, values in solution.values.items():
     assert len(values.sharding.device_set) == 4, values.sharding
     gathered[regime] = np.asarray(multihost_utils.process_allgather(values, tiled=True))
+frames = {}
+for batch in (0, 4):
+    result = model.simulate(
+        knobs_model.params(),
+        knobs_model.initial_conditions(),
+        solution,
+        key=jax.random.key(3),
+        subject_batch_size=batch,
+    )
+    frames[batch] = result.to_dataframe()
 if process_id == 0:
     np.savez(out, **gathered)
+    for batch, frame in frames.items():
+        frame.to_pickle(f"{out}.sim{batch}.pkl")
 jax.distributed.shutdown()

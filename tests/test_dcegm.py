@@ -317,7 +317,8 @@ def test_euler_errors_need_a_consumption_saving_regime():
 
 def test_sharded_permanent_type_needs_no_collective():
     """4 host devices: a sharded skill that never transitions gives the unsharded values,
-    and the compiled solve moves nothing between devices but (validated) a few flags."""
+    and the compiled solve moves nothing between devices but (validated) a few flags;
+    simulating against it gives the unsharded panel without gathering the solution."""
     import json
     import subprocess
     import sys
@@ -333,6 +334,11 @@ def test_sharded_permanent_type_needs_no_collective():
     assert result["spec"][-1] == "skill"
     assert result["unvalidated"] == []
     assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])
+    # Simulation reads each device's own types: the panel of the unsharded simulation
+    # (one pass and chunked), and only per-subject results (12 subjects) cross devices.
+    assert result["simulate_equal"] == [True, True]
+    assert result["simulate_collectives"]
+    assert all(kind == "all-reduce" and size <= 12 for kind, size in result["simulate_collectives"])
 
 
 def test_with_batch_size_keeps_the_regime_solvers():

@@ -30,7 +30,6 @@ from .._progress import progress_mode
 from .._simulate._result import SimulationResult
 from .._simulate._simulate import (
     draw_checks,
-    prepare_next_values,
     simulate_chunk,
     variable_kinds,
 )
@@ -303,7 +302,6 @@ class Model(eqx.Module):
             )
         n = regime.shape[0]
         chunk = subject_batch_size if 0 < subject_batch_size < n else n
-        next_values = prepare_next_values(self.plan, solution.continuation_values)
         parts, violations = [], []
         n_chunks = -(-n // chunk)
         with log_time(f"simulate ({n} subjects in {n_chunks} chunk(s), {self.n_periods} periods)"):
@@ -313,7 +311,7 @@ class Model(eqx.Module):
                 index = np.where(index < stop, index, start)  # pad the last chunk, drop after
                 args = (
                     params,
-                    next_values,
+                    solution.continuation_values,
                     solution.policies,
                     jnp.asarray(regime[index]),
                     {name: jnp.asarray(v[index]) for name, v in states.items()},
@@ -475,7 +473,7 @@ def _simulate_chunk_with_params(
     solvers,
     ages,
     params,
-    next_values,
+    values,
     policies,
     regime,
     states,
@@ -492,7 +490,7 @@ def _simulate_chunk_with_params(
         solvers,
         ages,
         resolved,
-        next_values,
+        values,
         regime,
         states,
         subject_ids,

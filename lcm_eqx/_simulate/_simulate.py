@@ -2,25 +2,36 @@
 
 In each period a subject's actions solve that period's problem at its exact (off-grid)
 state against next period's value arrays. Random draws use keys folded with the period
-and the subject id, so they do not depend on how subjects are chunked.
+and the subject id, so they do not depend on how subjects are chunked, nor on which
+device simulates them: against a sharded solution each device simulates the subjects of
+its own block of the value arrays and only per-subject results cross devices
+(`_on_blocks`).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
+from .._errors import LcmWarning
 from .._model._plan import ModelPlan, RegimePlan
 from .._progress import simulate_tick
 from .._solve._backward import age_of
 from .._solve._kernel import (
     RegimeProblem,
+    _any_nan,
     age_varying_points,
     aggregator_checks,
     probability_violation,
     shifted,
 )
+from .._solve._sharding import ShardingPlan, sharding_plan
 from .._solve._solver import AbstractSolver
 
 # Purposes of the per-subject, per-period random streams (folded into the key).
@@ -44,7 +55,7 @@ def simulate_chunk(
     solvers: dict[str, AbstractSolver],
     ages,
     resolved_params,
-    next_values: dict[str, jax.Array],
+    values: dict[str, jax.Array],
     regime: jax.Array,
     states: dict[str, jax.Array],
     subject_ids: jax.Array,
@@ -58,8 +69,8 @@ def simulate_chunk(
 ):
     """Simulate one chunk of subjects through every period.
 
-    `next_values[r]` has shape `(n_periods, ...)`: the value array of period t + 1 at
-    index t (zeros after the last period); `policies[r]` the solution's policies of
+    `values[r]` has shape `(n_periods, ...)`: the solution's value arrays (period t + 1
+    is read in period t; zeros after the last period); `policies[r]` the solution's policies of
     regimes solved by endogenous-grid solvers (period t at index t), which they read
     instead of searching. Returns arrays of shape (n_periods, n).
     `progress` (`None`, `"text"`, `"tqdm"`) emits a host callback per period, labelled
@@ -69,6 +80,13 @@ def simulate_chunk(
     """
     if chunk is None:
         chunk = jnp.array([0, 1], dtype=jnp.int32)
+    with warnings.catch_warnings():
+        # A distributed state left replicated was reported by the solve that made the
+        # solution; the simulation uses the same mesh and says nothing more.
+        warnings.simplefilter("ignore", LcmWarning)
+        sharding = sharding_plan(plan)
+    if sharding is not None and all(axis is None for axis in sharding.mesh_axes.values()):
+        sharding = None  # one device: nothing is split
     state_kinds, action_kinds = variable_kinds(plan)
     dtype = jnp.zeros(()).dtype
     n = regime.shape[0]
@@ -85,7 +103,8 @@ def simulate_chunk(
 
         def step(carry, inputs, segment=segment):
             regime, present, states = carry
-            period, continuation, own_policies, grid_points, next_grid_points = inputs
+            period, own_policies, grid_points, next_grid_points = inputs
+            continuation = {name: _next_period(v, period) for name, v in values.items()}
             simulate_tick(progress, plan.n_periods, period, chunk)
             age = age_of(ages, period)
             keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(key, period), s))(
@@ -113,6 +132,7 @@ def simulate_chunk(
             finished = jnp.zeros(n, dtype=bool)
             for name in segment.regimes:
                 regime_plan = plan.regimes[name]
+                reads_policy = name in own_policies  # an endogenous-grid solver
                 problem = RegimeProblem(
                     plan,
                     regime_plan,
@@ -121,22 +141,25 @@ def simulate_chunk(
                     age,
                     continuation,
                     False,
+                    sharding,
+                    prepare=not reads_policy,
                     grid_points=grid_points,
                     next_grid_points=next_grid_points,
                 )
                 problem.policy = own_policies.get(name)
                 solver = solvers[name]
                 in_regime = present & (regime == regime_plan.id)
-
-                def subject(state_point, subject_key, problem=problem, solver=solver):
-                    return _simulate_subject(
-                        plan, solver, problem, state_point, subject_key, validate
-                    )
-
                 point = {s: states[s] for s in regime_plan.states}
-                chosen, value, moved_to, moved_states, shown, checks = in_blocks(
-                    subject, (point, keys), in_regime
-                )
+                if sharding is None:
+                    subject = functools.partial(
+                        _simulate_subject, plan, solver, problem, validate=validate
+                    )
+                    results = in_blocks(subject, (point, keys), in_regime)
+                else:
+                    results = _on_blocks(
+                        sharding, plan, solver, problem, point, keys, in_regime, validate
+                    )
+                chosen, value, moved_to, moved_states, shown, checks = results
                 if validate and checks.shape[-1]:
                     # Subjects outside the regime hold zeros (see `in_blocks`).
                     record["violations"][name] = jnp.max(checks, axis=0).astype(dtype)
@@ -160,15 +183,132 @@ def simulate_chunk(
             return (next_regime, present & ~finished, next_states), record
 
         periods = jnp.arange(segment.start, segment.stop)
-        window = {
-            name: values[segment.start : segment.stop] for name, values in next_values.items()
-        }
         own, points, next_points = jax.tree.map(
             lambda x: x[segment.start : segment.stop], (policies or {}, tables, next_tables)
         )
-        carry, record = jax.lax.scan(step, carry, (periods, window, own, points, next_points))
+        carry, record = jax.lax.scan(step, carry, (periods, own, points, next_points))
         outputs.append(record)
-    return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outputs)
+    record = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *outputs)
+    if sharding is not None:  # the panel is small: the same on every device
+        record = jax.tree.map(sharding.replicate, record)
+    return record
+
+
+def _next_period(values: jax.Array, period: jax.Array) -> jax.Array:
+    """The value array of `period + 1` (zeros after the last period), read in place: no
+    shifted copy of the solution's arrays."""
+    n_periods = values.shape[0]
+    following = jax.lax.dynamic_index_in_dim(
+        values, jnp.minimum(period + 1, n_periods - 1), keepdims=False
+    )
+    return jnp.where(period + 1 < n_periods, following, jnp.zeros((), values.dtype))
+
+
+def _on_blocks(
+    sharding: ShardingPlan,
+    plan: ModelPlan,
+    solver: AbstractSolver,
+    problem: RegimeProblem,
+    point: dict[str, jax.Array],
+    keys: jax.Array,
+    in_regime: jax.Array,
+    validate: bool,
+):
+    """`in_blocks` of `_simulate_subject` against a sharded solution, without gathering it.
+
+    The arrays the regime reads by a sharded current state's code (the prepared
+    continuations mapped jointly in the solve, see `RegimeProblem.carried`, and an
+    endogenous-grid solver's own policy) enter a `shard_map` over the mesh as each
+    device's block. Every device sees all subjects of the chunk, simulates those whose
+    codes fall in its block (`in_blocks` compacts them, so the work is split too), with
+    codes shifted to the block (`RegimeProblem.code_offsets`), and leaves zeros for the
+    others; one `psum` of these per-subject results (a few numbers per subject) gives
+    every device the whole chunk. A mesh axis whose state this regime lacks leaves its
+    subjects to the devices at index 0 of that axis.
+
+    Random draws are keyed by subject id and period, so they do not depend on which
+    device simulates a subject. Arrays indexed by a sharded state at codes other than the
+    subject's own (a sharded state with a transition other than the identity that is not
+    pre-contracted) are read whole: XLA gathers them, as the solve does.
+    """
+    mesh = sharding.mesh
+    axis_names = tuple(mesh.axis_names)
+    by_axis = {axis: state for state, axis in sharding.mesh_axes.items() if axis is not None}
+    states = problem.regime.states
+    carried = problem.carried()
+    blocks = {target: c.array for target, c in carried.items()}
+    block_specs = {
+        target: PartitionSpec(*(sharding.mesh_axes[n] if n else None for n in c.labels))
+        for target, c in carried.items()
+    }
+    policy = problem.policy
+    policy_spec = None
+    if policy is not None:
+        # Leading axes: the regime's discrete states (in order), then discrete actions.
+        leading = tuple(
+            sharding.mesh_axes.get(s) for s in states if problem.regime.grids[s].is_discrete
+        )
+        policy_spec = jax.tree.map(
+            lambda x: PartitionSpec(*leading) if x.ndim >= len(leading) > 0 else PartitionSpec(),
+            policy,
+        )
+
+    def block_size(axis: str) -> int:
+        return plan.state_grid(by_axis[axis]).n_points // mesh.shape[axis]
+
+    def on_device(blocks, policy, point, keys, in_regime):
+        local = copy.copy(problem)
+        continuations = dict(problem.continuations)
+        for target, array in blocks.items():
+            continuations[target] = (array, problem.continuations[target][1])
+        local.continuations = continuations
+        if blocks:
+            # As unsharded: a NaN anywhere in next period's values makes the period NaN.
+            nan = _any_nan(list(blocks.values())).astype(jnp.int32)
+            local.continuation_has_nan = problem.continuation_has_nan | (
+                jax.lax.psum(nan, axis_names) > 0
+            )
+        local.policy = policy
+        owned = in_regime
+        offsets = {}
+        for axis, state in by_axis.items():
+            index = jax.lax.axis_index(axis)
+            if state in states:
+                size = block_size(axis)
+                n_blocks = mesh.shape[axis]
+                offsets[state] = (index * size).astype(jnp.int32)
+                owned = owned & (jnp.clip(point[state] // size, 0, n_blocks - 1) == index)
+            else:
+                owned = owned & (index == 0)
+        local.code_offsets = offsets
+
+        subject = functools.partial(_simulate_subject, plan, solver, local, validate=validate)
+        results = in_blocks(subject, (point, keys), owned)
+        return jax.tree.map(lambda x: _psum(x, axis_names), results)
+
+    replicated = PartitionSpec()
+    return jax.shard_map(
+        on_device,
+        mesh=mesh,
+        in_specs=(
+            block_specs,
+            policy_spec if policy is not None else replicated,
+            jax.tree.map(lambda _: replicated, point),
+            replicated,
+            replicated,
+        ),
+        out_specs=replicated,
+        # The psum makes every result the same on all devices; the per-device loop of
+        # `in_blocks` mixes device-varying and replicated values, which the check rejects.
+        check_vma=False,
+    )(blocks, policy, point, keys, in_regime)
+
+
+def _psum(x: jax.Array, axis_names: tuple[str, ...]) -> jax.Array:
+    """Sum over the devices of results that are zero on all but one (exact: x + 0 = x)."""
+    if x.dtype == jnp.bool_:
+        return jax.lax.psum(x.astype(jnp.int32), axis_names) > 0
+    return jax.lax.psum(x, axis_names)
 
 
 # Subjects of one regime are simulated in blocks of at most this many (a static shape).

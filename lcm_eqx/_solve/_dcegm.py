@@ -411,7 +411,7 @@ class DCEGM(AbstractSolver):
 
         if discrete_state is None:
             return map_choices(at, grid, [a.name for a in (*discrete_states, *discrete_actions)])
-        index = tuple(discrete_state[a.name] for a in discrete_states)
+        index = tuple(problem.local_code(a.name, discrete_state[a.name]) for a in discrete_states)
         own = jax.tree.map(lambda array: array[index] if array.ndim else array, grid)
         return map_choices(at, own, [a.name for a in discrete_actions])
 

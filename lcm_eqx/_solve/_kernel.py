@@ -164,6 +164,10 @@ class RegimeProblem:
         # policy (simulation, likelihoods).
         self.next_policies: dict[str, Any] = {}
         self.policy: Any = None
+        # Where the arrays this problem reads by a current state's code start along that
+        # state's axis: 0 (absent) except inside the simulation's per-device blocks of a
+        # sharded solution, where each device holds one block of the sharded axes.
+        self.code_offsets: dict[str, Array] = {}
         self.model = model
         self.regime = regime
         self.params = params
@@ -320,6 +324,12 @@ class RegimeProblem:
         if name in self.process_points:
             return self.process_points[name][point]
         return point
+
+    def local_code(self, name: str, code: Array) -> Array:
+        """`code` of state `name` as an index into the arrays this problem reads (shifted
+        by `code_offsets`, set where those arrays are one device's block)."""
+        offset = self.code_offsets.get(name)
+        return code if offset is None else code - offset
 
     def inputs(self, point: dict[str, Array]) -> dict[str, Array]:
         values = {name: self.value_of(name, x) for name, x in point.items()}
@@ -715,7 +725,7 @@ class RegimeProblem:
             expected = continuation_at(
                 prepared,
                 layout,
-                current={s: state[s] for s in layout.current},
+                current={s: self.local_code(s, state[s]) for s in layout.current},
                 discrete={s: next_values_here[s] for s in layout.discrete},
                 intervals=intervals,
                 probabilities=next_probabilities,

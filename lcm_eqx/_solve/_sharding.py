@@ -28,6 +28,11 @@ cross-device communication at all; the chain case only sums the contraction
 array). Any other transition of a sharded axis (a deterministic non-identity law of
 motion, or probabilities depending on actions or continuous states) reads the next value
 array at arbitrary codes; XLA then gathers that array across devices.
+
+Simulation uses the same plan: the continuations a period's state sweep maps jointly
+(and DC-EGM policies) enter a `shard_map` as each device's block, and each device
+simulates the subjects whose codes fall in its block (`_simulate/_simulate.py`,
+`_on_blocks`); only per-subject results are summed across devices.
 """
 
 from __future__ import annotations
