@@ -332,9 +332,16 @@ class DCEGM(AbstractSolver):
         # Over the savings points: one kernel (see `one_kernel_reduce`), not two.
         violations = one_kernel_reduce(jax.lax.max, -jnp.inf, violations, 0)
         if limit_violations:
-            position = {name: i for i, name in enumerate(checks)}
-            for name, flag in limit_violations.items():
-                violations = violations.at[position[name]].max(flag.astype(violations.dtype))
+            # One elementwise max with a vector of the flags (a scatter per flag would be
+            # an XLA kernel each).
+            zero = jnp.zeros((), violations.dtype)
+            flags = jnp.stack(
+                [
+                    limit_violations[c].astype(violations.dtype) if c in limit_violations else zero
+                    for c in checks
+                ]
+            )
+            violations = jnp.maximum(violations, flags)
         return {
             "nodes": nodes,
             "count": count,
