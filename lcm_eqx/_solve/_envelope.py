@@ -22,6 +22,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 NEG_INF = -jnp.inf
@@ -123,8 +124,9 @@ class ExactEnvelope(AbstractUpperEnvelope):
         width = hi_m - lo_m
         safe_width = jnp.where(width == 0, 1.0, width)
         slope = (v[1:] - v[:-1]) / safe_width
-        point = jnp.arange(n)[:, None]
-        segment = jnp.arange(n - 1)[None, :]
+        # Static masks in numpy (constants of the program, not computed by a kernel).
+        point = np.arange(n)[:, None]
+        segment = np.arange(n - 1)[None, :]
         inside = (m[:, None] >= jnp.minimum(lo_m, hi_m)[None, :]) & (
             m[:, None] <= jnp.maximum(lo_m, hi_m)[None, :]
         )
@@ -219,7 +221,7 @@ def _compaction(keep: Array) -> tuple[Array, Array, Array, Array]:
     one.
     """
     n = keep.shape[0]
-    index = jnp.arange(n)
+    index = np.arange(n)
     lower = (index[None, :] <= index[:, None]) & keep[None, :]
     running = one_kernel_reduce(jax.lax.add, 0, lower.astype(jnp.int32), 1)
     source, following = reduce_pair(
@@ -254,11 +256,14 @@ def reduce_pair(op: Callable, identity, x: Array, y: Array, axis: int) -> tuple[
 
 
 def one_kernel_reduce(op: Callable, identity, x: Array, axis: int) -> Array:
-    """`x` reduced along `axis` by `op` in one XLA kernel, without derivative: `reduce_pair`
-    of `(x, x)`, the larger of the two equal results (XLA drops an unused one). The same
-    values as the plain reduction for an exact `op` (integer sums, max, or)."""
-    first, second = reduce_pair(op, identity, x, x, axis)
-    return jnp.maximum(first, second)
+    """`x` reduced along `axis` by `op` in one XLA kernel with the computation of `x`,
+    without derivative: `reduce_pair` of `x` and a constant array of the identity, the
+    two results combined by `op` (XLA would drop an unused result; a second copy of `x`
+    would keep `x` in a kernel of its own). The same values as the plain reduction for an
+    exact `op` (integer sums, max, or)."""
+    filler = jnp.full(x.shape, identity, x.dtype)
+    first, second = reduce_pair(op, identity, x, filler, axis)
+    return op(first, second)
 
 
 def count_at_or_below(points: Array, x: Array) -> Array:
