@@ -158,19 +158,14 @@ class ExactEnvelope(AbstractUpperEnvelope):
         c_slope = jnp.where(width != 0, (c[1:] - c[:-1]) / jnp.where(width != 0, width, 1.0), 0.0)
         forward = jnp.concatenate([c_slope, c_slope[-1:]])
         backward = jnp.concatenate([c_slope[:1], c_slope])
-        sorted_rows = jnp.stack(
-            [
-                jnp.where(kept, m, 0.0),
-                c,
-                jnp.where(kept, v, 0.0),
-                mu,
-                kept.astype(m.dtype),
-                forward,
-                backward,
-            ],
-            axis=1,
-        )[order]
-        sorted_rows = jnp.where(k_valid[:, None], sorted_rows, 0.0)
+        columns = [jnp.where(kept, m, 0.0), c, jnp.where(kept, v, 0.0), mu]
+        columns += [kept.astype(m.dtype), forward, backward]
+        # A row of zeros after the points, which the unfilled positions gather (rather
+        # than zeroing them after the gather, in a kernel of its own).
+        rows_and_zero = jnp.concatenate(
+            [jnp.stack(columns, axis=1), jnp.zeros((1, len(columns)), m.dtype)]
+        )
+        sorted_rows = rows_and_zero[jnp.where(k_valid, order, n)]
         km, kc, kv, kmu, k_forward = (sorted_rows[:, i] for i in (0, 1, 2, 3, 5))
 
         # Crossings between consecutive kept points from different branches: each kept
