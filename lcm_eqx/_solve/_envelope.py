@@ -211,14 +211,14 @@ def _compaction(keep: Array) -> tuple[Array, Array, Array, Array]:
 
     Output position `i` takes the first entry whose running count of kept entries
     exceeds `i`, found by one dense comparison (an argsort would do the same at several
-    times the cost, and a scatter compiles to several XLA kernels). The running count is
-    a dense comparison too: a `cumsum` compiles to about five XLA kernels on CPU, this to
-    one.
+    times the cost, and a scatter compiles to several XLA kernels), and the next position
+    the next entry, in the same (variadic) reduction. (A dense comparison for the running
+    count too would save XLA:CPU's five kernels of a `cumsum` but cost 10 % of the
+    steady solve.)
     """
     n = keep.shape[0]
     index = np.arange(n)
-    lower = (index[None, :] <= index[:, None]) & keep[None, :]
-    running = one_kernel_reduce(jax.lax.add, 0, lower.astype(jnp.int32), 1)
+    running = jnp.cumsum(keep)
     source, following = reduce_pair(
         jax.lax.add,
         0,
