@@ -133,6 +133,12 @@ def solve_model(
                     current_policies[name] = policy
                 # Reduce the checks over the unsharded state axes only: the sharded ones
                 # are reduced after the scan, so the period step stays device-local.
+                if isinstance(solver, DCEGM):
+                    # DC-EGM's checks are the same at every point of its continuous state
+                    # (broadcast along it): read one point rather than reduce over them
+                    # (a broadcast and a reduction in two XLA kernels that XLA keeps).
+                    axis = plan.regimes[name].states.index(solver.state)
+                    check = jax.lax.slice_in_dim(check, 0, 1, axis=axis)
                 current_violations[name] = jnp.max(check, axis=unsharded_axes(name))
             next_carry = {
                 name: current_carried.get(name, current[name])

@@ -41,6 +41,7 @@ from ._envelope import (
     AbstractUpperEnvelope,
     EndogenousGrid,
     ExactEnvelope,
+    one_kernel_reduce,
     read,
 )
 from ._kernel import RegimeProblem
@@ -328,11 +329,19 @@ class DCEGM(AbstractSolver):
         nodes, count = self.upper_envelope(
             safe_m, consumption, safe_v, mu, constrained_value, marginal
         )
-        violations = jnp.max(violations, axis=0)
+        # Over the savings points: one kernel (see `one_kernel_reduce`), not two.
+        violations = one_kernel_reduce(jax.lax.max, -jnp.inf, violations, 0)
         if limit_violations:
-            position = {name: i for i, name in enumerate(checks)}
-            for name, flag in limit_violations.items():
-                violations = violations.at[position[name]].max(flag.astype(violations.dtype))
+            # One elementwise max with a vector of the flags (a scatter per flag would be
+            # an XLA kernel each).
+            zero = jnp.zeros((), violations.dtype)
+            flags = jnp.stack(
+                [
+                    limit_violations[c].astype(violations.dtype) if c in limit_violations else zero
+                    for c in checks
+                ]
+            )
+            violations = jnp.maximum(violations, flags)
         return {
             "nodes": nodes,
             "count": count,
@@ -573,10 +582,30 @@ def combine_values_and_slopes(values, slopes, scale) -> tuple[Array, Array]:
     choice's, or with taste shocks `λ·logsumexp(v / λ)` and the choice-probability
     weighted slope."""
     if scale is None:
+        if values.shape[-1] <= _UNROLL:
+            return _unrolled_best(values, slopes)
         best = jnp.argmax(values, axis=-1)
         slope = jnp.take_along_axis(slopes, best[..., None], axis=-1)[..., 0]
         return jnp.max(values, axis=-1), slope
     return smooth_max(values, scale), jnp.sum(choice_weights(values, scale) * slopes, axis=-1)
+
+
+# Up to this many discrete choices, their max is unrolled into elementwise operations
+# (each small reduction and gather would be an XLA kernel of its own).
+_UNROLL = 8
+
+
+def _unrolled_best(values, slopes) -> tuple[Array, Array]:
+    """`max(values, -1)` and the slope of the first best choice (`argmax`), as a chain of
+    elementwise comparisons over the (few) choices: the same results, NaN included (a
+    NaN is the max and its first occurrence is taken, like `argmax`)."""
+    best, slope = values[..., 0], slopes[..., 0]
+    for i in range(1, values.shape[-1]):
+        v = values[..., i]
+        better = (v > best) | (jnp.isnan(v) & ~jnp.isnan(best))
+        best = jnp.where(better, v, best)
+        slope = jnp.where(better, slopes[..., i], slope)
+    return best, slope
 
 
 def _plus_discounted(utility, beta, expected):

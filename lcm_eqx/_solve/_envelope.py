@@ -22,6 +22,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 NEG_INF = -jnp.inf
@@ -123,15 +124,21 @@ class ExactEnvelope(AbstractUpperEnvelope):
         width = hi_m - lo_m
         safe_width = jnp.where(width == 0, 1.0, width)
         slope = (v[1:] - v[:-1]) / safe_width
-        point = jnp.arange(n)[:, None]
-        segment = jnp.arange(n - 1)[None, :]
+        # Static masks in numpy (constants of the program, not computed by a kernel).
+        point = np.arange(n)[:, None]
+        segment = np.arange(n - 1)[None, :]
         inside = (m[:, None] >= jnp.minimum(lo_m, hi_m)[None, :]) & (
             m[:, None] <= jnp.maximum(lo_m, hi_m)[None, :]
         )
         incident = (segment == point) | (segment == point - 1)
         on_segment = v[:-1][None, :] + (m[:, None] - lo_m[None, :]) * slope[None, :]
         margin = tolerance * (1.0 + jnp.abs(v))
-        beaten = jnp.any(inside & ~incident & (on_segment > v[:, None] + margin[:, None]), axis=1)
+        beaten = one_kernel_reduce(
+            jax.lax.bitwise_or,
+            False,
+            inside & ~incident & (on_segment > v[:, None] + margin[:, None]),
+            1,
+        )
         beaten = beaten | (jax.lax.stop_gradient(constrained_value(m)) > v + margin)
         beaten = beaten | ~jnp.isfinite(m)
         kept = ~jax.lax.stop_gradient(beaten)
@@ -144,27 +151,22 @@ class ExactEnvelope(AbstractUpperEnvelope):
         # compacting them needs no sort. Dropped points may hold +inf / -inf: zero them,
         # so that no derivative below meets an infinity (where() would turn its 0 * inf
         # into NaN).
-        order, k_valid = _compaction(kept)
+        order, nxt, k_valid, n_kept = _compaction(kept)
         k_index = order
         finite_m = jnp.where(jnp.isfinite(m), m, 0.0)
         width = finite_m[1:] - finite_m[:-1]
         c_slope = jnp.where(width != 0, (c[1:] - c[:-1]) / jnp.where(width != 0, width, 1.0), 0.0)
         forward = jnp.concatenate([c_slope, c_slope[-1:]])
         backward = jnp.concatenate([c_slope[:1], c_slope])
-        sorted_rows = jnp.stack(
-            [
-                jnp.where(kept, m, 0.0),
-                c,
-                jnp.where(kept, v, 0.0),
-                mu,
-                kept.astype(m.dtype),
-                forward,
-                backward,
-            ],
-            axis=1,
-        )[order]
-        sorted_rows = jnp.where(k_valid[:, None], sorted_rows, 0.0)
-        km, kc, kv, kmu, _, k_forward, _ = sorted_rows.T
+        columns = [jnp.where(kept, m, 0.0), c, jnp.where(kept, v, 0.0), mu]
+        columns += [kept.astype(m.dtype), forward, backward]
+        # A row of zeros after the points, which the unfilled positions gather (rather
+        # than zeroing them after the gather, in a kernel of its own).
+        rows_and_zero = jnp.concatenate(
+            [jnp.stack(columns, axis=1), jnp.zeros((1, len(columns)), m.dtype)]
+        )
+        sorted_rows = rows_and_zero[jnp.where(k_valid, order, n)]
+        km, kc, kv, kmu, k_forward = (sorted_rows[:, i] for i in (0, 1, 2, 3, 5))
 
         # Crossings between consecutive kept points from different branches: each kept
         # point against the next one (one shifted copy of the sorted rows).
@@ -175,7 +177,6 @@ class ExactEnvelope(AbstractUpperEnvelope):
             right[:, 2],
             right[:, 3],
         )
-        nxt = jnp.concatenate([order[1:], order[:1]])
         jump = k_valid & (right[:, 4] > 0) & (nxt != k_index + 1)
         denominator = kmu - mu_right
         safe_denominator = jnp.where(denominator == 0, 1.0, denominator)
@@ -200,19 +201,64 @@ class ExactEnvelope(AbstractUpperEnvelope):
         rows = jnp.stack([point, left, right_branch], axis=1).reshape(3 * n, 4)
         valid = jnp.repeat(k_valid, 3)[:, None]
         padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], rows.dtype)
-        return jnp.where(valid, rows, padding), 3 * jnp.sum(k_valid, dtype=jnp.int32)
+        return jnp.where(valid, rows, padding), 3 * n_kept.astype(jnp.int32)
 
 
-def _compaction(keep: Array) -> tuple[Array, Array]:
-    """Indices that gather the entries where `keep` holds to the front, in order, and
-    which output positions are filled: a stable compaction. Output position `i` takes
-    the first entry whose running count of kept entries exceeds `i`, found by one dense
-    comparison (an argsort would do the same at several times the cost, and a scatter
-    compiles to several XLA kernels)."""
+def _compaction(keep: Array) -> tuple[Array, Array, Array, Array]:
+    """Indices that gather the entries where `keep` holds to the front, in order, the
+    same shifted by one (the next kept entry's index; the last one is `n − 1`), which
+    output positions are filled, and how many there are: a stable compaction.
+
+    Output position `i` takes the first entry whose running count of kept entries
+    exceeds `i`, found by one dense comparison (an argsort would do the same at several
+    times the cost, and a scatter compiles to several XLA kernels), and the next position
+    the next entry, in the same (variadic) reduction. (A dense comparison for the running
+    count too would save XLA:CPU's five kernels of a `cumsum` but cost 10 % of the
+    steady solve.)
+    """
     n = keep.shape[0]
+    index = np.arange(n)
     running = jnp.cumsum(keep)
-    source = jnp.sum(running[None, :] <= jnp.arange(n)[:, None], axis=1)
-    return jnp.minimum(source, n - 1).astype(jnp.int32), jnp.arange(n) < running[-1]
+    source, following = reduce_pair(
+        jax.lax.add,
+        0,
+        (running[None, :] <= index[:, None]).astype(jnp.int32),
+        (running[None, :] <= index[:, None] + 1).astype(jnp.int32),
+        1,
+    )
+    total = running[-1]
+    return (
+        jnp.minimum(source, n - 1).astype(jnp.int32),
+        jnp.minimum(following, n - 1).astype(jnp.int32),
+        index < total,
+        total,
+    )
+
+
+def reduce_pair(op: Callable, identity, x: Array, y: Array, axis: int) -> tuple[Array, Array]:
+    """`x` and `y` (same shape and dtype) reduced along `axis` by the associative `op`
+    (`jax.lax.add`, `jax.lax.max`, `jax.lax.bitwise_or`) in one XLA kernel (a variadic
+    reduction), without derivative (for counts, selections and check diagnostics).
+
+    XLA:CPU rewrites a reduction over more than 32 entries into two kernels (a
+    reduce-window, then a reduce), but leaves variadic reductions alone.
+    """
+    x, y = jax.lax.stop_gradient((x, y))
+    init = jnp.asarray(identity, x.dtype)
+    return jax.lax.reduce(
+        (x, y), (init, init), lambda a, b: (op(a[0], b[0]), op(a[1], b[1])), (axis % x.ndim,)
+    )
+
+
+def one_kernel_reduce(op: Callable, identity, x: Array, axis: int) -> Array:
+    """`x` reduced along `axis` by `op` in one XLA kernel with the computation of `x`,
+    without derivative: `reduce_pair` of `x` and a constant array of the identity, the
+    two results combined by `op` (XLA would drop an unused result; a second copy of `x`
+    would keep `x` in a kernel of its own). The same values as the plain reduction for an
+    exact `op` (integer sums, max, or)."""
+    filler = jnp.full(x.shape, identity, x.dtype)
+    first, second = reduce_pair(op, identity, x, filler, axis)
+    return op(first, second)
 
 
 def count_at_or_below(points: Array, x: Array) -> Array:
