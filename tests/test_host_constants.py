@@ -174,3 +174,14 @@ def test_warning_can_be_filtered_by_class():
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", category=lcm.LcmWarning)
         build(saver=regime(utility_device))
+
+
+def test_a_law_of_motion_per_target_regime_is_checked():
+    def next_wealth_device(wealth, consumption):
+        return (wealth - consumption) * DEVICE_RATES[0]
+
+    saver = regime(state_transitions={"wealth": {"saver": next_wealth_device}})
+    with pytest.warns(lcm.LcmWarning) as record:
+        build(saver=saver)
+    (message,) = messages(record)
+    assert "function 'next_wealth'" in message and "'DEVICE_RATES'" in message

@@ -71,7 +71,11 @@ def _user_functions(regime: Regime) -> Iterator[tuple[str, Callable]]:
     yield from regime.functions.items()
     yield from regime.constraints.items()
     for state, fn in regime.state_transitions.items():
-        yield f"next_{state}", _unwrap_markov(fn)
+        if isinstance(fn, dict):  # a law of motion per target regime
+            for target_fn in fn.values():
+                yield f"next_{state}", target_fn
+        else:
+            yield f"next_{state}", _unwrap_markov(fn)
     if regime.transition is not None:
         yield "next_regime", _unwrap_markov(regime.transition)
 

@@ -239,11 +239,11 @@ def continuation_at(
             # the index, a pair gather costs several times as much per point.
             # (Every start is in bounds by construction: no negative-index handling.)
             half = (*sizes[:n_stochastic], 1, *sizes[n_stochastic + 1 :])
-            upper = (*starts[:n_stochastic], offset + 1, *starts[n_stochastic + 1 :])
+            upper_starts = (*starts[:n_stochastic], offset + 1, *starts[n_stochastic + 1 :])
             block = jax.lax.concatenate(
                 [
                     jax.lax.dynamic_slice(flat, starts, half, allow_negative_indices=False),
-                    jax.lax.dynamic_slice(flat, upper, half, allow_negative_indices=False),
+                    jax.lax.dynamic_slice(flat, upper_starts, half, allow_negative_indices=False),
                 ],
                 n_stochastic,
             )

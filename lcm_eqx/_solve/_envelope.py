@@ -230,7 +230,7 @@ def _compaction(keep: Array) -> tuple[Array, Array, Array, Array]:
     return (
         jnp.minimum(source, n - 1).astype(jnp.int32),
         jnp.minimum(following, n - 1).astype(jnp.int32),
-        index < total,
+        jnp.asarray(index) < total,
         total,
     )
 
