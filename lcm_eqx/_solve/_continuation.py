@@ -189,16 +189,16 @@ def continuation_at(
     `prepared` is a `mask_neg_inf` array. `intervals[name] = (lo, weight)` on the target
     grid (weight on `lo + 1`; outside `[0, 1]` it extrapolates linearly). Zero-weight
     corners and zero-probability nodes are ignored even when `-inf`; a `-inf` with
-    nonzero weight gives `-inf`. A NaN node gives
-    `-inf` here, whatever its weight: `RegimeProblem.q` makes the whole period NaN when a
-    continuation holds one. `regime_index` selects the target along a leading axis of
-    stacked targets (placed after the stochastic axes). With `settled=False` the sum is
-    returned before `settle_masked` (for a caller that adds several and settles once).
+    nonzero weight gives `-inf`. A NaN node gives `-inf` here, whatever its weight:
+    `RegimeProblem.q` makes the whole period NaN when a continuation holds one.
+    `regime_index` selects the target along a leading axis of stacked targets (placed
+    after the stochastic axes). With `settled=False` the sum is returned before
+    `settle_masked` (for a caller that adds several and settles once).
 
-    All nodes the point needs are read with one gather of a contiguous block: the
-    indexed discrete axes and the first continuous axis are merged into one axis, so on
-    the common layouts the gather has a single index per point (not one per axis, nor
-    one per interpolation corner), which is what bounds the state-action sweep.
+    The indexed discrete axes and the first continuous axis are merged into one axis,
+    so on the common layouts a point's nodes are two gathers with one index each (the
+    offset and the offset + 1 of the merged axis; not one index per axis, nor one per
+    interpolation corner), which is what bounds the state-action sweep.
     """
     fixed = tuple(current[n] for n in layout.current) + tuple(discrete[n] for n in layout.discrete)
     if regime_index is not None:
@@ -254,9 +254,9 @@ def continuation_at(
     for name in layout.stochastic:
         p = probabilities[name]
         joint = p if joint is None else joint[..., None] * p
-    settle = settle_masked if settled else (lambda total: total)
+    finish = settle_masked if settled else (lambda total: total)
     if not layout.continuous:
-        return settle(block if joint is None else jnp.sum(joint * block))
+        return finish(block if joint is None else jnp.sum(joint * block))
     total = cast(Array, 0.0)  # a weakly typed zero; an Array from the first corner on
     for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
         weight: Array | float = 1.0
@@ -265,4 +265,4 @@ def continuation_at(
             weight = weight * (w if upper else 1.0 - w)
         node = block[(Ellipsis, *corner)]
         total = total + (weight * node if joint is None else jnp.sum(weight * joint * node))
-    return settle(total)
+    return finish(total)
