@@ -17,6 +17,7 @@ Run from the repository root: `python examples/epstein_zin.py`.
 
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import matplotlib
 import numpy as np
@@ -26,6 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 import lcm_eqx as lcm
+
+# Epstein–Zin reads next period's values through V'^(1-γ): with γ = 10 and values near
+# 0 that overflows float32's range (the solve says so), so this example runs in float64.
+jax.config.update("jax_enable_x64", True)
 
 PAIRS = [(2.0, 0.5), (10.0, 0.5), (2.0, 1.5), (10.0, 1.5)]  # (risk_aversion, eis)
 

@@ -179,6 +179,16 @@ def _positive(f: Failure) -> str:
     )
 
 
+def _range(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, period {f.period}: the Epstein–Zin transform of next period's "
+        "values (V'^(1-γ), and V'^(1-1/ψ) for terminal regimes) exceeds 1e20 in magnitude "
+        "in float32 (1e150 in float64), where the solve can no longer tell it from an "
+        "infeasible state. Solve in float64 (jax.config.update('jax_enable_x64', True)) or "
+        "scale utility up (values near 0 with a large risk aversion overflow)."
+    )
+
+
 CHECKS: dict[str, CheckKind] = {
     "": CheckKind(InvalidTransitionProbabilitiesError, _transition),
     "unreachable": CheckKind(InvalidTransitionProbabilitiesError, _unreachable),
@@ -190,6 +200,7 @@ CHECKS: dict[str, CheckKind] = {
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds
     "aggregator": CheckKind(InvalidParamsError, _aggregator),  # an aggregator parameter
     "positive": CheckKind(ModelInitializationError, _positive),  # utility under EpsteinZin
+    "range": CheckKind(NaNError, _range),  # transformed values under EpsteinZin
     # A check whose message is fixed when it is traced (passed to `enforce` as `texts`).
     "initial": CheckKind(InvalidInitialConditionsError, lambda f: f.check),
 }

@@ -449,3 +449,13 @@ def test_stochastic_transition_between_two_epstein_zin_regimes():
     solution = model.solve(params)
     for name in ("first", "second"):
         np.testing.assert_allclose(np.asarray(solution.values[name]), expected, rtol=1e-12)
+
+
+def test_transformed_values_beyond_the_readable_range_raise():
+    """V'^(1-γ) of values near 0 with a large γ overflows what the kernel can tell from
+    an infeasible state (1e150 in float64): a named error, never values read as -inf."""
+    tiny = build(lcm.EpsteinZin(), lambda consumption: 1e-20 * consumption)
+    with pytest.raises(lcm.NaNError, match=r"Epstein–Zin transform .* float64"):
+        tiny.solve(ez_params(risk_aversion=10.0, eis=1.5))
+    # The same model with utility in sensible units solves.
+    assert np.all(np.isfinite(ez_model().solve(ez_params(risk_aversion=10.0)).values["alive"]))

@@ -166,11 +166,16 @@ def mask_neg_inf(prepared: Array) -> Array:
     return jnp.where(jnp.isneginf(prepared), _stand_in(prepared.dtype), prepared)
 
 
+def reach(dtype) -> float:
+    """The largest magnitude a value read through `mask_neg_inf` may have (`settle_masked`
+    reads anything larger as a stand-in, i.e. `-inf`)."""
+    return _REACH.get(jnp.dtype(dtype).itemsize, 1e20)
+
+
 def settle_masked(total: Array) -> Array:
     """A sum over nodes of `mask_neg_inf` arrays: `-inf` where a stand-in (or NaN) got
     positive mass, else the sum."""
-    reach = _REACH.get(jnp.dtype(total.dtype).itemsize, 1e20)
-    return jnp.where(jnp.abs(total) < reach, total, NEG_INF)
+    return jnp.where(jnp.abs(total) < reach(total.dtype), total, NEG_INF)
 
 
 def continuation_at(

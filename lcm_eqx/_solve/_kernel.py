@@ -29,6 +29,7 @@ from ._continuation import (
     contract,
     discounted,
     mask_neg_inf,
+    reach,
     settle_masked,
 )
 from ._sharding import ShardingPlan, is_identity_transition
@@ -111,7 +112,9 @@ def aggregator_checks(regime: RegimePlan) -> tuple[str, ...]:
     if aggregator is None or regime.is_terminal:
         return ()
     names = tuple(aggregator_check(aggregator, p) for p in aggregator.parameters)
-    return (*names, "utility:positive") if aggregator.positive_utility else names
+    # An aggregator that needs positive utility transforms the values it reads (a power):
+    # the transformed values must stay within `reach` (see `_continuation.py`).
+    return (*names, "utility:positive", "value:range") if aggregator.positive_utility else names
 
 
 class RegimeProblem:
@@ -211,6 +214,15 @@ class RegimeProblem:
                         terminal=model.regimes[target].is_terminal,
                         has_future=self.has_future(),
                     )
+                    if "value:range" in self.checks:
+                        # A finite value whose transform the kernel would read as -inf.
+                        beyond = jnp.isfinite(next_values[target]) & ~(
+                            jnp.abs(values) < reach(values.dtype)
+                        )
+                        self._period_violations["value:range"] = jnp.maximum(
+                            self._period_violations.get("value:range", 0.0),
+                            jnp.any(beyond).astype(values.dtype),
+                        )
                 self.continuations[target] = self._prepare(target, values)
                 target_plan = model.regimes[target]
                 self.target_points[target] = {
