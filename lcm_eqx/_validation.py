@@ -182,7 +182,7 @@ def _positive(f: Failure) -> str:
 def _range(f: Failure) -> str:
     return (
         f"Regime {f.regime!r}, period {f.period}: the Epstein–Zin transform of next period's "
-        "values (V'^(1-γ), and V'^(1-1/ψ) for terminal regimes) exceeds 1e20 in magnitude "
+        "values (V'^(1-γ), and V'^(1-1/ψ) for terminal regimes) exceeds 1e30 in magnitude "
         "in float32 (1e150 in float64), where the solve can no longer tell it from an "
         "infeasible state. Solve in float64 (jax.config.update('jax_enable_x64', True)) or "
         "scale utility up (values near 0 with a large risk aversion overflow)."

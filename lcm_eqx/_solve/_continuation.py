@@ -152,9 +152,11 @@ def settle(total: Array) -> Array:
 # maps a sum that a stand-in reached with positive mass back to `-inf`. The stand-in is
 # the dtype's largest value / 64 (room for a few corners and extrapolation weights before
 # it overflows to `inf`, which the test catches as well), and the test `|sum| < REACH`
-# sees masses down to ~1e-17 (float32) and ~1e-156 (float64): a `-inf` node reached with
-# a smaller probability would give a hugely negative finite value instead.
-_REACH = {4: 1e20, 8: 1e150}
+# sees masses down to ~2e-7 (float32, about its precision) and ~4e-157 (float64): a
+# `-inf` node reached with a smaller probability gives a hugely negative finite value
+# instead. Values themselves must stay below REACH in magnitude (1e30 in float32, 1e150
+# in float64); the values an aggregator transforms are checked (`value:range`).
+_REACH = {4: 1e30, 8: 1e150}
 
 
 def _stand_in(dtype) -> float:
@@ -169,7 +171,7 @@ def mask_neg_inf(prepared: Array) -> Array:
 def reach(dtype) -> float:
     """The largest magnitude a value read through `mask_neg_inf` may have (`settle_masked`
     reads anything larger as a stand-in, i.e. `-inf`)."""
-    return _REACH.get(jnp.dtype(dtype).itemsize, 1e20)
+    return _REACH.get(jnp.dtype(dtype).itemsize, 1e30)
 
 
 def settle_masked(total: Array) -> Array:
