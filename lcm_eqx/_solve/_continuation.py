@@ -244,15 +244,25 @@ def continuation_at(
             # The two nodes of the merged axis as two gathers of one element each, not
             # one of a pair: inside a splayed (scanned) sweep, where XLA cannot hoist
             # the index, a pair gather costs several times as much per point.
-            # (Every start is in bounds by construction: no negative-index handling.)
+            # The upper node is read at the same index from the array shifted by one along
+            # the merged axis (once per period, on the small array), so that XLA keeps one
+            # index per point, not two. (Every start is in bounds by construction: no
+            # negative-index handling; offset + 1 never leaves the row of `offset`.)
             half = (*sizes[:n_stochastic], 1, *sizes[n_stochastic + 1 :])
-            upper_starts = (*starts[:n_stochastic], offset + 1, *starts[n_stochastic + 1 :])
+            axis = n_stochastic
+            shifted = jax.lax.concatenate(
+                [
+                    jax.lax.slice_in_dim(flat, 1, flat.shape[axis], axis=axis),
+                    jax.lax.slice_in_dim(flat, flat.shape[axis] - 1, flat.shape[axis], axis=axis),
+                ],
+                axis,
+            )
             block = jax.lax.concatenate(
                 [
                     jax.lax.dynamic_slice(flat, starts, half, allow_negative_indices=False),
-                    jax.lax.dynamic_slice(flat, upper_starts, half, allow_negative_indices=False),
+                    jax.lax.dynamic_slice(shifted, starts, half, allow_negative_indices=False),
                 ],
-                n_stochastic,
+                axis,
             )
         else:
             block = jax.lax.dynamic_slice(flat, starts, sizes, allow_negative_indices=False)
