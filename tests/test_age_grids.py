@@ -195,7 +195,8 @@ def test_compute_policy_reads_the_periods_grids_like_the_simulation():
             model, PARAMS, solution, "alive", t, {"wealth": rows.wealth.to_numpy()}
         )
         np.testing.assert_array_equal(chosen["consumption"], rows.consumption.to_numpy())
-        np.testing.assert_array_equal(value, rows.value.to_numpy())
+        # Two separately compiled programs: the same value up to rounding.
+        np.testing.assert_allclose(value, rows.value.to_numpy(), rtol=1e-14, atol=0)
 
 
 def test_jit_vmap_and_grad():
