@@ -1,5 +1,6 @@
 """Timing helpers shared by the benchmark scripts: wall time of compiled calls, each
-waited for with `block_until_ready`, after a warm-up call."""
+waited for with `block_until_ready`, after a warm-up call; and the check that two
+variants of a solve agree."""
 
 from __future__ import annotations
 
@@ -31,3 +32,14 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str,
         for name, fn in fns.items():
             times[name].append(call_seconds(fn))
     return times
+
+
+def max_abs_diff(values: dict, reference: dict) -> float:
+    """Largest |difference| between two solutions' value arrays (by regime), where the
+    reference is finite (both are `-inf` at the same infeasible points)."""
+    import jax.numpy as jnp
+
+    return max(
+        float(jnp.max(jnp.abs(jnp.where(jnp.isfinite(r), v - r, 0.0))))
+        for v, r in ((values[name], reference[name]) for name in reference)
+    )

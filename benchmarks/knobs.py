@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax.numpy as jnp  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
-from benchmarks._timing import interleaved  # noqa: E402
+from benchmarks._timing import interleaved, max_abs_diff  # noqa: E402
 
 if ARGS.x64:
     jax.config.update("jax_enable_x64", True)
@@ -152,15 +152,6 @@ def time_runs(rows: list[dict], p: dict, repeats: int) -> None:
         del row["compiled"]
 
 
-def max_abs_diff(a, b) -> float:
-    return max(
-        float(
-            jnp.max(jnp.abs(jnp.where(jnp.isfinite(b.values[r]), a.values[r] - b.values[r], 0.0)))
-        )
-        for r in b.values
-    )
-
-
 def main() -> None:
     a = ARGS
     p = params(a.n_types)
@@ -182,7 +173,7 @@ def main() -> None:
     time_runs(rows, p, a.repeats)
     reference = rows[0]["solution"]
     for row in rows:
-        row["max_abs_diff"] = max_abs_diff(row.pop("solution"), reference)
+        row["max_abs_diff"] = max_abs_diff(row.pop("solution").values, reference.values)
     base = rows[0]
     print("\nsplay: batch_size on the wealth axis")
     print(
@@ -220,7 +211,7 @@ def main() -> None:
             plain = compile_model(unsharded, p)
             shard = compile_model(sharded, p)
             time_runs([plain, shard], p, a.repeats)
-            diff = max_abs_diff(shard["solution"], plain["solution"])
+            diff = max_abs_diff(shard["solution"].values, plain["solution"].values)
             spans = len(shard["solution"].values["working"].sharding.device_set)
             speedup = plain["run_s"] / shard["run_s"]
             print(f"\nshard: skill axis ({a.n_types} types) over {jax.device_count()} devices")

@@ -113,7 +113,7 @@ def variants(name: str, quick: bool):
 
 
 def measure(name: str, quick: bool, rounds: int) -> dict:
-    from benchmarks._timing import interleaved
+    from benchmarks._timing import interleaved, max_abs_diff
 
     params, models = variants(name, quick)
     compiled = {
@@ -126,19 +126,7 @@ def measure(name: str, quick: bool, rounds: int) -> dict:
     rows = []
     for label, c in compiled.items():
         memory = c.memory_analysis()
-        values = outputs[label].values
-        diff = max(
-            float(
-                jax.numpy.max(
-                    jax.numpy.abs(
-                        jax.numpy.where(
-                            jax.numpy.isfinite(base_values[r]), values[r] - base_values[r], 0.0
-                        )
-                    )
-                )
-            )
-            for r in base_values
-        )
+        diff = max_abs_diff(outputs[label].values, base_values)
         rows.append(
             {
                 "variant": label,
