@@ -751,11 +751,6 @@ def test_grid_numeric_string_bounds_raise(make):
         make().to_jax()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LogSpacedGrid accepts a subnormal start (5e-324 > 0) and to_jax() has NaN "
-    "interior points (jnp.geomspace takes log of a subnormal)",
-)
 def test_log_grid_with_subnormal_start_is_rejected_or_finite():
     try:
         grid = lcm.LogSpacedGrid(5e-324, 1.0, 5)

@@ -44,6 +44,36 @@ def _geomspace(start, stop, n: int) -> Array:
     return points.at[0].set(start).at[-1].set(stop)
 
 
+def _on_host(*bounds) -> bool:
+    """Whether grid bounds are concrete numbers (not traced), so that the points can be
+    computed with NumPy when the grid is built into a program."""
+    return not any(isinstance(b, jax.core.Tracer) for b in bounds)
+
+
+def _host_points(points: np.ndarray) -> Array:
+    """Points computed on the host (NumPy, float64) as an array of JAX's default float.
+
+    Inside a traced solve they are constants of the program: XLA folds the arithmetic
+    that depends on them alone (the grid step, `log` of a consumption grid) at compile
+    time instead of compiling a kernel for each (two to four kernels fewer per model, a
+    shorter cold start), and the points are correctly rounded from float64 in float32.
+    """
+    return jnp.asarray(points, dtype=float)
+
+
+def _host_linspace(start, stop, n: int) -> np.ndarray:
+    return np.linspace(np.float64(start), np.float64(stop), n)
+
+
+def _host_geomspace(start, stop, n: int) -> np.ndarray:
+    # `start * ratio ** (i / (n - 1))`: exact where the points are representable (e.g.
+    # powers of 2), which `np.geomspace` (through `log10`) is not.
+    start, stop = np.float64(start), np.float64(stop)
+    points = start * (stop / start) ** (np.arange(n) / (n - 1))
+    points[0], points[-1] = start, stop
+    return points
+
+
 # The arguments a grid bound that varies with age may take (resolved like `active`).
 PERIOD_LABELS = ("age", "period")
 
@@ -102,6 +132,9 @@ def _bound_values(grid: str, name: str, value) -> np.ndarray:
     return values
 
 
+_SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
+
+
 def _check_bounds(grid: str, start, stop, *, log: bool, where: str = "") -> None:
     """The invariants of `start` and `stop` that can be checked now: finite numbers (or
     arrays by period), `start < stop` in every period and, for a log grid, `start > 0`.
@@ -125,13 +158,15 @@ def _check_bounds(grid: str, start, stop, *, log: bool, where: str = "") -> None
     varying = low.ndim == 1 or high.ndim == 1
     low, high = np.broadcast_arrays(low, high)
     if log:
-        bad = np.flatnonzero(np.atleast_1d(~(low > 0)))
+        # A subnormal start (e.g. 5e-324) is > 0, but its ratio to `stop` overflows.
+        bad = np.flatnonzero(np.atleast_1d(~(low >= _SMALLEST_NORMAL)))
         if bad.size:
             shown = (
                 f"{np.atleast_1d(low)[bad[0]]:g} in period {bad[0]}{where}" if varying else start
             )
             raise GridInitializationError(
-                f"{grid}: start must be > 0 for geometric spacing, got {shown}."
+                f"{grid}: start must be > 0 (a normal float64, >= {_SMALLEST_NORMAL:.3g}) "
+                f"for geometric spacing, got {shown}."
             )
     bad = np.flatnonzero(np.atleast_1d(~(low < high)))
     if bad.size:
@@ -160,6 +195,10 @@ class AbstractBoundedGrid(AbstractContinuousGrid):
     def spaced(self, start, stop) -> Array:
         """The `n_points` points from `start` to `stop`."""
 
+    @abc.abstractmethod
+    def host_spaced(self, start, stop) -> np.ndarray:
+        """`spaced` with NumPy in float64, for concrete bounds."""
+
     def _check_grid(self) -> None:
         name = type(self).__name__
         _check_n_points(name, self.n_points_)
@@ -181,6 +220,8 @@ class AbstractBoundedGrid(AbstractContinuousGrid):
                 "per period: read them with `points_by_period()` of the model's grid "
                 "(`model.grid_points(regime, variable, period)`)."
             )
+        if _on_host(self.start, self.stop):
+            return _host_points(self.host_spaced(self.start, self.stop))
         return self.spaced(self.start, self.stop)
 
     def by_period(self, periods: np.ndarray, ages: np.ndarray | None, where: str = ""):
@@ -279,6 +320,9 @@ class LinSpacedGrid(AbstractBoundedGrid):
     def spaced(self, start, stop) -> Array:
         return jnp.linspace(start, stop, self.n_points_)
 
+    def host_spaced(self, start, stop) -> np.ndarray:
+        return _host_linspace(start, stop, self.n_points_)
+
     def interval(self, x, points):
         # Fully closed form (no gathers: this runs at every state-action point). A
         # coordinate within rounding of an integer is snapped to it, so that the weight
@@ -343,6 +387,9 @@ class LogSpacedGrid(AbstractBoundedGrid):
 
     def spaced(self, start, stop) -> Array:
         return _geomspace(start, stop, self.n_points_)
+
+    def host_spaced(self, start, stop) -> np.ndarray:
+        return _host_geomspace(start, stop, self.n_points_)
 
     def interval(self, x, points):
         log_step = jnp.log(points[-1] / points[0]) / (self.n_points_ - 1)
@@ -423,9 +470,10 @@ def _check_piecewise(grid: str, breakpoints, n_points, *, log: bool) -> np.ndarr
         raise GridInitializationError(
             f"{grid}: breakpoints must be strictly increasing, got {values.tolist()}."
         )
-    if log and not values[0] > 0:
+    if log and not values[0] >= _SMALLEST_NORMAL:
         raise GridInitializationError(
-            f"{grid}: breakpoints must be > 0 for geometric spacing, got {values.tolist()}."
+            f"{grid}: breakpoints must be > 0 (normal float64s) for geometric spacing, got "
+            f"{values.tolist()}."
         )
     if isinstance(n_points, np.ndarray) and n_points.ndim == 1:
         n_points = n_points.tolist()
@@ -473,12 +521,20 @@ class AbstractPiecewiseGrid(AbstractContinuousGrid):
         return sum(self.n_points_per_segment) - (len(self.n_points_per_segment) - 1)
 
     def to_jax(self) -> Float[Array, " n"]:
-        spacing = _geomspace if self.geometric else jnp.linspace
+        if not _on_host(self.breakpoints):
+            traced = _geomspace if self.geometric else jnp.linspace
+            return jnp.concatenate(
+                [
+                    traced(self.breakpoints[i], self.breakpoints[i + 1], n)[(1 if i else 0) :]
+                    for i, n in enumerate(self.n_points_per_segment)
+                ]
+            )
+        spacing = _host_geomspace if self.geometric else _host_linspace
         segments = [
             spacing(self.breakpoints[i], self.breakpoints[i + 1], n)[(1 if i else 0) :]
             for i, n in enumerate(self.n_points_per_segment)
         ]
-        return jnp.concatenate(segments)
+        return _host_points(np.concatenate(segments))
 
 
 class PiecewiseLinSpacedGrid(AbstractPiecewiseGrid):

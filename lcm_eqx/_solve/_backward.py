@@ -17,7 +17,7 @@ from .._progress import solve_tick
 from .._validation import NAN_CHECK
 from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
 from ._envelope import INACTIVE, ORDINARY, EndogenousGrid
-from ._kernel import RegimeProblem, age_varying_points, shifted
+from ._kernel import RegimeProblem, age_varying_points, max_each, shifted, stack_checks
 from ._sharding import sharding_plan
 from ._solution import Solution
 from ._solver import AbstractSolver
@@ -133,13 +133,18 @@ def solve_model(
                     current_policies[name] = policy
                 # Reduce the checks over the unsharded state axes only: the sharded ones
                 # are reduced after the scan, so the period step stays device-local.
-                if isinstance(solver, DCEGM):
-                    # DC-EGM's checks are the same at every point of its continuous state
-                    # (broadcast along it): read one point rather than reduce over them
-                    # (a broadcast and a reduction in two XLA kernels that XLA keeps).
-                    axis = plan.regimes[name].states.index(solver.state)
-                    check = jax.lax.slice_in_dim(check, 0, 1, axis=axis)
-                current_violations[name] = jnp.max(check, axis=unsharded_axes(name))
+                if isinstance(check, tuple):  # one array per check: one variadic reduction
+                    current_violations[name] = stack_checks(
+                        check, unsharded_axes(name), shapes[name], dtype
+                    )
+                else:
+                    if isinstance(solver, DCEGM):
+                        # DC-EGM's checks are the same at every point of its continuous
+                        # state (broadcast along it): read one point rather than reduce
+                        # over them (a broadcast and a reduction in two XLA kernels).
+                        axis = plan.regimes[name].states.index(solver.state)
+                        check = jax.lax.slice_in_dim(check, 0, 1, axis=axis)
+                    current_violations[name] = jnp.max(check, axis=unsharded_axes(name))
             next_carry = {
                 name: current_carried.get(name, current[name])
                 if name in current
@@ -298,12 +303,18 @@ def _with_nan_check(values, violations, checks, unsharded_axes):
     """Each regime's violations with one more check: whether its value array has a NaN
     in that period (reduced over the unsharded state axes, like the other checks)."""
     dtype = jnp.zeros(()).dtype
-    extended = {}
+    # `max` propagates NaN: the value arrays of one shape and reduction axes are
+    # maximised together in one variadic reduction, without a separate test kernel.
+    groups: dict[tuple, list[str]] = {}
     for name, value in values.items():
         axes = tuple(1 + i for i in unsharded_axes(name))
-        # `max` propagates NaN: one reduction, without a separate test kernel.
-        has_nan = jnp.isnan(jnp.max(value, axis=axes)).astype(dtype)
-        extended[name] = jnp.concatenate([violations[name], has_nan[..., None]], axis=-1)
+        groups.setdefault((value.shape, axes), []).append(name)
+    extended = {}
+    for (_, axes), names in groups.items():
+        highest = max_each(tuple(values[name] for name in names), axes)
+        for name, high in zip(names, highest, strict=True):
+            has_nan = jnp.isnan(high).astype(dtype)
+            extended[name] = jnp.concatenate([violations[name], has_nan[..., None]], axis=-1)
     return extended, {name: (*c, NAN_CHECK) for name, c in checks.items()}
 
 

@@ -55,16 +55,49 @@ def probability_violation(p: Array, tolerance: float) -> Array:
     return jnp.where(jnp.isnan(total), jnp.inf, jnp.maximum(violation, 0.0))
 
 
-def stack_checks(violations: tuple[Array, ...], dtype) -> Array:
-    """The check violations of `RegimeProblem.q`, reduced, as one array `(n_checks,)`."""
-    return jnp.stack(violations) if violations else jnp.zeros((0,), dtype)
+def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, ...]:
+    """Each of `arrays` (one shape) maximised over `axes`, in one XLA kernel together
+    with their computation (a variadic reduction), without derivative.
+
+    For check violations: XLA:CPU compiles a reduction of its own per array, and splits
+    each one over more than 32 entries into two kernels (a reduce-window, then a reduce),
+    but leaves a variadic reduction whole. A single array is paired with a constant
+    filler, so that it stays variadic (XLA would drop an unused second result).
+    """
+    if not arrays or not axes:
+        return arrays
+    arrays = jax.lax.stop_gradient(tuple(arrays))
+    single = len(arrays) == 1
+    if single:
+        arrays = (*arrays, jnp.full_like(arrays[0], -jnp.inf))
+    inits = tuple(jnp.asarray(-jnp.inf, a.dtype) for a in arrays)
+    reduced = jax.lax.reduce(
+        arrays,
+        inits,
+        lambda a, b: tuple(jnp.maximum(x, y) for x, y in zip(a, b, strict=True)),
+        tuple(sorted(axis % arrays[0].ndim for axis in axes)),
+    )
+    return (jnp.maximum(*reduced),) if single else tuple(reduced)
+
+
+def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dtype) -> Array:
+    """Check violations (one array per check, of one shape `shape`) maximised over
+    `axes` and stacked along a last axis: `(*remaining axes, n_checks)`."""
+    if not violations:
+        kept = tuple(n for i, n in enumerate(shape) if i not in axes)
+        return jnp.zeros((*kept, 0), dtype)
+    return jnp.stack(max_each(violations, axes), axis=-1)
 
 
 def _any_nan(arrays: list[Array]) -> Array:
-    # `max` propagates NaN: one reduction per array, without a separate test kernel.
+    # `max` propagates NaN: one variadic reduction (`max_each`) of all the arrays,
+    # without a separate test kernel.
     if not arrays:
         return jnp.asarray(False)
-    return jnp.isnan(functools.reduce(jnp.maximum, [jnp.max(a) for a in arrays]))
+    if len({a.shape for a in arrays}) > 1:
+        arrays = [jnp.concatenate([a.reshape(-1) for a in arrays])]
+    highest = max_each(tuple(arrays), tuple(range(arrays[0].ndim)))
+    return jnp.isnan(functools.reduce(jnp.maximum, highest))
 
 
 GridPoints = dict[str, dict[str, Array]]
@@ -618,9 +651,9 @@ class RegimeProblem:
                 violations[check] = jnp.maximum(
                     violations.get(check, 0.0), masked.astype(value.dtype)
                 )
-        # One scalar per check, kept apart (not stacked) so that each is reduced over the
-        # grids by its own fused reduction instead of materialising a points x checks
-        # array; solvers stack them per state (`stack_checks`).
+        # One scalar per check, kept apart (not stacked): they are reduced over the grids
+        # together, in one variadic reduction (`max_each`), instead of materialising a
+        # points x checks array.
         diagnostics = (
             tuple(jnp.asarray(violations.get(c, 0.0), dtype=value.dtype) for c in self.checks)
             if self.validate

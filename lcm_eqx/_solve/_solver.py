@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._axes import lift, map_axis
-from ._kernel import RegimeProblem, stack_checks
+from ._kernel import RegimeProblem, max_each
 
 if TYPE_CHECKING:
     from .._model._plan import ModelPlan, RegimePlan
@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 class PeriodSolution(NamedTuple):
     """What a solver returns for one regime in one period.
 
-    `values` has the regime's state shape; `violations` one more axis, the checks (see
-    `RegimeProblem.checks` and the solver's `extra_checks`); `policy` is whatever the
+    `values` has the regime's state shape; `violations` the check violations at every
+    state point (see `RegimeProblem.checks` and the solver's `extra_checks`): a tuple of
+    arrays of the state shape, one per check, or one array with a last axis of checks;
+    `policy` is whatever the
     solver keeps for later queries (simulation, likelihoods, the next period), or None;
     `carried` the second value array of an aggregator that has one, or None.
     """
@@ -138,11 +140,9 @@ class GridSearch(AbstractPointwiseSolver):
                     axis.points,
                     axis.batch_size,
                 )
-                violations = tuple(jnp.max(v, axis=0) for v in violations)
-                return aggregator.best(values), violations
+                return aggregator.best(values), max_each(violations, (0,))
 
-            pair, violations = reduce_pair({}, 0)
-            return pair, stack_checks(violations, pair[0].dtype)
+            return reduce_pair({}, 0)
 
         def reduce(action: dict, depth: int):
             if depth == len(axes):
@@ -153,13 +153,12 @@ class GridSearch(AbstractPointwiseSolver):
                 axis.points,
                 axis.batch_size,
             )
-            violations = tuple(jnp.max(v, axis=0) for v in violations)
+            violations = max_each(violations, (0,))
             if scale is not None and depth < n_discrete:
                 return scale * jax.nn.logsumexp(values / scale), violations
             return jnp.max(values), violations
 
-        value, violations = reduce({}, 0)
-        return value, stack_checks(violations, value.dtype)
+        return reduce({}, 0)
 
     def discrete_values(self, problem, state):
         # The best continuous action is located on the grid without derivatives
