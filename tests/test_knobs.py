@@ -23,6 +23,7 @@ module asks for them and run while the in-process tests do:
 import json
 import os
 import socket
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -215,6 +216,41 @@ def test_splay_matches_plain(knobs, validate, plain):
     solution = knobs_model.build(**knobs).solve(knobs_model.params(), validate=validate)
     assert_same_values(solution.values, plain)
     assert solution.value("working", 0).shape == (24, 4, 4)  # wealth, income, skill
+
+
+_BIT_IDENTICAL_CHILD = """
+import jax
+import numpy as np
+jax.config.update("jax_enable_x64", True)
+import knobs_model
+params = knobs_model.params()
+knobs = {"wealth_batch": 6, "skill_batch": 2, "income_batch": 2, "consumption_batch": 10}
+plain = knobs_model.build().solve(params)
+splayed = knobs_model.build(**knobs).solve(params)
+for name, value in plain.values.items():
+    a, b = np.asarray(value), np.asarray(splayed.values[name])
+    assert np.array_equal(a, b, equal_nan=True), (name, np.nanmax(np.abs(a - b)))
+print("identical")
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 ISA flag")
+def test_splay_changes_values_only_by_fma_contraction():
+    """Splayed and plain solves are the same arithmetic: in float64 and without FMA
+    instructions (`--xla_cpu_max_isa=SSE4_2`) their values are bit-identical. With FMA,
+    LLVM may contract an interpolation's multiply-add in one program's kernel and not in
+    the other's (a difference of an ULP, see docs/performance.md)."""
+    env = _env()
+    env["XLA_FLAGS"] = "--xla_cpu_max_isa=SSE4_2"
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env["PYTHONPATH"]])
+    result = subprocess.run(
+        [sys.executable, "-c", _BIT_IDENTICAL_CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
+    assert result.returncode == 0 and "identical" in result.stdout, result.stderr[-4000:]
 
 
 # --------------------------------------------------------------------------- guards

@@ -90,14 +90,17 @@ def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dt
 
 
 def _any_nan(arrays: list[Array]) -> Array:
-    # `max` propagates NaN: one variadic reduction (`max_each`) of all the arrays,
-    # without a separate test kernel.
+    # `max` propagates NaN: one reduction per array, without a separate test kernel.
+    # Deliberately not one variadic reduction (`max_each`) of all the arrays, although
+    # that would be one kernel instead of two per array: XLA cannot fuse a prepared
+    # continuation into these reductions, so it materialises it once, in the layout the
+    # Bellman kernel gathers from. Fused into a variadic reduction instead, the
+    # preparation (a transpose) is also fused into the Bellman kernel's gathers, which
+    # then read strided: the unsplayed solve of `benchmarks/splay.py`'s alive model took
+    # 2x as long.
     if not arrays:
         return jnp.asarray(False)
-    if len({a.shape for a in arrays}) > 1:
-        arrays = [jnp.concatenate([a.reshape(-1) for a in arrays])]
-    highest = max_each(tuple(arrays), tuple(range(arrays[0].ndim)))
-    return jnp.isnan(functools.reduce(jnp.maximum, highest))
+    return jnp.isnan(functools.reduce(jnp.maximum, [jnp.max(a) for a in arrays]))
 
 
 GridPoints = dict[str, dict[str, Array]]
