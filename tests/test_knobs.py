@@ -22,8 +22,8 @@ module asks for them and run while the in-process tests do:
 
 import json
 import os
-import socket
 import platform
+import socket
 import subprocess
 import sys
 from pathlib import Path

@@ -331,6 +331,7 @@ class LinSpacedGrid(AbstractBoundedGrid):
         step = (points[-1] - points[0]) / (n - 1)
         coordinate = (x - points[0]) / step
         import os
+
         if os.environ.get("SIMPLE"):
             lo = jnp.clip(jnp.floor(coordinate), 0, n - 2)
             return lo.astype(jnp.int32), coordinate - lo
