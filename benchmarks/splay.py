@@ -7,11 +7,13 @@ their ratios to the unsplayed solve, and the largest difference of the value arr
 
 - `alive`: an alive/dead model, wealth 300 x consumption 1,000, a 3-state Markov income
   and mortality, 6 periods, float64; wealth splayed in 2 and 10 chunks;
+- `alive_actions`: the same model with the consumption (action) axis splayed instead;
 - `retirement`: the benchmark's retirement model (`benchmarks/_models.py`), wealth
   splayed in 2 and 10 chunks;
 - `large`: the benchmark's large model, wealth splayed in 2 and 8 chunks.
 
-    python benchmarks/splay.py [--models alive,retirement,large] [--rounds 7] [--quick]
+    python benchmarks/splay.py [--models alive,alive_actions,retirement,large] [--rounds 7]
+                               [--quick]
                                [--json PATH]
 
 `--quick` uses small sizes (a smoke run). The retirement and large models run in the
@@ -81,9 +83,15 @@ def variants(name: str, quick: bool):
     """`(params, {label: model})` of one case: unsplayed, 2 chunks, many chunks."""
     from benchmarks import _models
 
-    if name == "alive":
+    if name in ("alive", "alive_actions"):
         n_wealth, n_consumption, n_periods = (30, 100, 3) if quick else (300, 1000, 6)
         chunks = (2, 10)
+        if name == "alive_actions":  # the consumption (action) axis splayed instead
+            base = alive_model(n_wealth, n_consumption, n_periods, 0)
+            models = {"unsplayed": base}
+            for c in chunks:
+                models[f"{c} chunks"] = base.with_batch_size("consumption", n_consumption // c)
+            return ALIVE_PARAMS, models
         models = {
             f"{c} chunks" if c else "unsplayed": alive_model(
                 n_wealth, n_consumption, n_periods, n_wealth // c if c else 0
@@ -161,7 +169,7 @@ def print_case(case: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--models", default="alive,retirement,large")
+    parser.add_argument("--models", default="alive,alive_actions,retirement,large")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--x64", action="store_true")
@@ -172,9 +180,9 @@ def main() -> None:
     jax.config.update("jax_enable_compilation_cache", False)
     cases = []
     for name in args.models.split(","):
-        if name == "alive" and not args.x64:
+        if name.startswith("alive") and not args.x64:
             # float64 needs a process of its own (x64 is set before any array exists).
-            command = [sys.executable, __file__, "--x64", "--models", "alive", "--json", "-"]
+            command = [sys.executable, __file__, "--x64", "--models", name, "--json", "-"]
             command += ["--rounds", str(args.rounds)] + (["--quick"] if args.quick else [])
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             case = json.loads(out.strip().splitlines()[-1])[0]

@@ -225,3 +225,22 @@ def test_choice_probabilities_errors(model, solution):
         choice_probabilities(model, PARAMS, solution, "unemployed", 0)
     p = choice_probabilities(model, PARAMS, solution, "working", np.int64(1))
     np.testing.assert_allclose(p, choice_probabilities(model, PARAMS, solution, "working", 1))
+
+
+@pytest.mark.parametrize(
+    ("labor", "consumption"), [(1, 0), (0, 10), (1, 7)], ids=["labor", "consumption", "both"]
+)
+def test_splayed_actions_match_the_oracle(model, labor, consumption):
+    """With the discrete action splayed, the chunks' logsumexps are combined (a running
+    logsumexp); with the continuous one, their maxima: the same values as the oracle."""
+    splayed = model.with_batch_size("labor", labor) if labor else model
+    splayed = splayed.with_batch_size("consumption", consumption) if consumption else splayed
+    solution = splayed.solve(PARAMS)
+    v_working, v_retired, _ = oracle_solve(PARAMS)
+    for t in range(N_PERIODS):
+        np.testing.assert_allclose(
+            solution.value("working", t), v_working[t], rtol=1e-10, atol=1e-10
+        )
+        np.testing.assert_allclose(
+            solution.value("retired", t), v_retired[t], rtol=1e-10, atol=1e-10
+        )

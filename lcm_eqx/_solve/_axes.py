@@ -40,6 +40,38 @@ def map_axis(fn: Callable, xs, batch_size: int):
     return jax.vmap(fn)(xs)
 
 
+def reduce_axis(fn: Callable, xs, batch_size: int, reduce: Callable):
+    """`reduce(vmap(fn)(xs))`, where `reduce` collapses the leading axis of `fn`'s
+    outputs (a pytree of float arrays) with an associative operation whose identity is
+    `-inf` (max, logsumexp, an argmax-led pair, the check maxima).
+
+    With `batch_size > 0` a scan over chunks of `batch_size` points carries the running
+    result: each chunk is reduced and combined with it, so that only one chunk's outputs
+    are ever live (`map_axis` would stack every point's outputs first). This is how the
+    splay knob acts on an action axis, whose points are maximised over.
+    """
+    size = jax.tree.leaves(xs)[0].shape[0]
+    fn = flattened(fn, xs)
+    if not (batch_size and batch_size < size):
+        return reduce(jax.vmap(fn)(xs))
+    n_chunks, remainder = divmod(size, batch_size)
+    cut = n_chunks * batch_size
+    chunks = jax.tree.map(lambda x: x[:cut].reshape((n_chunks, batch_size, *x.shape[1:])), xs)
+
+    def chunk(x):
+        return reduce(jax.vmap(fn)(x))
+
+    def combine(a, b):
+        return reduce(jax.tree.map(lambda u, v: jnp.stack([u, v]), a, b))
+
+    shapes = jax.eval_shape(chunk, jax.tree.map(lambda x: x[0], chunks))
+    identity = jax.tree.map(lambda s: jnp.full(s.shape, -jnp.inf, s.dtype), shapes)
+    result, _ = jax.lax.scan(lambda carry, x: (combine(carry, chunk(x)), None), identity, chunks)
+    if remainder:
+        result = combine(result, chunk(jax.tree.map(lambda x: x[cut:], xs)))
+    return result
+
+
 def flattened(fn: Callable, xs) -> Callable:
     """`fn` of one slice of `xs`, traced once into a flat program of primitives.
 

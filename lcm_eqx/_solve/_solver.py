@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._axes import lift, map_axis
+from ._axes import lift, map_axis, reduce_axis
 from ._kernel import RegimeProblem, max_each
 
 if TYPE_CHECKING:
@@ -131,32 +131,41 @@ class GridSearch(AbstractPointwiseSolver):
         aggregator = problem.aggregator
         if aggregator is not None and aggregator.n_values > 1:
             # Two values per point (no taste shocks): reduced together by the aggregator.
+            def best_pair(outputs):
+                values, violations = outputs
+                return aggregator.best(values), max_each(violations, (0,))
+
             def reduce_pair(action: dict, depth: int):
                 if depth == len(axes):
                     return problem.q_values(state, action)
                 axis = axes[depth]
-                values, violations = map_axis(
+                return reduce_axis(
                     lambda x: reduce_pair({**action, axis.name: x}, depth + 1),
                     axis.points,
                     axis.batch_size,
+                    best_pair,
                 )
-                return aggregator.best(values), max_each(violations, (0,))
 
             return reduce_pair({}, 0)
+
+        def best(outputs, smooth: bool):
+            values, violations = outputs
+            violations = max_each(violations, (0,))
+            if smooth:  # a logsumexp of chunks' logsumexps is the logsumexp of all
+                return scale * jax.nn.logsumexp(values / scale, axis=0), violations
+            return jnp.max(values, axis=0), violations
 
         def reduce(action: dict, depth: int):
             if depth == len(axes):
                 return problem.q(state, action)
             axis = axes[depth]
-            values, violations = map_axis(
+            smooth = scale is not None and depth < n_discrete
+            return reduce_axis(
                 lambda x: reduce({**action, axis.name: x}, depth + 1),
                 axis.points,
                 axis.batch_size,
+                lambda outputs: best(outputs, smooth),
             )
-            violations = max_each(violations, (0,))
-            if scale is not None and depth < n_discrete:
-                return scale * jax.nn.logsumexp(values / scale), violations
-            return jnp.max(values), violations
 
         return reduce({}, 0)
 
