@@ -151,7 +151,7 @@ class GridSearch(AbstractPointwiseSolver):
         def best(outputs, smooth: bool):
             values, violations = outputs
             violations = max_each(violations, (0,))
-            if smooth:  # a logsumexp of chunks' logsumexps is the logsumexp of all
+            if smooth and scale is not None:  # a logsumexp of chunks' logsumexps
                 return scale * jax.nn.logsumexp(values / scale, axis=0), violations
             return jnp.max(values, axis=0), violations
 
