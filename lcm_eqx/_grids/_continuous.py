@@ -330,11 +330,6 @@ class LinSpacedGrid(AbstractBoundedGrid):
         n = self.n_points_
         step = (points[-1] - points[0]) / (n - 1)
         coordinate = (x - points[0]) / step
-        import os
-
-        if os.environ.get("SIMPLE"):
-            lo = jnp.clip(jnp.floor(coordinate), 0, n - 2)
-            return lo.astype(jnp.int32), coordinate - lo
         to_nearest = jnp.round(coordinate) - coordinate
         tolerance = 16 * jnp.finfo(jnp.result_type(coordinate)).eps * jnp.maximum(n, 1)
         # Snap the value, not the derivative: at a grid point the weight's derivative

@@ -24,9 +24,9 @@ class PeriodSolution(NamedTuple):
     `values` has the regime's state shape; `violations` the check violations at every
     state point (see `RegimeProblem.checks` and the solver's `extra_checks`): a tuple of
     arrays of the state shape, one per check, or one array with a last axis of checks;
-    `policy` is whatever the
-    solver keeps for later queries (simulation, likelihoods, the next period), or None;
-    `carried` the second value array of an aggregator that has one, or None.
+    `policy` is whatever the solver keeps for later queries (simulation, likelihoods, the
+    next period), or None; `carried` the second value array of an aggregator that has
+    one, or None.
     """
 
     values: Array
