@@ -142,7 +142,10 @@ def test_oracle_is_not_trivial():
 @pytest.mark.parametrize("scale", [0.4, 2.0])
 def test_values_match_numpy_oracle(model, scale):
     params = {**PARAMS, "taste_shock_scale": scale}
-    solution = model.solve(params)
+    assert_matches_oracle(model.solve(params), params)
+
+
+def assert_matches_oracle(solution, params):
     v_working, v_retired, _ = oracle_solve(params)
     for t in range(N_PERIODS):
         np.testing.assert_allclose(
@@ -235,12 +238,4 @@ def test_splayed_actions_match_the_oracle(model, labor, consumption):
     logsumexp); with the continuous one, their maxima: the same values as the oracle."""
     splayed = model.with_batch_size("labor", labor) if labor else model
     splayed = splayed.with_batch_size("consumption", consumption) if consumption else splayed
-    solution = splayed.solve(PARAMS)
-    v_working, v_retired, _ = oracle_solve(PARAMS)
-    for t in range(N_PERIODS):
-        np.testing.assert_allclose(
-            solution.value("working", t), v_working[t], rtol=1e-10, atol=1e-10
-        )
-        np.testing.assert_allclose(
-            solution.value("retired", t), v_retired[t], rtol=1e-10, atol=1e-10
-        )
+    assert_matches_oracle(splayed.solve(PARAMS), PARAMS)
