@@ -13,8 +13,7 @@ their ratios to the unsplayed solve, and the largest difference of the value arr
 - `large`: the benchmark's large model, wealth splayed in 2 and 8 chunks.
 
     python benchmarks/splay.py [--models alive,alive_actions,retirement,large] [--rounds 7]
-                               [--quick]
-                               [--json PATH]
+                               [--quick] [--json PATH]
 
 `--quick` uses small sizes (a smoke run). The retirement and large models run in the
 dtype of the process: pass `--x64` for float64 (the alive model is always float64, as in
