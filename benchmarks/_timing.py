@@ -4,9 +4,11 @@ variants of a solve agree."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 
@@ -43,3 +45,18 @@ def max_abs_diff(values: dict, reference: dict) -> float:
         float(jnp.max(jnp.abs(jnp.where(jnp.isfinite(r), v - r, 0.0))))
         for v, r in ((values[name], reference[name]) for name in reference)
     )
+
+
+def write_results(path: Path, mode: str, rounds: int, result: dict) -> None:
+    """Write `result` as JSON to `path`, headed by the JAX version, the devices, the mode
+    (quick or full) and the number of rounds, and say where."""
+    result = {
+        "jax": jax.__version__,
+        "devices": str(jax.devices()),
+        "mode": mode,
+        "rounds": rounds,
+        **result,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {path}")

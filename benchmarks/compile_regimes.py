@@ -34,6 +34,7 @@ from enum import IntEnum
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks._timing, when run as a script
 
 SIZES = {
     "full": {
@@ -236,21 +237,19 @@ def main(argv=None) -> None:
         rows_regimes,
     )
     print_table("helper functions in the utility, 1 working regime", "n_functions", rows_functions)
-    import jax
+    from benchmarks._timing import write_results
 
-    result = {
-        "jax": jax.__version__,
-        "devices": str(jax.devices()),
-        "mode": mode,
-        "rounds": rounds,
-        **shape,
-        "transition": args.transition,
-        "by_regimes": rows_regimes,
-        "by_functions": rows_functions,
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {args.json}")
+    write_results(
+        args.json,
+        mode,
+        rounds,
+        {
+            **shape,
+            "transition": args.transition,
+            "by_regimes": rows_regimes,
+            "by_functions": rows_functions,
+        },
+    )
 
 
 if __name__ == "__main__":

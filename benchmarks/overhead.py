@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks._timing, when run as a script
 
 MODELS = ("retirement", "precautionary", "large")
 DTYPES = ("float32", "float64")
@@ -296,18 +297,9 @@ def main(argv=None) -> None:
     cold_rounds = args.cold_rounds or (1 if args.quick else 3)
     print_header()
     result = measure(dtypes, models, sizes, rounds, cold_rounds, not args.no_api)
-    import jax
+    from benchmarks._timing import write_results
 
-    result = {
-        "jax": jax.__version__,
-        "devices": str(jax.devices()),
-        "mode": mode,
-        "rounds": rounds,
-        **result,
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {args.json}")
+    write_results(args.json, mode, rounds, result)
 
 
 if __name__ == "__main__":

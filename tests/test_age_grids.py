@@ -6,8 +6,6 @@ deterministic consumption-saving model on per-period grids.
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -19,6 +17,7 @@ import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
 from lcm_eqx._solve._kernel import age_varying_points  # noqa: E402
+from tests.models import retirement  # noqa: E402
 
 N_PERIODS = 3
 N_WEALTH = 7
@@ -333,14 +332,7 @@ def test_distribution_and_euler_errors_reject_age_varying_grids():
 
 
 # --------------------------------------------------------------------------- DC-EGM
-class RegimeId(IntEnum):
-    working = 0
-    retired = 1
-
-
-class Labor(IntEnum):
-    work = 0
-    retire = 1
+RegimeId, Labor = retirement.RegimeId, retirement.Labor
 
 
 def build_retirement(wealth, *, retired_solver=None, n_periods=4):
