@@ -41,6 +41,7 @@ from ._envelope import (
     AbstractUpperEnvelope,
     EndogenousGrid,
     ExactEnvelope,
+    materialize,
     one_kernel_reduce,
     read,
 )
@@ -310,6 +311,8 @@ class DCEGM(AbstractSolver):
         expected, marginal_expected, violations = map_axis(
             at_savings, savings, self.savings.batch_size
         )
+        # Read once, used by the inversion, the values and continuation0 (see `materialize`).
+        expected, marginal_expected = materialize(expected, marginal_expected)
         q = beta * marginal_expected
         cap = jax.lax.stop_gradient(marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype)))
         consumption = self._invert(problem, discrete, marginal, jnp.maximum(q, cap))
@@ -326,6 +329,7 @@ class DCEGM(AbstractSolver):
         finite = jnp.isfinite(v) & jnp.isfinite(m)
         safe_m = jnp.where(finite, m, jnp.inf)
         safe_v = jnp.where(finite, v, NEG_INF)
+        safe_m, consumption, safe_v, mu = materialize(safe_m, consumption, safe_v, mu)
         nodes, count = self.upper_envelope(
             safe_m, consumption, safe_v, mu, constrained_value, marginal
         )

@@ -235,6 +235,35 @@ def _compaction(keep: Array) -> tuple[Array, Array, Array, Array]:
     )
 
 
+@jax.custom_jvp
+def materialize(*arrays: Array) -> tuple[Array, ...]:
+    """`arrays` unchanged (with their derivative), computed together in one XLA kernel
+    and stored, rather than recomputed inside each kernel that uses them.
+
+    XLA:CPU fuses an elementwise producer into every consumer kernel, and strips
+    `optimization_barrier`s before fusing. Where one chain of work (a continuation read:
+    a search, gathers, Hermite interpolation) feeds several consumers, each one repeats
+    it, which costs run time and, for every copy, compile time. A variadic reduction
+    over a new axis of two entries (the array and a constant `-inf`) is a kernel of its
+    own that evaluates the chain once for all of `arrays`.
+    """
+    pairs = tuple(jnp.stack([a, jnp.full_like(a, -jnp.inf)]) for a in arrays)
+    inits = tuple(jnp.asarray(-jnp.inf, a.dtype) for a in arrays)
+    return tuple(
+        jax.lax.reduce(
+            pairs,
+            inits,
+            lambda x, y: tuple(jax.lax.max(p, q) for p, q in zip(x, y, strict=True)),
+            (0,),
+        )
+    )
+
+
+@materialize.defjvp
+def _materialize_jvp(primals, tangents):
+    return materialize(*primals), tangents
+
+
 def reduce_pair(op: Callable, identity, x: Array, y: Array, axis: int) -> tuple[Array, Array]:
     """`x` and `y` (same shape and dtype) reduced along `axis` by the associative `op`
     (`jax.lax.add`, `jax.lax.max`, `jax.lax.bitwise_or`) in one XLA kernel (a variadic
