@@ -350,6 +350,36 @@ def test_with_batch_size_keeps_the_regime_solvers():
     )
 
 
+@pytest.mark.parametrize("taste_shocks", [False, True])
+def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, taste_shocks):
+    """The working and retired regimes share one envelope pass (their choices are rows
+    of one array, each with its own utility); solving each regime on its own, as a
+    splayed or sharded regime is, gives the same refined grids and values."""
+    from lcm_eqx._solve import _dcegm
+
+    params = {**params_for(1.0), "taste_shock_scale": 0.5} if taste_shocks else params_for(1.0)
+    model = retirement.build(4, solver=retirement.dcegm(60), taste_shocks=taste_shocks)
+    passes = []
+    batched = _dcegm.DCEGM.solve_batched
+
+    def spy(self, problems):
+        passes.append(len(problems))
+        return batched(self, problems)
+
+    monkeypatch.setattr(_dcegm.DCEGM, "solve_batched", spy)
+    together = model.solve(params)
+    assert passes and set(passes) == {2}  # both regimes in one pass
+    monkeypatch.setattr(_dcegm.DCEGM, "batchable", lambda self, problem: False)
+    alone = retirement.build(4, solver=retirement.dcegm(60), taste_shocks=taste_shocks)
+    alone = alone.solve(params)
+    for name in ("working", "retired"):
+        np.testing.assert_allclose(together.values[name], alone.values[name], rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(together.policies[name].count, alone.policies[name].count)
+        np.testing.assert_allclose(
+            together.policies[name].nodes, alone.policies[name].nodes, rtol=0, atol=1e-12
+        )
+
+
 def test_lower_layers_do_not_import_model():
     """Only the façade and `_model/_model.py` import `Model` at run time; the layers below
     it (solve, simulate, estimation, persistence, plotting, describe) at most for types."""

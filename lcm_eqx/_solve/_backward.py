@@ -15,7 +15,14 @@ from .._model._plan import ModelPlan
 from .._persistence import plan_structure
 from .._progress import solve_tick
 from .._validation import NAN_CHECK
-from ._dcegm import DCEGM, array_reader, endogenous_reader, inactive_grid, zero_grid
+from ._dcegm import (
+    DCEGM,
+    array_reader,
+    endogenous_reader,
+    inactive_grid,
+    solve_regimes,
+    zero_grid,
+)
 from ._envelope import INACTIVE, ORDINARY, EndogenousGrid
 from ._kernel import RegimeProblem, age_varying_points, max_each, shifted, stack_checks
 from ._sharding import sharding_plan
@@ -95,6 +102,7 @@ def solve_model(
             age = age_of(ages, period)
             current, current_violations, current_policies = {}, {}, {}
             current_carried = {}
+            problems = {}
             for name in segment.regimes:
                 solver = solvers[name]
                 problem = RegimeProblem(
@@ -125,7 +133,17 @@ def solve_model(
                 checks[name] = (
                     (*problem.checks, *solver.extra_checks(plan.regimes[name])) if validate else ()
                 )
-                value, check, policy, carried_value = solver.solve_period(problem)
+                problems[name] = problem
+            # The DC-EGM regimes of the period are solved together (`solve_regimes`).
+            solved = solve_regimes(
+                solvers, {n: p for n, p in problems.items() if isinstance(solvers[n], DCEGM)}
+            )
+            for name, problem in problems.items():
+                solver = solvers[name]
+                if name in solved:
+                    value, check, policy, carried_value = solved[name]
+                else:
+                    value, check, policy, carried_value = solver.solve_period(problem)
                 current[name] = place(name, value.astype(dtype))
                 if carried_value is not None:
                     current_carried[name] = place(name, carried_value.astype(dtype))

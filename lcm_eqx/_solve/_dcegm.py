@@ -20,12 +20,14 @@ implicit function theorem), not through the iterations.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from .._errors import InvalidParamsError, ModelInitializationError
@@ -55,6 +57,16 @@ REFERENCE_ACTION = 1.0
 # Consumption where the continuation's marginal value vanishes (after the last period):
 # the Euler equation has no finite solution, every point is credit constrained.
 CONSUMPTION_CAP = 1e8
+
+
+class _Block(NamedTuple):
+    """Consecutive rows of one regime in `DCEGM._refine_rows`: its utility and marginal
+    utility of a row's discrete codes (`DCEGM._utility`), the rows' codes, and how many
+    rows."""
+
+    functions: Callable[[dict[str, Array]], tuple[Callable, Callable]]
+    codes: dict[str, Array]
+    size: int
 
 
 class DCEGM(AbstractSolver):
@@ -246,7 +258,23 @@ class DCEGM(AbstractSolver):
         policy, violations = _lift_with_readers(
             at_discrete_state, discrete_states, {}, problem.next_policies, problem
         )
-        n_z, n_d = len(discrete_states), len(discrete_actions)
+        return self._period_solution(problem, policy, violations)
+
+    def _period_solution(
+        self,
+        problem: RegimeProblem,
+        policy: dict[str, Array],
+        violations: Array,
+        choice_values: Array | None = None,
+    ) -> PeriodSolution:
+        """The `PeriodSolution` of one regime from its refined grids (leading axes: the
+        discrete states, then the discrete actions) and the choices' check violations;
+        `choice_values`: each choice's value on the state grid (`(*z, *d, n_nodes)`),
+        where the caller read them."""
+        regime = problem.regime
+        savings = self.savings.to_jax()
+        n_z = len(regime.states) - 1
+        n_d = len(regime.discrete_actions)
         # Violations: max over the discrete actions, then broadcast over the state grid.
         violations = jnp.max(violations, axis=tuple(range(n_z, n_z + n_d))) if n_d else violations
         status = jnp.asarray(ORDINARY, jnp.int32)
@@ -258,13 +286,106 @@ class DCEGM(AbstractSolver):
             borrowing_limit=savings[0],
             status=status,
         )
-        nodes = problem.state_axes[regime.states.index(self.state)].points
-        values = self.values_on(problem, grid, nodes)  # (*z, n_nodes)
+        if choice_values is None:
+            nodes = problem.state_axes[regime.states.index(self.state)].points
+            values = self.values_on(problem, grid, nodes)  # (*z, n_nodes)
+        else:
+            values = self.combine_choices(problem, jnp.moveaxis(choice_values, -1, 0))
+            values = jnp.moveaxis(values, 0, -1)
         position = regime.states.index(self.state)
         values = jnp.moveaxis(values, -1, position)
         violations = jnp.expand_dims(violations, position)
         violations = jnp.broadcast_to(violations, (*values.shape, violations.shape[-1]))
         return PeriodSolution(values, violations, grid)
+
+    def batchable(self, problem: RegimeProblem) -> bool:
+        """Whether the regime's choices can join other regimes' in one pass over rows:
+        none of its discrete axes is splayed (the pass would hold every row at once)
+        or sharded (rows of different regimes would be gathered across devices)."""
+        return not any(
+            a.distributed or 0 < a.batch_size < a.points.shape[0]
+            for a in (*problem.state_axes, *problem.action_axes)
+            if a.is_discrete
+        )
+
+    def solve_batched(self, problems: list[RegimeProblem]) -> list[PeriodSolution]:
+        """`solve_period` of several regimes that this solver solves, in one pass.
+
+        Each regime reads next period and inverts the Euler equation on its own (its
+        transitions, targets, checks and marginal utility), then the choices of all of
+        them are rows of one array: one upper envelope and one read of the values on the
+        state grid for every row, with each row's own utility (`lax.switch` on its
+        regime, which `vmap` turns into a selection). The same XLA kernels then serve
+        every regime rather than a copy per regime, which shortens the compilation.
+
+        (Inverting in the same pass costs more kernels than it saves: XLA:CPU splits
+        each Newton step of the selected marginal utilities into three or four kernels,
+        where each regime's own step is one.)
+        """
+        savings = self.savings.to_jax()
+        members, raws, violations = [], [], []
+        for problem in problems:
+            discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
+            discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
+            checks = (
+                (*problem.checks, *self.extra_checks(problem.regime)) if problem.validate else ()
+            )
+
+            def at_discrete_state(z, readers, problem=problem, actions=discrete_actions, c=checks):
+                def at_choice(d):
+                    return self._raw(problem, readers, {**z, **d}, savings, c)
+
+                return _lift(at_choice, actions, {})
+
+            raw, violation = _lift_with_readers(
+                at_discrete_state, discrete_states, {}, problem.next_policies, problem
+            )
+            axes = (*discrete_states, *discrete_actions)
+            shape = tuple(a.points.shape[0] for a in axes)
+            members.append((problem, axes, shape))
+            raws.append(raw)
+            violations.append(violation)
+        sizes = [math.prod(shape) for _, _, shape in members]
+        rows = {
+            key: jnp.concatenate(
+                [
+                    raw[key].reshape((size, *raw[key].shape[len(shape) :]))
+                    for raw, size, (_, _, shape) in zip(raws, sizes, members, strict=True)
+                ]
+            )
+            for key in raws[0]
+        }
+        blocks = []
+        for (problem, axes, shape), size in zip(members, sizes, strict=True):
+            indices = np.indices(shape).reshape(len(shape), size)
+            codes = {a.name: jnp.asarray(indices[i], jnp.int32) for i, a in enumerate(axes)}
+
+            def functions(codes, problem=problem):
+                return self._utility(problem, codes)
+
+            blocks.append(_Block(functions, codes, size))
+        refined = self._refine_rows(blocks, _materialized(rows), savings)
+        # The choices' values on the regimes' state grids, read together where the grids
+        # have one size.
+        grids = [p.state_axes[p.regime.states.index(self.state)].points for p, _, _ in members]
+        values = None
+        if len({g.shape for g in grids}) == 1:
+            nodes = jnp.concatenate(
+                [jnp.broadcast_to(g, (n, g.shape[0])) for g, n in zip(grids, sizes, strict=True)]
+            )
+            values = self._values_rows(blocks, refined, nodes, savings)
+        solutions, offset = [], 0
+        for (problem, _, shape), size, violation in zip(members, sizes, violations, strict=True):
+            policy = {
+                key: value[offset : offset + size].reshape((*shape, *value.shape[1:]))
+                for key, value in refined.items()
+            }
+            choice_values = None
+            if values is not None:
+                choice_values = values[offset : offset + size].reshape((*shape, -1))
+            offset += size
+            solutions.append(self._period_solution(problem, policy, violation, choice_values))
+        return solutions
 
     def _choice(
         self,
@@ -275,8 +396,22 @@ class DCEGM(AbstractSolver):
         checks,
     ):
         """The refined endogenous grid of one discrete state and action."""
-        beta = problem.params[""]["discount_factor"]
+        raw, violations = self._raw(problem, readers, discrete, savings, checks)
         utility, marginal = self._utility(problem, discrete)
+        return self._refine(utility, marginal, _materialized(raw), savings), violations
+
+    def _raw(
+        self,
+        problem: RegimeProblem,
+        readers: dict[str, ContinuationReader],
+        discrete: dict[str, Array],
+        savings,
+        checks,
+    ):
+        """The raw endogenous points `(m, c, v, mu)` of one discrete state and action
+        (the Euler equation inverted at each savings point, before the upper envelope),
+        its `continuation0`, whether the choice is allowed, and the check violations
+        (reduced over the savings points)."""
         feasible = jnp.asarray(True)
         reference = jnp.asarray(REFERENCE_ACTION, savings.dtype)
         at_limit = {**discrete, self.state: savings[0] + reference, self.action: reference}
@@ -313,26 +448,6 @@ class DCEGM(AbstractSolver):
         )
         # Read once, used by the inversion, the values and continuation0 (see `materialize`).
         expected, marginal_expected = materialize(expected, marginal_expected)
-        q = beta * marginal_expected
-        cap = jax.lax.stop_gradient(marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype)))
-        consumption = self._invert(problem, discrete, marginal, jnp.maximum(q, cap))
-        m = savings + consumption
-        v = _plus_discounted(utility(consumption), beta, expected)
-        mu = marginal(consumption)
-        continuation0 = _plus_discounted(0.0, beta, expected[0])
-        a0 = savings[0]
-
-        def constrained_value(x):
-            ok = x > a0
-            return jnp.where(ok, utility(jnp.where(ok, x - a0, 1.0)) + continuation0, NEG_INF)
-
-        finite = jnp.isfinite(v) & jnp.isfinite(m)
-        safe_m = jnp.where(finite, m, jnp.inf)
-        safe_v = jnp.where(finite, v, NEG_INF)
-        safe_m, consumption, safe_v, mu = materialize(safe_m, consumption, safe_v, mu)
-        nodes, count = self.upper_envelope(
-            safe_m, consumption, safe_v, mu, constrained_value, marginal
-        )
         # Over the savings points: one kernel (see `one_kernel_reduce`), not two.
         violations = one_kernel_reduce(jax.lax.max, -jnp.inf, violations, 0)
         if limit_violations:
@@ -346,12 +461,87 @@ class DCEGM(AbstractSolver):
                 ]
             )
             violations = jnp.maximum(violations, flags)
+        # The Euler equation inverted at the savings points.
+        beta = problem.params[""]["discount_factor"]
+        utility, marginal = self._utility(problem, discrete)
+        q = beta * marginal_expected
+        cap = jax.lax.stop_gradient(marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype)))
+        consumption = self._invert(problem, discrete, marginal, jnp.maximum(q, cap))
+        m = savings + consumption
+        v = _plus_discounted(utility(consumption), beta, expected)
+        finite = jnp.isfinite(v) & jnp.isfinite(m)
+        m = jnp.where(finite, m, jnp.inf)
+        v = jnp.where(finite, v, NEG_INF)
+        raw = {
+            "m": m,
+            "c": consumption,
+            "v": v,
+            "mu": marginal(consumption),
+            "continuation0": _plus_discounted(0.0, beta, expected[0]),
+            "feasible": feasible,
+        }
+        return raw, violations
+
+    def _refine(
+        self, utility: Callable, marginal: Callable, raw: dict[str, Array], savings
+    ) -> dict[str, Array]:
+        """The upper envelope of one discrete state and action's raw points: its refined
+        endogenous grid."""
+        a0 = savings[0]
+
+        def constrained_value(x):
+            ok = x > a0
+            value = utility(jnp.where(ok, x - a0, 1.0)) + raw["continuation0"]
+            return jnp.where(ok, value, NEG_INF)
+
+        nodes, count = self.upper_envelope(
+            raw["m"], raw["c"], raw["v"], raw["mu"], constrained_value, marginal
+        )
         return {
             "nodes": nodes,
             "count": count,
-            "continuation0": continuation0,
-            "feasible": feasible,
-        }, violations
+            "continuation0": raw["continuation0"],
+            "feasible": raw["feasible"],
+        }
+
+    def _refine_rows(
+        self, blocks: list[_Block], raw: dict[str, Array], savings
+    ) -> dict[str, Array]:
+        """`_refine` of every row of `raw` (leading axis), each a discrete state and
+        action of the regime of its block (consecutive rows, `blocks`), with its
+        regime's utility selected by `lax.switch` (under `vmap`, every regime's utility
+        is evaluated in the same kernels and the row's own taken)."""
+
+        def at_row(k, codes, raw):
+            utility, marginal = _row_utility(blocks, k, codes)
+            return self._refine(utility, marginal, raw, savings)
+
+        return jax.vmap(at_row)(*_row_codes(blocks), raw)
+
+    def _values_rows(
+        self, blocks: list[_Block], refined: dict[str, Array], nodes: Array, savings
+    ) -> Array:
+        """Each row's choice value at its `nodes` (`(rows, n_nodes)`): its refined grid
+        read with its regime's utility (see `_refine_rows`)."""
+
+        def at_row(k, codes, grid, x):
+            utility, marginal = _row_utility(blocks, k, codes)
+
+            def at(point):
+                _, v, _ = read(
+                    grid["nodes"],
+                    grid["count"],
+                    grid["continuation0"],
+                    savings[0],
+                    point,
+                    utility,
+                    marginal,
+                )
+                return jnp.where(grid["feasible"], v, NEG_INF)
+
+            return jax.vmap(at)(x)
+
+        return jax.vmap(at_row)(*_row_codes(blocks), refined, nodes)
 
     def _utility(self, problem: RegimeProblem, discrete: dict[str, Array]):
         regime = problem.regime
@@ -556,6 +746,72 @@ def expected_at_savings(
         else jnp.zeros((0,), a.dtype)
     )
     return settle(expected), gross_return * marginal, diagnostics
+
+
+def _materialized(raw: dict[str, Array]) -> dict[str, Array]:
+    """`raw` with its endogenous points `(m, c, v, mu)` computed once, for all of them
+    together, rather than inside each of the envelope's kernels (see `materialize`)."""
+    keys = ("m", "c", "v", "mu")
+    return {**raw, **dict(zip(keys, materialize(*(raw[k] for k in keys)), strict=True))}
+
+
+def _row_codes(blocks: list[_Block]) -> tuple[Array, dict[str, Array]]:
+    """Each row's block and its codes of every discrete variable (0 for the variables
+    of the other blocks' regimes, which its branch of `_switched` does not read)."""
+    names = sorted({name for block in blocks for name in block.codes})
+    codes = {
+        name: jnp.concatenate(
+            [block.codes.get(name, jnp.zeros(block.size, jnp.int32)) for block in blocks]
+        )
+        for name in names
+    }
+    regime = np.concatenate([np.full(b.size, k, np.int32) for k, b in enumerate(blocks)])
+    return jnp.asarray(regime), codes
+
+
+def _row_utility(blocks: list[_Block], k: Array, codes: dict[str, Array]):
+    """The utility and marginal utility of a row of block `k` with `codes` (each
+    block's functions see the codes of its own regime's variables only)."""
+    rows = [block.functions({name: codes[name] for name in block.codes}) for block in blocks]
+    return rows[0] if len(rows) == 1 else _switched(k, rows)
+
+
+def _switched(index: Array, rows: list[tuple[Callable, Callable]]) -> tuple[Callable, Callable]:
+    """The utility and marginal utility of `rows[index]` (under `vmap`, every branch is
+    evaluated and the row's own result selected, in the same XLA kernels)."""
+
+    def dispatch(functions):
+        return lambda x: jax.lax.switch(index, functions, x)
+
+    return dispatch([row[0] for row in rows]), dispatch([row[1] for row in rows])
+
+
+def solve_regimes(
+    solvers: dict[str, AbstractSolver], problems: dict[str, RegimeProblem]
+) -> dict[str, PeriodSolution]:
+    """The period solutions of DC-EGM regimes (`problems`, by name).
+
+    Regimes solved by equal `DCEGM`s whose discrete axes are neither splayed nor
+    sharded are solved together (`DCEGM.solve_batched`); the others on their own.
+    """
+    solutions: dict[str, PeriodSolution] = {}
+    groups: list[tuple[DCEGM, list[str]]] = []
+    for name, problem in problems.items():
+        solver = solvers[name]
+        assert isinstance(solver, DCEGM)
+        if not solver.batchable(problem):
+            solutions[name] = solver.solve_period(problem)
+            continue
+        for representative, names in groups:
+            if representative is solver or bool(eqx.tree_equal(representative, solver)):
+                names.append(name)
+                break
+        else:
+            groups.append((solver, [name]))
+    for representative, names in groups:
+        solved = representative.solve_batched([problems[name] for name in names])
+        solutions.update(zip(names, solved, strict=True))
+    return solutions
 
 
 def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:
