@@ -308,22 +308,16 @@ def count_at_or_below(points: Array, x: Array) -> Array:
     return first * block + jnp.sum(window <= x)
 
 
-def read(
-    nodes: Array,
-    count: Array,
-    continuation0: Array,
-    borrowing_limit: Array,
-    x: Array,
-    utility: Callable[[Array], Array],
-    marginal: Callable[[Array], Array],
-) -> tuple[Array, Array, Array]:
-    """Consumption, value and marginal value of one choice at cash on hand `x`.
+@jax.jit
+def _interpolate(nodes: Array, count: Array, borrowing_limit: Array, x: Array):
+    """The part of `read` that does not depend on the utility: consumption and the
+    Hermite value at `x`, whether `x` is below the first point (`constrained`) and
+    above the borrowing limit (`feasible`), the constrained consumption and a safe
+    consumption at which to evaluate `u'`.
 
-    `nodes` are the rows `(m, c, v, mu)` of one choice's `EndogenousGrid`. Below the
-    first point the agent consumes down to the borrowing limit (exact:
-    `u(x − a_0) + β·E[V'](a_0)`); above it, cubic Hermite for the value (slopes `u'(c)`)
-    and linear for consumption, extrapolated linearly past the last point. `x` at or
-    below the borrowing limit has no feasible consumption: value `-inf`.
+    Jitted so that its trace is reused by every read of a solve (each regime, target
+    and discrete choice traces `read` again; its arithmetic is a good part of tracing);
+    the nested `jit` is inlined, so the compiled program is the same.
     """
     m = nodes[:, 0]
     last = jnp.maximum(count - 1, 1)
@@ -352,6 +346,29 @@ def read(
     c_constrained = jnp.where(feasible, x - borrowing_limit, 1.0)
     consumption = jnp.where(constrained, c_constrained, consumption)
     safe_consumption = jnp.where(feasible & (consumption > 0), consumption, 1.0)
+    return consumption, value, constrained, feasible, c_constrained, safe_consumption
+
+
+def read(
+    nodes: Array,
+    count: Array,
+    continuation0: Array,
+    borrowing_limit: Array,
+    x: Array,
+    utility: Callable[[Array], Array],
+    marginal: Callable[[Array], Array],
+) -> tuple[Array, Array, Array]:
+    """Consumption, value and marginal value of one choice at cash on hand `x`.
+
+    `nodes` are the rows `(m, c, v, mu)` of one choice's `EndogenousGrid`. Below the
+    first point the agent consumes down to the borrowing limit (exact:
+    `u(x − a_0) + β·E[V'](a_0)`); above it, cubic Hermite for the value (slopes `u'(c)`)
+    and linear for consumption, extrapolated linearly past the last point. `x` at or
+    below the borrowing limit has no feasible consumption: value `-inf`.
+    """
+    consumption, value, constrained, feasible, c_constrained, safe_consumption = _interpolate(
+        nodes, count, borrowing_limit, x
+    )
     marginal_value = marginal(safe_consumption)
     value = jnp.where(constrained, utility(c_constrained) + continuation0, value)
     value = jnp.where(feasible, value, NEG_INF)
