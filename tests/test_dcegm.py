@@ -380,6 +380,28 @@ def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, taste_shoc
         )
 
 
+def test_equal_solvers_share_a_pass_and_different_ones_do_not(monkeypatch):
+    from lcm_eqx._solve import _dcegm
+
+    passes = []
+    batched = _dcegm.DCEGM.solve_batched
+
+    def spy(self, problems):
+        passes.append(sorted(p.regime.name for p in problems))
+        return batched(self, problems)
+
+    monkeypatch.setattr(_dcegm.DCEGM, "solve_batched", spy)
+    params = params_for(1.0)
+    equal = retirement.build(3, solver=retirement.dcegm(40), retired_solver=retirement.dcegm(40))
+    equal.solve(params)
+    assert passes and all(p == ["retired", "working"] for p in passes)
+    passes.clear()
+    other = retirement.build(3, solver=retirement.dcegm(40), retired_solver=retirement.dcegm(50))
+    other.solve(params)
+    assert passes and all(len(p) == 1 for p in passes)
+    assert {p[0] for p in passes} == {"retired", "working"}
+
+
 def test_lower_layers_do_not_import_model():
     """Only the façade and `_model/_model.py` import `Model` at run time; the layers below
     it (solve, simulate, estimation, persistence, plotting, describe) at most for types."""
