@@ -237,8 +237,8 @@ def _compaction(keep: Array) -> tuple[Array, Array, Array, Array]:
 
 @jax.custom_jvp
 def materialize(*arrays: Array) -> tuple[Array, ...]:
-    """`arrays` unchanged (with their derivative), computed together in one XLA kernel
-    and stored, rather than recomputed inside each kernel that uses them.
+    """`arrays` (floating point) unchanged, with their derivative, computed together in
+    one XLA kernel and stored, rather than recomputed inside each kernel that uses them.
 
     XLA:CPU fuses an elementwise producer into every consumer kernel, and strips
     `optimization_barrier`s before fusing. Where one chain of work (a continuation read:
