@@ -11,7 +11,6 @@ chunks, and the collectives of the compiled simulation.
 
 import json
 import os
-import re
 import sys
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
@@ -26,11 +25,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
+from tests.hlo_collectives import collectives_in  # noqa: E402
 from tests.models import retirement as R  # noqa: E402
-
-COLLECTIVE = re.compile(
-    r"= (\S+) (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\("
-)
 
 
 def utility(consumption, labor, skill, disutility_of_work):
@@ -75,36 +71,6 @@ def collectives(model, params, validate):
     return collectives_in(lowered.compile().as_text())
 
 
-# Also collectives of several operands: `%name = (f64[12], s32[12]) all-reduce(...)`.
-COLLECTIVE_LINES = re.compile(
-    r"= (.*?) \b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
-    r"(?:-start)?\("
-)
-
-
-def simulate_collectives(text):
-    """`[kind, number of elements of its largest operand]` per collective in `text`."""
-    found = []
-    for shapes, kind in COLLECTIVE_LINES.findall(text):
-        sizes = [
-            int(np.prod([int(d) for d in dims.split(",") if d]))
-            for dims in re.findall(r"\w+\[([\d,]*)\]", shapes)
-        ]
-        found.append([kind, max(sizes, default=0)])
-    return found
-
-
-def collectives_in(text):
-    found = []
-    for shape, kind in COLLECTIVE.findall(text):
-        dims = re.findall(r"\[([\d,]*)\]", shape)
-        size = 1
-        for dim in dims[0].split(",") if dims and dims[0] else []:
-            size *= int(dim)
-        found.append([kind, size])
-    return found
-
-
 def main():
     params = R.PARAMS
     plain = build(False).solve(params)
@@ -135,7 +101,7 @@ def main():
         json.dumps(
             {
                 "simulate_equal": same,
-                "simulate_collectives": simulate_collectives(program.compile().as_text()),
+                "simulate_collectives": collectives_in(program.compile().as_text()),
                 "difference": difference,
                 "spec": [str(s) for s in sharded.values["working"].sharding.spec],
                 "unvalidated": collectives(model, params, "off"),

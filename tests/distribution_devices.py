@@ -8,7 +8,6 @@ count of each).
 
 import json
 import os
-import re
 import sys
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
@@ -21,7 +20,8 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 
-from tests.dcegm_devices import COLLECTIVE, build  # noqa: E402
+from tests.dcegm_devices import build  # noqa: E402
+from tests.hlo_collectives import collectives_in  # noqa: E402
 from tests.models import retirement as R  # noqa: E402
 
 INITIAL = {
@@ -35,14 +35,7 @@ def collectives(model, params, solution):
     lowered = jax.jit(lambda s: model.distribution(params, INITIAL, s, validate="off").mass).lower(
         solution
     )
-    found = []
-    for shape, kind in COLLECTIVE.findall(lowered.compile().as_text()):
-        dims = re.findall(r"\[([\d,]*)\]", shape)
-        size = 1
-        for dim in dims[0].split(",") if dims and dims[0] else []:
-            size *= int(dim)
-        found.append([kind, size])
-    return found
+    return collectives_in(lowered.compile().as_text())
 
 
 def main():

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import knobs_model  # noqa: E402
+from hlo_collectives import collectives_in  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
 
@@ -36,13 +37,6 @@ def sharded_axes(solution):
     }
 
 
-# A collective's HLO line: `%name = <result shape(s)> all-reduce(...)` (or `-start(`).
-COLLECTIVE_LINES = re.compile(
-    r"= (.*?) \b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
-    r"(?:-start)?\("
-)
-
-
 def collectives(model, params, validate=True):
     """Cross-device collectives in the compiled solve (validate=True: the default solve,
     whose executable is already cached by `model.solve`)."""
@@ -53,15 +47,7 @@ def collectives(model, params, validate=True):
 def user_collectives(fn, params):
     """The collectives of `jax.jit(fn)(params)` as the user compiles it: `[kind, number of
     elements of its largest operand]`, one per collective in the program."""
-    text = jax.jit(fn).lower(params).compile().as_text()
-    found = []
-    for shapes, kind in COLLECTIVE_LINES.findall(text):
-        sizes = [
-            int(np.prod([int(d) for d in dims.split(",") if d]))
-            for dims in re.findall(r"\w+\[([\d,]*)\]", shapes)
-        ]
-        found.append([kind, max(sizes, default=0)])
-    return found
+    return collectives_in(jax.jit(fn).lower(params).compile().as_text())
 
 
 def checked_collectives(model, params):
@@ -75,18 +61,6 @@ def checked_collectives(model, params):
 
 def initial_conditions(n_skill=4):
     return knobs_model.initial_conditions(n_skill)
-
-
-def collectives_in(text):
-    """`[kind, number of elements of its largest operand]` per collective in `text`."""
-    found = []
-    for shapes, kind in COLLECTIVE_LINES.findall(text):
-        sizes = [
-            int(np.prod([int(d) for d in dims.split(",") if d]))
-            for dims in re.findall(r"\w+\[([\d,]*)\]", shapes)
-        ]
-        found.append([kind, max(sizes, default=0)])
-    return found
 
 
 def simulate_program(model, params, solution, n_skill=4):
