@@ -350,15 +350,22 @@ def test_with_batch_size_keeps_the_regime_solvers():
     )
 
 
-@pytest.mark.parametrize("taste_shocks", [False, True])
-def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, taste_shocks):
+@pytest.mark.parametrize("case", ["plain", "taste_shocks", "state_grids_differ"])
+def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, case):
     """The working and retired regimes share one envelope pass (their choices are rows
     of one array, each with its own utility); solving each regime on its own, as a
-    splayed or sharded regime is, gives the same refined grids and values."""
+    splayed or sharded regime is, gives the same refined grids and values (also where
+    their state grids differ in size, and their values are read one regime at a time)."""
     from lcm_eqx._solve import _dcegm
 
+    taste_shocks = case == "taste_shocks"
     params = {**params_for(1.0), "taste_shock_scale": 0.5} if taste_shocks else params_for(1.0)
-    model = retirement.build(4, solver=retirement.dcegm(60), taste_shocks=taste_shocks)
+    options = {
+        "solver": retirement.dcegm(60),
+        "taste_shocks": taste_shocks,
+        "retired_n_wealth": 70 if case == "state_grids_differ" else None,
+    }
+    model = retirement.build(4, **options)
     passes = []
     batched = _dcegm.DCEGM.solve_batched
 
@@ -370,8 +377,7 @@ def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, taste_shoc
     together = model.solve(params)
     assert passes and set(passes) == {2}  # both regimes in one pass
     monkeypatch.setattr(_dcegm.DCEGM, "batchable", lambda self, problem: False)
-    alone = retirement.build(4, solver=retirement.dcegm(60), taste_shocks=taste_shocks)
-    alone = alone.solve(params)
+    alone = retirement.build(4, **options).solve(params)
     for name in ("working", "retired"):
         np.testing.assert_allclose(together.values[name], alone.values[name], rtol=0, atol=1e-12)
         np.testing.assert_array_equal(together.policies[name].count, alone.policies[name].count)

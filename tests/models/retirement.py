@@ -72,8 +72,12 @@ def build(
     consumption_batch_size=0,
     solver=None,
     retired_solver=None,
+    retired_n_wealth=None,
 ):
     wealth = lcm.LinSpacedGrid(1.0, 400.0, n_wealth, batch_size=wealth_batch_size)
+    retired_wealth = wealth
+    if retired_n_wealth is not None:
+        retired_wealth = lcm.LinSpacedGrid(1.0, 400.0, retired_n_wealth)
     consumption = lcm.LinSpacedGrid(1.0, 400.0, n_consumption, batch_size=consumption_batch_size)
     working = lcm.Regime(
         states={"wealth": wealth},
@@ -86,7 +90,7 @@ def build(
     )
     retired = lcm.Regime(
         solver=retired_solver,
-        states={"wealth": wealth},
+        states={"wealth": retired_wealth},
         actions={"consumption": consumption},
         functions={"utility": utility_retired},
         state_transitions={"wealth": next_wealth_retired},
