@@ -61,11 +61,11 @@ CONSUMPTION_CAP = 1e8
 
 class _Block(NamedTuple):
     """Consecutive rows of one regime in `DCEGM._refine_rows`: its utility and marginal
-    utility of a row's discrete codes (`DCEGM._utility`), the rows' codes, and how many
-    rows."""
+    utility of a row's discrete codes (`DCEGM._utility`), the rows' codes (host arrays),
+    and how many rows."""
 
     functions: Callable[[dict[str, Array]], tuple[Callable, Callable]]
-    codes: dict[str, Array]
+    codes: dict[str, np.ndarray]
     size: int
 
 
@@ -357,8 +357,8 @@ class DCEGM(AbstractSolver):
         }
         blocks = []
         for (problem, axes, shape), size in zip(members, sizes, strict=True):
-            indices = np.indices(shape).reshape(len(shape), size)
-            codes = {a.name: jnp.asarray(indices[i], jnp.int32) for i, a in enumerate(axes)}
+            indices = np.indices(shape).reshape(len(shape), size).astype(np.int32)
+            codes = {a.name: indices[i] for i, a in enumerate(axes)}
 
             def functions(codes, problem=problem):
                 return self._utility(problem, codes)
@@ -755,24 +755,34 @@ def _materialized(raw: dict[str, Array]) -> dict[str, Array]:
     return {**raw, **dict(zip(keys, materialize(*(raw[k] for k in keys)), strict=True))}
 
 
-def _row_codes(blocks: list[_Block]) -> tuple[Array, dict[str, Array]]:
-    """Each row's block and its codes of every discrete variable (0 for the variables
-    of the other blocks' regimes, which its branch of `_switched` does not read)."""
-    names = sorted({name for block in blocks for name in block.codes})
-    codes = {
-        name: jnp.concatenate(
-            [block.codes.get(name, jnp.zeros(block.size, jnp.int32)) for block in blocks]
+def _row_codes(blocks: list[_Block]) -> tuple[Array, list[dict[str, Array]]]:
+    """Each row's block, and for each block the codes of its regime's discrete
+    variables in every row: the row's own in the block's rows, 0 elsewhere (so that
+    each branch of `_switched` is evaluated at valid codes of its own grids)."""
+    sizes = [block.size for block in blocks]
+    codes = []
+    for b, block in enumerate(blocks):
+        codes.append(
+            {
+                name: jnp.asarray(
+                    np.concatenate(
+                        [
+                            own if c == b else np.zeros(size, np.int32)
+                            for c, size in enumerate(sizes)
+                        ]
+                    )
+                )
+                for name, own in block.codes.items()
+            }
         )
-        for name in names
-    }
-    regime = np.concatenate([np.full(b.size, k, np.int32) for k, b in enumerate(blocks)])
+    regime = np.concatenate([np.full(size, b, np.int32) for b, size in enumerate(sizes)])
     return jnp.asarray(regime), codes
 
 
-def _row_utility(blocks: list[_Block], k: Array, codes: dict[str, Array]):
-    """The utility and marginal utility of a row of block `k` with `codes` (each
-    block's functions see the codes of its own regime's variables only)."""
-    rows = [block.functions({name: codes[name] for name in block.codes}) for block in blocks]
+def _row_utility(blocks: list[_Block], k: Array, codes: list[dict[str, Array]]):
+    """The utility and marginal utility of a row of block `k`, each block's functions
+    at its own `codes` of that row."""
+    rows = [block.functions(own) for block, own in zip(blocks, codes, strict=True)]
     return rows[0] if len(rows) == 1 else _switched(k, rows)
 
 
