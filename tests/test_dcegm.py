@@ -367,16 +367,16 @@ def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, case):
     }
     model = retirement.build(4, **options)
     passes = []
-    batched = _dcegm.DCEGM.solve_batched
+    batched = _dcegm.DCEGM._solve_batched
 
     def spy(self, problems):
         passes.append(len(problems))
         return batched(self, problems)
 
-    monkeypatch.setattr(_dcegm.DCEGM, "solve_batched", spy)
+    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
     together = model.solve(params)
     assert passes and set(passes) == {2}  # both regimes in one pass
-    monkeypatch.setattr(_dcegm.DCEGM, "batchable", lambda self, problem: False)
+    monkeypatch.setattr(_dcegm.DCEGM, "_batchable", lambda self, problem: False)
     alone = retirement.build(4, **options).solve(params)
     for name in ("working", "retired"):
         np.testing.assert_allclose(together.values[name], alone.values[name], rtol=0, atol=1e-12)
@@ -390,13 +390,13 @@ def test_equal_solvers_share_a_pass_and_different_ones_do_not(monkeypatch):
     from lcm_eqx._solve import _dcegm
 
     passes = []
-    batched = _dcegm.DCEGM.solve_batched
+    batched = _dcegm.DCEGM._solve_batched
 
     def spy(self, problems):
         passes.append(sorted(p.regime.name for p in problems))
         return batched(self, problems)
 
-    monkeypatch.setattr(_dcegm.DCEGM, "solve_batched", spy)
+    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
     params = params_for(1.0)
     equal = retirement.build(3, solver=retirement.dcegm(40), retired_solver=retirement.dcegm(40))
     equal.solve(params)

@@ -243,22 +243,37 @@ class DCEGM(AbstractSolver):
 
     # ------------------------------------------------------------------ solve
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
-        regime = problem.regime
+        savings = self.savings.to_jax()
+
+        def at_choice(raw, discrete):
+            utility, marginal = self._utility(problem, discrete)
+            return self._refine(utility, marginal, _materialized(raw), savings)
+
+        policy, violations, _ = self._lift_choices(problem, at_choice)
+        return self._period_solution(problem, policy, violations)
+
+    def _lift_choices(self, problem: RegimeProblem, finish=None):
+        """`_raw` of every discrete state and action of the regime (then `finish(raw,
+        discrete)` on each, where given), lifted over their axes: the results and check
+        violations with leading axes the discrete states, then the discrete actions, and
+        those axes."""
+        savings = self.savings.to_jax()
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
-        savings = self.savings.to_jax()
-        checks = (*problem.checks, *self.extra_checks(regime)) if problem.validate else ()
+        checks = (*problem.checks, *self.extra_checks(problem.regime)) if problem.validate else ()
 
         def at_discrete_state(z: dict[str, Array], readers: dict[str, ContinuationReader]):
             def at_choice(d: dict[str, Array]):
-                return self._choice(problem, readers, {**z, **d}, savings, checks)
+                discrete = {**z, **d}
+                raw, violations = self._raw(problem, readers, discrete, savings, checks)
+                return (raw if finish is None else finish(raw, discrete)), violations
 
             return _lift(at_choice, discrete_actions, {})
 
-        policy, violations = _lift_with_readers(
+        result, violations = _lift_with_readers(
             at_discrete_state, discrete_states, {}, problem.next_policies, problem
         )
-        return self._period_solution(problem, policy, violations)
+        return result, violations, (*discrete_states, *discrete_actions)
 
     def _period_solution(
         self,
@@ -298,7 +313,7 @@ class DCEGM(AbstractSolver):
         violations = jnp.broadcast_to(violations, (*values.shape, violations.shape[-1]))
         return PeriodSolution(values, violations, grid)
 
-    def batchable(self, problem: RegimeProblem) -> bool:
+    def _batchable(self, problem: RegimeProblem) -> bool:
         """Whether the regime's choices can join other regimes' in one pass over rows:
         none of its discrete axes is splayed (the pass would hold every row at once)
         or sharded (rows of different regimes would be gathered across devices)."""
@@ -308,7 +323,7 @@ class DCEGM(AbstractSolver):
             if a.is_discrete
         )
 
-    def solve_batched(self, problems: list[RegimeProblem]) -> list[PeriodSolution]:
+    def _solve_batched(self, problems: list[RegimeProblem]) -> list[PeriodSolution]:
         """`solve_period` of several regimes that this solver solves, in one pass.
 
         Each regime reads next period and inverts the Euler equation on its own (its
@@ -325,22 +340,7 @@ class DCEGM(AbstractSolver):
         savings = self.savings.to_jax()
         members, raws, violations = [], [], []
         for problem in problems:
-            discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
-            discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
-            checks = (
-                (*problem.checks, *self.extra_checks(problem.regime)) if problem.validate else ()
-            )
-
-            def at_discrete_state(z, readers, problem=problem, actions=discrete_actions, c=checks):
-                def at_choice(d):
-                    return self._raw(problem, readers, {**z, **d}, savings, c)
-
-                return _lift(at_choice, actions, {})
-
-            raw, violation = _lift_with_readers(
-                at_discrete_state, discrete_states, {}, problem.next_policies, problem
-            )
-            axes = (*discrete_states, *discrete_actions)
+            raw, violation, axes = self._lift_choices(problem)
             shape = tuple(a.points.shape[0] for a in axes)
             members.append((problem, axes, shape))
             raws.append(raw)
@@ -364,7 +364,8 @@ class DCEGM(AbstractSolver):
                 return self._utility(problem, codes)
 
             blocks.append(_Block(functions, codes, size))
-        refined = self._refine_rows(blocks, _materialized(rows), savings)
+        row_codes = _row_codes(blocks)
+        refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
         # The choices' values on the regimes' state grids, read together where the grids
         # have one size.
         grids = [p.state_axes[p.regime.states.index(self.state)].points for p, _, _ in members]
@@ -373,7 +374,7 @@ class DCEGM(AbstractSolver):
             nodes = jnp.concatenate(
                 [jnp.broadcast_to(g, (n, g.shape[0])) for g, n in zip(grids, sizes, strict=True)]
             )
-            values = self._values_rows(blocks, refined, nodes, savings)
+            values = self._values_rows(blocks, row_codes, refined, nodes, savings)
         solutions, offset = [], 0
         for (problem, _, shape), size, violation in zip(members, sizes, violations, strict=True):
             policy = {
@@ -386,19 +387,6 @@ class DCEGM(AbstractSolver):
             offset += size
             solutions.append(self._period_solution(problem, policy, violation, choice_values))
         return solutions
-
-    def _choice(
-        self,
-        problem: RegimeProblem,
-        readers: dict[str, ContinuationReader],
-        discrete: dict[str, Array],
-        savings,
-        checks,
-    ):
-        """The refined endogenous grid of one discrete state and action."""
-        raw, violations = self._raw(problem, readers, discrete, savings, checks)
-        utility, marginal = self._utility(problem, discrete)
-        return self._refine(utility, marginal, _materialized(raw), savings), violations
 
     def _raw(
         self,
@@ -505,7 +493,11 @@ class DCEGM(AbstractSolver):
         }
 
     def _refine_rows(
-        self, blocks: list[_Block], raw: dict[str, Array], savings
+        self,
+        blocks: list[_Block],
+        row_codes: tuple[Array, list[dict[str, Array]]],
+        raw: dict[str, Array],
+        savings,
     ) -> dict[str, Array]:
         """`_refine` of every row of `raw` (leading axis), each a discrete state and
         action of the regime of its block (consecutive rows, `blocks`), with its
@@ -516,10 +508,16 @@ class DCEGM(AbstractSolver):
             utility, marginal = _row_utility(blocks, k, codes)
             return self._refine(utility, marginal, raw, savings)
 
-        return jax.vmap(at_row)(*_row_codes(blocks), raw)
+        regime, codes = row_codes
+        return jax.vmap(at_row)(regime, codes, raw)
 
     def _values_rows(
-        self, blocks: list[_Block], refined: dict[str, Array], nodes: Array, savings
+        self,
+        blocks: list[_Block],
+        row_codes: tuple[Array, list[dict[str, Array]]],
+        refined: dict[str, Array],
+        nodes: Array,
+        savings,
     ) -> Array:
         """Each row's choice value at its `nodes` (`(rows, n_nodes)`): its refined grid
         read with its regime's utility (see `_refine_rows`)."""
@@ -541,7 +539,8 @@ class DCEGM(AbstractSolver):
 
             return jax.vmap(at)(x)
 
-        return jax.vmap(at_row)(*_row_codes(blocks), refined, nodes)
+        regime, codes = row_codes
+        return jax.vmap(at_row)(regime, codes, refined, nodes)
 
     def _utility(self, problem: RegimeProblem, discrete: dict[str, Array]):
         regime = problem.regime
@@ -802,14 +801,14 @@ def solve_regimes(
     """The period solutions of DC-EGM regimes (`problems`, by name).
 
     Regimes solved by equal `DCEGM`s whose discrete axes are neither splayed nor
-    sharded are solved together (`DCEGM.solve_batched`); the others on their own.
+    sharded are solved together (`DCEGM._solve_batched`); the others on their own.
     """
     solutions: dict[str, PeriodSolution] = {}
     groups: list[tuple[DCEGM, list[str]]] = []
     for name, problem in problems.items():
         solver = solvers[name]
         assert isinstance(solver, DCEGM)
-        if not solver.batchable(problem):
+        if not solver._batchable(problem):
             solutions[name] = solver.solve_period(problem)
             continue
         for representative, names in groups:
@@ -819,7 +818,7 @@ def solve_regimes(
         else:
             groups.append((solver, [name]))
     for representative, names in groups:
-        solved = representative.solve_batched([problems[name] for name in names])
+        solved = representative._solve_batched([problems[name] for name in names])
         solutions.update(zip(names, solved, strict=True))
     return solutions
 
