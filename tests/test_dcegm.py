@@ -485,3 +485,68 @@ def test_borrowing_limit_must_match_the_savings_grid():
         )
         with pytest.raises(lcm.ModelInitializationError, match="constraint 'borrowing'"):
             model.solve(STOCHASTIC_PARAMS)
+
+
+# ---------------------------------------------------------------------------------------
+# The upper envelope on its own, against a loop-by-loop numpy reference
+# ---------------------------------------------------------------------------------------
+
+
+def _envelope_reference(m, v, constrained, tolerance=1e-10):
+    """Which points survive: a point is dropped when a segment between two other
+    consecutive points that spans its `m` lies above it, or the constrained branch does
+    (both by more than a relative `tolerance`)."""
+    n = len(m)
+    kept = []
+    for j in range(n):
+        margin = tolerance * (1.0 + abs(v[j]))
+        beaten = constrained[j] > v[j] + margin or not np.isfinite(m[j])
+        for s in range(n - 1):
+            if s in (j, j - 1):
+                continue
+            lo, hi = m[s], m[s + 1]
+            if min(lo, hi) <= m[j] <= max(lo, hi):
+                slope = (v[s + 1] - v[s]) / (hi - lo) if hi != lo else v[s + 1] - v[s]
+                if v[s] + (m[j] - lo) * slope > v[j] + margin:
+                    beaten = True
+        if not beaten:
+            kept.append(j)
+    return kept
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
+    # Two concave branches (consumption-saving choice-specific values) whose endogenous
+    # grid folds back where the optimal branch switches: m rises, falls back, rises.
+    rng = np.random.default_rng(seed)
+    # Branch A on [1, 6], a backward-bending stretch from 6 to 4 below both, branch B on
+    # [4, 11]; B overtakes A inside [4, 6].
+    m_a = np.sort(rng.uniform(1.0, 6.0, 25))
+    m_fold = np.sort(rng.uniform(4.0, 6.0, 10))[::-1]
+    m_b = np.sort(rng.uniform(4.0, 11.0, 25))
+    m = np.concatenate([m_a, m_fold, m_b])
+    v_a, v_b = np.log(m), np.log(m) + 0.05 * (m - 5.0)
+    v = np.concatenate([v_a[:25], np.minimum(v_a, v_b)[25:35] - 0.05, v_b[35:]])
+    n = len(m)
+    t = np.arange(n) / n
+    c = 0.5 + t
+    mu = 1.0 / c
+    a0 = 0.0
+    continuation0 = -1.5
+
+    def constrained_value(x):
+        ok = x > a0
+        return jnp.where(ok, jnp.log(jnp.where(ok, x - a0, 1.0)) + continuation0, -jnp.inf)
+
+    expected = _envelope_reference(m, v, np.asarray(constrained_value(jnp.asarray(m))))
+    assert 0 < len(expected) < n  # the case has dropped points
+    nodes, count = lcm.ExactEnvelope()(
+        *(jnp.asarray(x) for x in (m, c, v, mu)), constrained_value, lambda c: 1.0 / c
+    )
+    nodes = np.asarray(nodes)
+    assert int(count) == 3 * len(expected)
+    # Each kept point in order, every third row, with the two crossing rows after it.
+    np.testing.assert_array_equal(nodes[: int(count) : 3, 0], m[expected])
+    np.testing.assert_array_equal(nodes[: int(count) : 3, 2], v[expected])
+    assert np.all(np.diff(nodes[: int(count), 0]) >= 0)  # sorted by m
+    assert np.all(np.isinf(nodes[int(count) :, 0]))  # padding
