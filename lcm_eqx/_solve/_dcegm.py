@@ -826,24 +826,34 @@ def solve_regimes(
 def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:
     """`c > 0` with `marginal(c) = q`, by Newton's method in logs.
 
-    The iterations run without derivatives; one more Newton step from the converged
-    point carries the derivative with respect to `q` and to whatever `marginal` closes
-    over (the implicit function theorem).
+    The iterations run without derivatives, in a `fori_loop` (its step is traced once,
+    not once per iteration); one more Newton step from the converged point carries the
+    derivative with respect to `q` and to whatever `marginal` closes over (the implicit
+    function theorem).
     """
     log_q = jnp.log(q)
 
-    def residual(x):
-        return jnp.log(marginal(jnp.exp(x))) - log_q
+    def newton(x, marginal, log_q):
+        def residual(x):
+            return jnp.log(marginal(jnp.exp(x))) - log_q
 
-    def newton(x):
         value, slope = jax.jvp(residual, (x,), (jnp.ones_like(x),))
         slope = jnp.where(slope == 0, -1.0, slope)
         return x - value / slope
 
     x = jax.lax.stop_gradient(-log_q)
-    for _ in range(steps):
-        x = jax.lax.stop_gradient(newton(x))
-    return jnp.exp(newton(x))
+    # The loop sees no differentiable input (what `marginal` closes over is passed in,
+    # without derivative), so differentiating the solve does not carry tangents
+    # through it.
+    converted, closed = jax.closure_convert(marginal, x)
+    closed = jax.lax.stop_gradient(closed)
+    frozen_log_q = jax.lax.stop_gradient(log_q)
+
+    def step(_, x):
+        return newton(x, lambda c: converted(c, *closed), frozen_log_q)
+
+    x = jax.lax.fori_loop(0, steps, step, x)
+    return jnp.exp(newton(x, marginal, log_q))
 
 
 def combine_values_and_slopes(values, slopes, scale) -> tuple[Array, Array]:

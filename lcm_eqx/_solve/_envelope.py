@@ -153,17 +153,16 @@ class ExactEnvelope(AbstractUpperEnvelope):
         # so that no derivative below meets an infinity (where() would turn its 0 * inf
         # into NaN).
         order, k_valid, n_kept = _compaction(kept)
-        k_index = order
-        # The next kept point's index (arbitrary after the last one, whose right
-        # neighbour below is the zero row, so it never counts as a jump).
-        nxt = jnp.concatenate([order[1:], order[-1:]])
         finite_m = jnp.where(jnp.isfinite(m), m, 0.0)
         width = finite_m[1:] - finite_m[:-1]
         c_slope = jnp.where(width != 0, (c[1:] - c[:-1]) / jnp.where(width != 0, width, 1.0), 0.0)
         forward = jnp.concatenate([c_slope, c_slope[-1:]])
         backward = jnp.concatenate([c_slope[:1], c_slope])
         columns = [jnp.where(kept, m, 0.0), c, jnp.where(kept, v, 0.0), mu]
-        columns += [kept.astype(m.dtype), forward, backward]
+        # Whether the next savings point was dropped: then the next kept point is on
+        # another branch (a jump).
+        next_dropped = jnp.concatenate([~kept[1:], jnp.zeros(1, bool)])
+        columns += [kept.astype(m.dtype), forward, backward, next_dropped.astype(m.dtype)]
         # A row of zeros after the points, which the unfilled positions gather (rather
         # than zeroing them after the gather, in a kernel of its own).
         rows_and_zero = jnp.concatenate(
@@ -181,7 +180,7 @@ class ExactEnvelope(AbstractUpperEnvelope):
             right[:, 2],
             right[:, 3],
         )
-        jump = k_valid & (right[:, 4] > 0) & (nxt != k_index + 1)
+        jump = k_valid & (right[:, 4] > 0) & (sorted_rows[:, 7] > 0)
         denominator = kmu - mu_right
         safe_denominator = jnp.where(denominator == 0, 1.0, denominator)
         crossing = (v_right - kv + kmu * km - mu_right * m_right) / safe_denominator
@@ -223,7 +222,7 @@ def _compaction(keep: Array) -> tuple[Array, Array, Array]:
     running = jnp.cumsum(keep.astype(jnp.int32))
     # Dropped entries go past the end, where the scatter drops them.
     rank = jnp.where(keep, running - 1, n)
-    order = index.at[rank].set(index, mode="drop")
+    order = rank.at[rank].set(index, mode="drop")
     total = running[-1]
     return order, index < total, total
 
