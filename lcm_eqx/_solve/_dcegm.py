@@ -509,7 +509,7 @@ class DCEGM(AbstractSolver):
             return self._refine(utility, marginal, raw, savings)
 
         regime, codes = row_codes
-        return jax.vmap(at_row)(regime, codes, raw)
+        return map_axis(lambda xs: at_row(*xs), (regime, codes, raw), 0)
 
     def _values_rows(
         self,
@@ -540,7 +540,7 @@ class DCEGM(AbstractSolver):
             return jax.vmap(at)(x)
 
         regime, codes = row_codes
-        return jax.vmap(at_row)(regime, codes, refined, nodes)
+        return map_axis(lambda xs: at_row(*xs), (regime, codes, refined, nodes), 0)
 
     def _utility(self, problem: RegimeProblem, discrete: dict[str, Array]):
         regime = problem.regime
