@@ -550,3 +550,23 @@ def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
     np.testing.assert_array_equal(nodes[: int(count) : 3, 2], v[expected])
     assert np.all(np.diff(nodes[: int(count), 0]) >= 0)  # sorted by m
     assert np.all(np.isinf(nodes[int(count) :, 0]))  # padding
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        [True] * 7,
+        [False] * 7,
+        [False, True, True, False, False, True, False],
+        [True, False, False, False, False, False, True],
+    ],
+)
+def test_compaction_gathers_the_kept_entries_in_order(keep):
+    from lcm_eqx._solve._envelope import _compaction
+
+    keep = np.asarray(keep)
+    order, filled, total = (np.asarray(x) for x in _compaction(jnp.asarray(keep)))
+    expected = np.flatnonzero(keep)
+    assert int(total) == len(expected)
+    np.testing.assert_array_equal(filled, np.arange(len(keep)) < len(expected))
+    np.testing.assert_array_equal(order[: len(expected)], expected)

@@ -210,12 +210,12 @@ class ExactEnvelope(AbstractUpperEnvelope):
 def _compaction(keep: Array) -> tuple[Array, Array, Array]:
     """Indices that gather the entries where `keep` holds to the front, in order, which
     output positions are filled, and how many there are: a stable compaction. (The
-    indices at unfilled positions are arbitrary.)
+    indices at unfilled positions are arbitrary, possibly `n`: mask them.)
 
     Each kept entry scatters its index to its rank among the kept ones (a running
     count): `O(n)`. A dense comparison of every output position with every running
-    count (`O(n²)`, in one kernel) took 8 % longer over the steady solve, an argsort
-    several times that.
+    count (`O(n²)`, in one kernel) made the steady solve 8 % longer, and an argsort
+    costs several times that.
     """
     n = keep.shape[0]
     index = jnp.arange(n, dtype=jnp.int32)
