@@ -530,7 +530,7 @@ def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
     n = len(m)
     t = np.arange(n) / n
     c = 0.5 + t
-    mu = 1.0 / c
+    mu = np.where(np.arange(n) < 35, 1.0 / m, 1.0 / m + 0.05)  # dv/dm on each branch
     a0 = 0.0
     continuation0 = -1.5
 
@@ -550,6 +550,24 @@ def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
     np.testing.assert_array_equal(nodes[: int(count) : 3, 2], v[expected])
     assert np.all(np.diff(nodes[: int(count), 0]) >= 0)  # sorted by m
     assert np.all(np.isinf(nodes[int(count) :, 0]))  # padding
+    # Where the next savings point was dropped, the optimal branch jumps to the next kept
+    # point: the two rows after the point are the branches' crossing (between the two
+    # points, one value, the left and the right consumption); elsewhere copies of it.
+    jumps = np.diff(expected) > 1
+    assert jumps.any()
+    point, left, right = (
+        nodes[: int(count) : 3],
+        nodes[1 : int(count) : 3],
+        nodes[2 : int(count) : 3],
+    )
+    for i, jump in enumerate(jumps):
+        if jump:
+            assert point[i, 0] <= left[i, 0] <= point[i + 1, 0]
+            assert left[i, 0] == right[i, 0] and left[i, 2] == right[i, 2]
+            assert right[i, 1] != point[i, 1]  # the right branch's consumption, not a copy
+        else:
+            np.testing.assert_array_equal(left[i], point[i])
+            np.testing.assert_array_equal(right[i], point[i])
 
 
 @pytest.mark.parametrize(
