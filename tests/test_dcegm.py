@@ -514,19 +514,27 @@ def _envelope_reference(m, v, constrained, tolerance=1e-10):
     return kept
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
-    # Two concave branches (consumption-saving choice-specific values) whose endogenous
-    # grid folds back where the optimal branch switches: m rises, falls back, rises.
+def _folded_branches(seed):
+    """Raw points of two concave branches (choice-specific values) whose endogenous grid
+    folds back where the optimal branch switches, as the Euler equation gives them before
+    the upper envelope: branch A on [1, 6], a backward-bending stretch from 6 to 4 below
+    both, branch B on [4, 11], which overtakes A inside [4, 6]."""
     rng = np.random.default_rng(seed)
-    # Branch A on [1, 6], a backward-bending stretch from 6 to 4 below both, branch B on
-    # [4, 11]; B overtakes A inside [4, 6].
-    m_a = np.sort(rng.uniform(1.0, 6.0, 25))
-    m_fold = np.sort(rng.uniform(4.0, 6.0, 10))[::-1]
-    m_b = np.sort(rng.uniform(4.0, 11.0, 25))
-    m = np.concatenate([m_a, m_fold, m_b])
+    m = np.concatenate(
+        [
+            np.sort(rng.uniform(1.0, 6.0, 25)),
+            np.sort(rng.uniform(4.0, 6.0, 10))[::-1],
+            np.sort(rng.uniform(4.0, 11.0, 25)),
+        ]
+    )
     v_a, v_b = np.log(m), np.log(m) + 0.05 * (m - 5.0)
     v = np.concatenate([v_a[:25], np.minimum(v_a, v_b)[25:35] - 0.05, v_b[35:]])
+    return m, v
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
+    m, v = _folded_branches(seed)
     n = len(m)
     t = np.arange(n) / n
     c = 0.5 + t
@@ -588,3 +596,50 @@ def test_compaction_gathers_the_kept_entries_in_order(keep):
     assert int(total) == len(expected)
     np.testing.assert_array_equal(filled, np.arange(len(keep)) < len(expected))
     np.testing.assert_array_equal(order[: len(expected)], expected)
+
+
+def test_the_pairwise_test_of_many_rows_equals_each_rows_own():
+    from lcm_eqx._solve._envelope import _folds
+
+    folded_m, folded_v = _folded_branches(3)
+    n = len(folded_m)
+    rising = np.linspace(1.0, 11.0, n)
+    rows = {
+        "folded": (folded_m, folded_v),
+        "rising": (rising, np.log(rising)),
+        # Savings too small to reach a feasible next period: non-finite points first.
+        "leading_infinite": (
+            np.where(np.arange(n) < 3, np.inf, rising),
+            np.where(np.arange(n) < 3, -np.inf, np.log(rising)),
+        ),
+        # A non-finite point inside the row, and two points at the same m (the second
+        # below the segment that ends at the first).
+        "infinite_inside": (
+            np.where(np.arange(n) == 20, np.inf, rising),
+            np.where(np.arange(n) == 20, -np.inf, np.log(rising)),
+        ),
+        "repeated": (
+            np.where(np.arange(n) == 10, rising[9], rising),
+            np.where(np.arange(n) == 10, np.log(rising[9]) - 0.1, np.log(rising)),
+        ),
+    }
+    m = np.stack([row[0] for row in rows.values()])
+    v = np.stack([row[1] for row in rows.values()])
+    # Only the rows that fold are tested; the others cannot have a point on a segment
+    # other than the two it ends.
+    np.testing.assert_array_equal(
+        np.asarray(_folds(jnp.asarray(m))), [True, False, False, True, True]
+    )
+    envelope = lcm.ExactEnvelope()
+    dominated = np.asarray(envelope.dominated_rows(jnp.asarray(m), jnp.asarray(v)))
+    own = np.asarray(jax.vmap(envelope._below_a_segment)(jnp.asarray(m), jnp.asarray(v)))
+    np.testing.assert_array_equal(dominated, own)
+    # Against the loop-by-loop reference (the constrained branch left out), at the
+    # finite points (the non-finite ones are dropped by the envelope itself).
+    for i, (row_m, row_v) in enumerate(rows.values()):
+        with np.errstate(invalid="ignore"):  # segments with a non-finite end
+            kept = _envelope_reference(row_m, row_v, np.full(n, -np.inf))
+        beaten = ~np.isin(np.arange(n), kept)
+        finite = np.isfinite(row_m)
+        np.testing.assert_array_equal(dominated[i][finite], beaten[finite])
+    assert dominated[0].any() and dominated[4].any()  # the cases drop points
