@@ -643,3 +643,39 @@ def test_the_pairwise_test_of_many_rows_equals_each_rows_own():
         finite = np.isfinite(row_m)
         np.testing.assert_array_equal(dominated[i][finite], beaten[finite])
     assert dominated[0].any() and dominated[4].any()  # the cases drop points
+
+
+def test_choices_read_only_the_regimes_they_can_move_to(monkeypatch):
+    """`next_regime(labor)` sends working to working and retiring to retired with
+    certainty, and the retired stay retired: each choice reads only its own next regime
+    (found when tracing), with the same solution as reading every regime. A transition
+    that depends on a parameter (mortality) is not known when tracing: every regime is
+    read."""
+    from lcm_eqx._solve import _dcegm
+
+    found = {}
+    groups = _dcegm.DCEGM._target_groups
+
+    def spy(self, problem, codes):
+        result = groups(self, problem, codes)
+        found[problem.regime.name] = (
+            None if result is None else [(rows.tolist(), targets) for rows, targets in result]
+        )
+        return result
+
+    monkeypatch.setattr(_dcegm.DCEGM, "_target_groups", spy)
+    params = params_for(1.0)
+    restricted = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
+    assert found == {
+        "working": [([0], ("working",)), ([1], ("retired",))],  # work, retire
+        "retired": [([0], ("retired",))],
+    }
+    stochastic_model(retirement.dcegm(60)).solve(STOCHASTIC_PARAMS)
+    assert found["alive"] is None
+    monkeypatch.setattr(_dcegm.DCEGM, "_target_groups", lambda self, problem, codes: None)
+    everything = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
+    for name in ("working", "retired"):
+        np.testing.assert_array_equal(restricted.values[name], everything.values[name])
+        np.testing.assert_array_equal(
+            restricted.policies[name].nodes, everything.policies[name].nodes
+        )

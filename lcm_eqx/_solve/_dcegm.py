@@ -49,6 +49,7 @@ from ._envelope import (
 )
 from ._kernel import RegimeProblem
 from ._solver import AbstractSolver, PeriodSolution, taste_shock_scale
+from ._static import constant_outputs
 
 # The action value at which transitions are evaluated for a savings point `a`: the
 # state is `a + REFERENCE_ACTION`, so `state − action = a`. The class check verifies that
@@ -252,11 +253,12 @@ class DCEGM(AbstractSolver):
         policy, violations, _ = self._lift_choices(problem, at_choice)
         return self._period_solution(problem, policy, violations)
 
-    def _lift_choices(self, problem: RegimeProblem, finish=None):
+    def _lift_choices(self, problem: RegimeProblem, finish=None, targets=None):
         """`_raw` of every discrete state and action of the regime (then `finish(raw,
         discrete)` on each, where given), lifted over their axes: the results and check
         violations with leading axes the discrete states, then the discrete actions, and
-        those axes."""
+        those axes. `targets`: the regimes read next period (default: all it can move
+        to)."""
         savings = self.savings.to_jax()
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
@@ -265,7 +267,7 @@ class DCEGM(AbstractSolver):
         def at_discrete_state(z: dict[str, Array], readers: dict[str, ContinuationReader]):
             def at_choice(d: dict[str, Array]):
                 discrete = {**z, **d}
-                raw, violations = self._raw(problem, readers, discrete, savings, checks)
+                raw, violations = self._raw(problem, readers, discrete, savings, checks, targets)
                 return (raw if finish is None else finish(raw, discrete)), violations
 
             return _lift(at_choice, discrete_actions, {})
@@ -274,6 +276,85 @@ class DCEGM(AbstractSolver):
             at_discrete_state, discrete_states, {}, problem.next_policies, problem
         )
         return result, violations, (*discrete_states, *discrete_actions)
+
+    def _lift_rows(self, problem: RegimeProblem):
+        """`_lift_choices(problem)` for a regime without splayed or sharded discrete
+        axes, with each discrete state and action reading only the regimes it can move
+        to, where that is known when tracing (`_target_groups`).
+
+        A choice that moves to another regime with certainty (retiring) then reads only
+        that regime's next-period grids, not every target's: the reads are most of a
+        period's work. The choices with the same targets are mapped together, one map
+        per group of them.
+        """
+        discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
+        discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
+        axes = (*discrete_states, *discrete_actions)
+        shape = tuple(a.points.shape[0] for a in axes)
+        size = math.prod(shape)
+        flat = np.indices(shape).reshape(len(shape), size).astype(np.int32)
+        codes = {a.name: flat[i] for i, a in enumerate(axes)}
+        groups = self._target_groups(problem, codes)
+        if groups is None:
+            return self._lift_choices(problem)
+        if len(groups) == 1:  # the same targets for every choice
+            return self._lift_choices(problem, targets=groups[0][1])
+        savings = self.savings.to_jax()
+        checks = (*problem.checks, *self.extra_checks(problem.regime)) if problem.validate else ()
+        parts = []
+        for rows, targets in groups:
+
+            def at_choice(discrete, targets=targets):
+                return self._raw(problem, problem.next_policies, discrete, savings, checks, targets)
+
+            parts.append(
+                map_axis(at_choice, {k: jnp.asarray(v[rows]) for k, v in codes.items()}, 0)
+            )
+        merged = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+        order = np.concatenate([rows for rows, _ in groups])
+        if not np.array_equal(order, np.arange(size)):
+            merged = jax.tree.map(lambda x: x[np.argsort(order)], merged)
+        raw, violations = jax.tree.map(lambda x: x.reshape((*shape, *x.shape[1:])), merged)
+        return raw, violations, axes
+
+    def _target_groups(
+        self, problem: RegimeProblem, codes: dict[str, np.ndarray]
+    ) -> list[tuple[np.ndarray, tuple[str, ...]]] | None:
+        """The discrete states and actions (indices into the flat `codes`) grouped by
+        the regimes they can move to, in order of their first member; `None` where the
+        regime transition is not known when tracing (it depends on a parameter, the
+        period or the age) or every choice can move to every target.
+
+        The transition is evaluated at the codes on the host (`constant_outputs`). A
+        target counts as reachable unless its probability is exactly 0 (a NaN counts).
+        """
+        regime = problem.regime
+        if len(regime.targets) < 2:
+            return None
+        reference = jnp.asarray(REFERENCE_ACTION)
+
+        def probabilities(point):
+            evaluate = problem.evaluator({**point, self.state: reference, self.action: reference})
+            return problem._regime_probabilities_and_id(evaluate)[0]
+
+        if codes:
+            known = constant_outputs(jax.vmap(probabilities), codes)
+        else:  # no discrete axis: one choice
+            known = constant_outputs(lambda: probabilities({})[None])
+        if known is None:
+            return None
+        (p,) = known
+        ids = [problem.model.regimes[t].id for t in regime.targets]
+        reach = p[:, ids] != 0
+        groups: dict[tuple[bool, ...], list[int]] = {}
+        for row, key in enumerate(map(tuple, reach)):
+            groups.setdefault(key, []).append(row)
+        if len(groups) == 1 and all(next(iter(groups))):
+            return None
+        return [
+            (np.asarray(rows), tuple(t for t, r in zip(regime.targets, key, strict=True) if r))
+            for key, rows in groups.items()
+        ]
 
     def _period_solution(
         self,
@@ -340,7 +421,7 @@ class DCEGM(AbstractSolver):
         savings = self.savings.to_jax()
         members, raws, violations = [], [], []
         for problem in problems:
-            raw, violation, axes = self._lift_choices(problem)
+            raw, violation, axes = self._lift_rows(problem)
             shape = tuple(a.points.shape[0] for a in axes)
             members.append((problem, axes, shape))
             raws.append(raw)
@@ -395,11 +476,13 @@ class DCEGM(AbstractSolver):
         discrete: dict[str, Array],
         savings,
         checks,
+        targets=None,
     ):
         """The raw endogenous points `(m, c, v, mu)` of one discrete state and action
         (the Euler equation inverted at each savings point, before the upper envelope),
         its `continuation0`, whether the choice is allowed, and the check violations
-        (reduced over the savings points)."""
+        (reduced over the savings points). `targets`: the regimes it reads next period
+        (see `expected_at_savings`)."""
         feasible = jnp.asarray(True)
         reference = jnp.asarray(REFERENCE_ACTION, savings.dtype)
         at_limit = {**discrete, self.state: savings[0] + reference, self.action: reference}
@@ -428,7 +511,7 @@ class DCEGM(AbstractSolver):
 
         def at_savings(a):
             return expected_at_savings(
-                problem, readers, self.state, self.action, discrete, a, checks
+                problem, readers, self.state, self.action, discrete, a, checks, targets
             )
 
         expected, marginal_expected, violations = map_axis(
@@ -677,11 +760,14 @@ def expected_at_savings(
     discrete,
     a,
     checks=(),
+    targets=None,
 ):
     """`E[V']` and `E[R·V'_m]` at savings `a` (`state_name − action`), and the check
     violations, for the discrete states and actions `discrete`.
 
-    Next period's regimes are read through `readers` (`ContinuationReader`s).
+    Next period's regimes are read through `readers` (`ContinuationReader`s): those in
+    `targets` (default: every regime this one can move to; a subset where the others
+    are known to have probability 0).
     """
     regime = problem.regime
     c_ref = jnp.asarray(REFERENCE_ACTION, a.dtype)
@@ -729,7 +815,7 @@ def expected_at_savings(
     expected = jnp.asarray(0.0, a.dtype)
     marginal = jnp.asarray(0.0, a.dtype)
     unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
-    for target in regime.targets:
+    for target in regime.targets if targets is None else targets:
         target_id = problem.model.regimes[target].id
         p = regime_p[target_id]
         reader = readers[target]
