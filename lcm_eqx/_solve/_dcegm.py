@@ -305,7 +305,9 @@ class DCEGM(AbstractSolver):
         for rows, targets in groups:
 
             def at_choice(discrete, targets=targets):
-                return self._raw(problem, problem.next_policies, discrete, savings, checks, targets)
+                return self._continuation(
+                    problem, problem.next_policies, discrete, savings, checks, targets
+                )
 
             parts.append(
                 map_axis(at_choice, {k: jnp.asarray(v[rows]) for k, v in codes.items()}, 0)
@@ -314,7 +316,17 @@ class DCEGM(AbstractSolver):
         order = np.concatenate([rows for rows, _ in groups])
         if not np.array_equal(order, np.arange(size)):
             merged = jax.tree.map(lambda x: x[np.argsort(order)], merged)
-        raw, violations = jax.tree.map(lambda x: x.reshape((*shape, *x.shape[1:])), merged)
+        continuation, violations = merged
+        # The inversion of all the choices together (one chain of Newton steps, not one
+        # per group).
+        raw = map_axis(
+            lambda xs: self._inverted(problem, xs[0], xs[1], savings),
+            ({k: jnp.asarray(v) for k, v in codes.items()}, continuation),
+            0,
+        )
+        raw, violations = jax.tree.map(
+            lambda x: x.reshape((*shape, *x.shape[1:])), (raw, violations)
+        )
         return raw, violations, axes
 
     def _target_groups(
@@ -483,6 +495,22 @@ class DCEGM(AbstractSolver):
         its `continuation0`, whether the choice is allowed, and the check violations
         (reduced over the savings points). `targets`: the regimes it reads next period
         (see `expected_at_savings`)."""
+        continuation, violations = self._continuation(
+            problem, readers, discrete, savings, checks, targets
+        )
+        return self._inverted(problem, discrete, continuation, savings), violations
+
+    def _continuation(
+        self,
+        problem: RegimeProblem,
+        readers: dict[str, ContinuationReader],
+        discrete: dict[str, Array],
+        savings,
+        checks,
+        targets=None,
+    ):
+        """The first half of `_raw`: `E[V']` and `E[R·V'_m]` at the savings points,
+        whether the choice is allowed, and the check violations."""
         feasible = jnp.asarray(True)
         reference = jnp.asarray(REFERENCE_ACTION, savings.dtype)
         at_limit = {**discrete, self.state: savings[0] + reference, self.action: reference}
@@ -532,7 +560,24 @@ class DCEGM(AbstractSolver):
                 ]
             )
             violations = jnp.maximum(violations, flags)
-        # The Euler equation inverted at the savings points.
+        continuation = {
+            "expected": expected,
+            "marginal_expected": marginal_expected,
+            "feasible": feasible,
+        }
+        return continuation, violations
+
+    def _inverted(
+        self,
+        problem: RegimeProblem,
+        discrete: dict[str, Array],
+        continuation: dict[str, Array],
+        savings,
+    ) -> dict[str, Array]:
+        """The second half of `_raw`: the Euler equation inverted at the savings
+        points, given `_continuation`'s result."""
+        expected = continuation["expected"]
+        marginal_expected = continuation["marginal_expected"]
         beta = problem.params[""]["discount_factor"]
         utility, marginal = self._utility(problem, discrete)
         q = beta * marginal_expected
@@ -549,9 +594,9 @@ class DCEGM(AbstractSolver):
             "v": v,
             "mu": marginal(consumption),
             "continuation0": _plus_discounted(0.0, beta, expected[0]),
-            "feasible": feasible,
+            "feasible": continuation["feasible"],
         }
-        return raw, violations
+        return raw
 
     def _refine(
         self,
