@@ -216,11 +216,15 @@ def first_failures(
     so it first appears in the *latest* period that has one. `violations[regime]` may
     carry leading batch axes (under `jax.vmap`); the first failing member is reported.
     """
+    # Each flag array read once, and no search where nothing failed (the common case:
+    # part of every validated call's overhead).
+    host = {regime: np.asarray(array) for regime, array in violations.items()}
+    if all(np.all(array <= 0) for array in host.values()):
+        return []
     found: list[Failure] = []
     for nan in (False, True):
         best = None
-        for regime, array in violations.items():
-            array = np.asarray(array)
+        for regime, array in host.items():
             if array.size == 0:
                 continue
             columns = [i for i, c in enumerate(checks[regime]) if (c == NAN_CHECK) == nan]
