@@ -250,8 +250,23 @@ class DCEGM(AbstractSolver):
             utility, marginal = self._utility(problem, discrete)
             return self._refine(utility, marginal, _materialized(raw), savings)
 
-        policy, violations, _ = self._lift_choices(problem, at_choice)
+        # Where every choice can move to the same subset of the targets, only those
+        # are read (the choices of a splayed or sharded axis are not grouped).
+        _, _, codes = self._flat_choices(problem)
+        groups = self._target_groups(problem, codes)
+        targets = groups[0][1] if groups is not None and len(groups) == 1 else None
+        policy, violations, _ = self._lift_choices(problem, at_choice, targets)
         return self._period_solution(problem, policy, violations)
+
+    def _flat_choices(self, problem: RegimeProblem):
+        """The regime's discrete state and action axes, their shape, and the codes of
+        every choice (their flat product in row-major order; host arrays, by name)."""
+        discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
+        discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
+        axes = (*discrete_states, *discrete_actions)
+        shape = tuple(a.points.shape[0] for a in axes)
+        flat = np.indices(shape).reshape(len(shape), math.prod(shape)).astype(np.int32)
+        return axes, shape, {a.name: flat[i] for i, a in enumerate(axes)}
 
     def _lift_choices(self, problem: RegimeProblem, finish=None, targets=None):
         """`_raw` of every discrete state and action of the regime (then `finish(raw,
@@ -277,57 +292,57 @@ class DCEGM(AbstractSolver):
         )
         return result, violations, (*discrete_states, *discrete_actions)
 
-    def _lift_rows(self, problem: RegimeProblem):
-        """`_lift_choices(problem)` for a regime without splayed or sharded discrete
-        axes, with each discrete state and action reading only the regimes it can move
-        to, where that is known when tracing (`_target_groups`).
+    def _continuation_rows(self, problem: RegimeProblem):
+        """`_continuation` of every discrete state and action of a regime without
+        splayed or sharded discrete axes, mapped over their flat product (one map, not
+        one per axis), each reading only the regimes it can move to where that is known
+        when tracing (`_target_groups`).
 
         A choice that moves to another regime with certainty (retiring) then reads only
         that regime's next-period grids, not every target's: the reads are most of a
         period's work. The choices with the same targets are mapped together, one map
         per group of them.
+
+        Returns the continuations (leading axis: the flat choices), the check
+        violations (leading axes: the discrete states, then the discrete actions), those
+        axes, and the flat choices' codes (host arrays, by name).
         """
-        discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
-        discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
-        axes = (*discrete_states, *discrete_actions)
-        shape = tuple(a.points.shape[0] for a in axes)
+        axes, shape, codes = self._flat_choices(problem)
         size = math.prod(shape)
-        flat = np.indices(shape).reshape(len(shape), size).astype(np.int32)
-        codes = {a.name: flat[i] for i, a in enumerate(axes)}
-        groups = self._target_groups(problem, codes)
-        if groups is None:
-            return self._lift_choices(problem)
-        if len(groups) == 1:  # the same targets for every choice
-            return self._lift_choices(problem, targets=groups[0][1])
+        groups = self._target_groups(problem, codes) or [(np.arange(size), problem.regime.targets)]
         savings = self.savings.to_jax()
         checks = (*problem.checks, *self.extra_checks(problem.regime)) if problem.validate else ()
         parts = []
         for rows, targets in groups:
 
-            def at_choice(discrete, targets=targets):
+            def at_choice(xs, targets=targets):
+                discrete, _ = xs
                 return self._continuation(
                     problem, problem.next_policies, discrete, savings, checks, targets
                 )
 
-            parts.append(
-                map_axis(at_choice, {k: jnp.asarray(v[rows]) for k, v in codes.items()}, 0)
-            )
+            members = ({k: jnp.asarray(v[rows]) for k, v in codes.items()}, jnp.asarray(rows))
+            parts.append(map_axis(at_choice, members, 0))
         merged = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
         order = np.concatenate([rows for rows, _ in groups])
         if not np.array_equal(order, np.arange(size)):
             merged = jax.tree.map(lambda x: x[np.argsort(order)], merged)
         continuation, violations = merged
-        # The inversion of all the choices together (one chain of Newton steps, not one
-        # per group).
-        raw = map_axis(
-            lambda xs: self._inverted(problem, xs[0], xs[1], savings),
-            ({k: jnp.asarray(v) for k, v in codes.items()}, continuation),
-            0,
-        )
-        raw, violations = jax.tree.map(
-            lambda x: x.reshape((*shape, *x.shape[1:])), (raw, violations)
-        )
-        return raw, violations, axes
+        violations = violations.reshape((*shape, *violations.shape[1:]))
+        return continuation, violations, axes, codes
+
+    def _inverted_rows(self, problem: RegimeProblem, continuation, codes) -> dict[str, Array]:
+        """`_inverted` of every flat choice of `_continuation_rows`: one chain of Newton
+        steps for all of them."""
+        savings = self.savings.to_jax()
+        size = jax.tree.leaves(continuation)[0].shape[0]
+
+        def at_choice(xs):
+            discrete, continuation, _ = xs
+            return self._inverted(problem, discrete, continuation, savings)
+
+        members = ({k: jnp.asarray(v) for k, v in codes.items()}, continuation, jnp.arange(size))
+        return map_axis(at_choice, members, 0)
 
     def _target_groups(
         self, problem: RegimeProblem, codes: dict[str, np.ndarray]
@@ -433,21 +448,12 @@ class DCEGM(AbstractSolver):
         savings = self.savings.to_jax()
         members, raws, violations = [], [], []
         for problem in problems:
-            raw, violation, axes = self._lift_rows(problem)
+            continuation, violation, axes, codes = self._continuation_rows(problem)
             shape = tuple(a.points.shape[0] for a in axes)
             members.append((problem, axes, shape))
-            raws.append(raw)
+            raws.append(self._inverted_rows(problem, continuation, codes))
             violations.append(violation)
         sizes = [math.prod(shape) for _, _, shape in members]
-        rows = {
-            key: jnp.concatenate(
-                [
-                    raw[key].reshape((size, *raw[key].shape[len(shape) :]))
-                    for raw, size, (_, _, shape) in zip(raws, sizes, members, strict=True)
-                ]
-            )
-            for key in raws[0]
-        }
         blocks = []
         for (problem, axes, shape), size in zip(members, sizes, strict=True):
             indices = np.indices(shape).reshape(len(shape), size).astype(np.int32)
@@ -458,6 +464,7 @@ class DCEGM(AbstractSolver):
 
             blocks.append(_Block(functions, codes, size))
         row_codes = _row_codes(blocks)
+        rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
         refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
         # The choices' values on the regimes' state grids, read together where the grids
         # have one size.
