@@ -1033,7 +1033,7 @@ def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) ->
         rounding = 64 * jnp.finfo(second.dtype).eps
         moved = jnp.abs(second - first) > rounding * (1.0 + jnp.abs(second))
         x = jax.lax.cond(
-            jnp.any(moved),
+            one_kernel_reduce(jax.lax.bitwise_or, False, moved.reshape(-1), 0),
             lambda x: jax.lax.fori_loop(2, steps, step, x, unroll=True),
             lambda x: x,
             second,
