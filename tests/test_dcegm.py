@@ -679,3 +679,26 @@ def test_choices_read_only_the_regimes_they_can_move_to(monkeypatch):
         np.testing.assert_array_equal(
             restricted.policies[name].nodes, everything.policies[name].nodes
         )
+
+
+@pytest.mark.parametrize("utility", ["crra", "not_crra"])
+def test_newton_inverts_marginal_utility_with_or_without_its_early_exit(utility):
+    """Newton's method in logs is exact after one step for CRRA utility, so it stops
+    after two; otherwise (`u(c) = log c - 1/(2c²)`, `u'(c) = 1/c + 1/c³`) it runs all
+    its steps. Either way `u'(c) = q` to rounding, and the derivative of `c` in `q` is
+    `1 / u''(c)` (the final step's implicit function theorem)."""
+    from lcm_eqx._solve._dcegm import invert_marginal
+
+    if utility == "crra":
+        marginal, second = (lambda c: c**-2.0), (lambda c: -2.0 * c**-3.0)
+    else:
+        marginal, second = (lambda c: 1 / c + c**-3.0), (lambda c: -(c**-2.0) - 3.0 * c**-4.0)
+    q = jnp.asarray(np.geomspace(1e-3, 1e3, 25))
+    c = invert_marginal(marginal, q, 6)
+    np.testing.assert_allclose(marginal(c), q, rtol=1e-13)
+    slope = jax.vmap(jax.grad(lambda q: invert_marginal(marginal, q, 6)))(q)
+    np.testing.assert_allclose(slope, 1 / second(c), rtol=1e-10)
+    if utility == "not_crra":
+        # Two steps are not enough here: the early exit must not stop it.
+        two = invert_marginal(marginal, q, 2)
+        assert np.max(np.abs(np.asarray(marginal(two)) / np.asarray(q) - 1)) > 1e-10
