@@ -269,11 +269,12 @@ class DCEGM(AbstractSolver):
         return axes, shape, {a.name: flat[i] for i, a in enumerate(axes)}
 
     def _lift_choices(self, problem: RegimeProblem, finish=None, targets=None):
-        """`_raw` of every discrete state and action of the regime (then `finish(raw,
-        discrete)` on each, where given), lifted over their axes: the results and check
-        violations with leading axes the discrete states, then the discrete actions, and
-        those axes. `targets`: the regimes read next period (default: all it can move
-        to)."""
+        """The raw endogenous points (`_continuation`, then `_inverted`: the Euler
+        equation inverted at each savings point, before the upper envelope) of every
+        discrete state and action of the regime (then `finish(raw, discrete)` on each,
+        where given), lifted over their axes: the results and check violations with
+        leading axes the discrete states, then the discrete actions, and those axes.
+        `targets`: the regimes read next period (default: all it can move to)."""
         savings = self.savings.to_jax()
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
@@ -282,7 +283,10 @@ class DCEGM(AbstractSolver):
         def at_discrete_state(z: dict[str, Array], readers: dict[str, ContinuationReader]):
             def at_choice(d: dict[str, Array]):
                 discrete = {**z, **d}
-                raw, violations = self._raw(problem, readers, discrete, savings, checks, targets)
+                continuation, violations = self._continuation(
+                    problem, readers, discrete, savings, checks, targets
+                )
+                raw = self._inverted(problem, discrete, continuation, savings)
                 return (raw if finish is None else finish(raw, discrete)), violations
 
             return _lift(at_choice, discrete_actions, {})
@@ -506,25 +510,6 @@ class DCEGM(AbstractSolver):
             solutions.append(self._period_solution(problem, policy, violation, choice_values))
         return solutions
 
-    def _raw(
-        self,
-        problem: RegimeProblem,
-        readers: dict[str, ContinuationReader],
-        discrete: dict[str, Array],
-        savings,
-        checks,
-        targets=None,
-    ):
-        """The raw endogenous points `(m, c, v, mu)` of one discrete state and action
-        (the Euler equation inverted at each savings point, before the upper envelope),
-        its `continuation0`, whether the choice is allowed, and the check violations
-        (reduced over the savings points). `targets`: the regimes it reads next period
-        (see `expected_at_savings`)."""
-        continuation, violations = self._continuation(
-            problem, readers, discrete, savings, checks, targets
-        )
-        return self._inverted(problem, discrete, continuation, savings), violations
-
     def _continuation(
         self,
         problem: RegimeProblem,
@@ -534,8 +519,10 @@ class DCEGM(AbstractSolver):
         checks,
         targets=None,
     ):
-        """The first half of `_raw`: `E[V']` and `E[R·V'_m]` at the savings points,
-        whether the choice is allowed, and the check violations."""
+        """`E[V']` and `E[R·V'_m]` at the savings points of one discrete state and
+        action, whether the choice is allowed, and the check violations (reduced over
+        the savings points). `targets`: the regimes it reads next period (see
+        `expected_at_savings`)."""
         feasible = jnp.asarray(True)
         reference = jnp.asarray(REFERENCE_ACTION, savings.dtype)
         at_limit = {**discrete, self.state: savings[0] + reference, self.action: reference}
@@ -600,7 +587,8 @@ class DCEGM(AbstractSolver):
         savings,
         consumption: Array | None = None,
     ) -> dict[str, Array]:
-        """The second half of `_raw`: the Euler equation inverted at the savings
+        """The raw endogenous points `(m, c, v, mu)`, `continuation0` and feasibility
+        of one discrete state and action: the Euler equation inverted at the savings
         points, given `_continuation`'s result (and the consumption that solves it,
         where the caller found it)."""
         expected = continuation["expected"]
