@@ -252,21 +252,21 @@ class DCEGM(AbstractSolver):
 
         # Where every choice can move to the same subset of the targets, only those
         # are read (the choices of a splayed or sharded axis are not grouped).
-        _, _, codes = self._flat_choices(problem)
+        _, codes = self._flat_choices(problem)
         groups = self._target_groups(problem, codes)
         targets = groups[0][1] if groups is not None and len(groups) == 1 else None
         policy, violations, _ = self._lift_choices(problem, at_choice, targets)
         return self._period_solution(problem, policy, violations)
 
     def _flat_choices(self, problem: RegimeProblem):
-        """The regime's discrete state and action axes, their shape, and the codes of
+        """The shape of the regime's discrete state and action axes, and the codes of
         every choice (their flat product in row-major order; host arrays, by name)."""
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
         axes = (*discrete_states, *discrete_actions)
         shape = tuple(a.points.shape[0] for a in axes)
         flat = np.indices(shape).reshape(len(shape), math.prod(shape)).astype(np.int32)
-        return axes, shape, {a.name: flat[i] for i, a in enumerate(axes)}
+        return shape, {a.name: flat[i] for i, a in enumerate(axes)}
 
     def _lift_choices(self, problem: RegimeProblem, finish=None, targets=None):
         """The raw endogenous points (`_continuation`, then `_inverted`: the Euler
@@ -309,9 +309,9 @@ class DCEGM(AbstractSolver):
 
         Returns the continuations (leading axis: the flat choices), the check
         violations (leading axes: the discrete states, then the discrete actions), those
-        axes, and the flat choices' codes (host arrays, by name).
+        axes' shape, and the flat choices' codes (host arrays, by name).
         """
-        axes, shape, codes = self._flat_choices(problem)
+        shape, codes = self._flat_choices(problem)
         size = math.prod(shape)
         groups = self._target_groups(problem, codes) or [(np.arange(size), problem.regime.targets)]
         savings = self.savings.to_jax()
@@ -333,7 +333,7 @@ class DCEGM(AbstractSolver):
             merged = jax.tree.map(lambda x: x[np.argsort(order)], merged)
         continuation, violations = merged
         violations = violations.reshape((*shape, *violations.shape[1:]))
-        return continuation, violations, axes, codes
+        return continuation, violations, shape, codes
 
     def _inverted_rows(self, problem: RegimeProblem, continuation, codes) -> dict[str, Array]:
         """`_inverted` of every flat choice of `_continuation_rows`: one chain of Newton
@@ -341,30 +341,31 @@ class DCEGM(AbstractSolver):
         savings = self.savings.to_jax()
         size = jax.tree.leaves(continuation)[0].shape[0]
         discrete = {k: jnp.asarray(v) for k, v in codes.items()}
-        consumption = jnp.zeros((size, savings.shape[0]), savings.dtype)
-        newton = self.inverse_marginal_utility is None
-        if newton:
-            # Newton's method on all the choices' points at once, outside the map over
-            # them: its early exit is then one branch for all (see `invert_marginal`).
-            beta = problem.params[""]["discount_factor"]
-            rows = jnp.arange(size)
+        if self.inverse_marginal_utility is not None:  # the user's inverse, per choice
+            return map_axis(
+                lambda xs: self._inverted(problem, xs[0], xs[1], savings),
+                (discrete, continuation),
+                0,
+            )
+        # Newton's method on all the choices' points at once, outside the map over them:
+        # its early exit is then one branch for all (see `invert_marginal`).
+        beta = problem.params[""]["discount_factor"]
 
-            def marginal(c):
-                return jax.vmap(lambda d, c, _: self._utility(problem, d)[1](c))(discrete, c, rows)
-
-            top = jnp.asarray(CONSUMPTION_CAP, savings.dtype)
-            cap = jax.vmap(lambda d, _: self._utility(problem, d)[1](top))(discrete, rows)
-            q = beta * continuation["marginal_expected"]
-            target = jnp.maximum(q, jax.lax.stop_gradient(cap.astype(q.dtype))[:, None])
-            consumption = invert_marginal(marginal, target, self.newton_steps)
-
-        def at_choice(xs):
-            discrete, continuation, consumption = xs
-            return self._inverted(
-                problem, discrete, continuation, savings, consumption if newton else None
+        def marginal(c):
+            return jax.vmap(lambda d, c: self._utility(problem, d)[1](c), axis_size=size)(
+                discrete, c
             )
 
-        return map_axis(at_choice, (discrete, continuation, consumption), 0)
+        top = jnp.asarray(CONSUMPTION_CAP, savings.dtype)
+        cap = jax.vmap(lambda d: self._utility(problem, d)[1](top), axis_size=size)(discrete)
+        q = beta * continuation["marginal_expected"]
+        target = jnp.maximum(q, jax.lax.stop_gradient(cap.astype(q.dtype))[:, None])
+        consumption = invert_marginal(marginal, target, self.newton_steps)
+        return map_axis(
+            lambda xs: self._inverted(problem, xs[0], xs[1], savings, xs[2]),
+            (discrete, continuation, consumption),
+            0,
+        )
 
     def _target_groups(
         self, problem: RegimeProblem, codes: dict[str, np.ndarray]
@@ -468,29 +469,24 @@ class DCEGM(AbstractSolver):
         where each regime's own step is one.)
         """
         savings = self.savings.to_jax()
-        members, raws, violations = [], [], []
+        members, raws, violations, blocks = [], [], [], []
         for problem in problems:
-            continuation, violation, axes, codes = self._continuation_rows(problem)
-            shape = tuple(a.points.shape[0] for a in axes)
-            members.append((problem, axes, shape))
+            continuation, violation, shape, codes = self._continuation_rows(problem)
+            members.append((problem, shape))
             raws.append(self._inverted_rows(problem, continuation, codes))
             violations.append(violation)
-        sizes = [math.prod(shape) for _, _, shape in members]
-        blocks = []
-        for (problem, axes, shape), size in zip(members, sizes, strict=True):
-            indices = np.indices(shape).reshape(len(shape), size).astype(np.int32)
-            codes = {a.name: indices[i] for i, a in enumerate(axes)}
 
             def functions(codes, problem=problem):
                 return self._utility(problem, codes)
 
-            blocks.append(_Block(functions, codes, size))
+            blocks.append(_Block(functions, codes, math.prod(shape)))
+        sizes = [block.size for block in blocks]
         row_codes = _row_codes(blocks)
         rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
         refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
         # The choices' values on the regimes' state grids, read together where the grids
         # have one size.
-        grids = [p.state_axes[p.regime.states.index(self.state)].points for p, _, _ in members]
+        grids = [p.state_axes[p.regime.states.index(self.state)].points for p, _ in members]
         values = None
         if len({g.shape for g in grids}) == 1:
             nodes = jnp.concatenate(
@@ -498,7 +494,7 @@ class DCEGM(AbstractSolver):
             )
             values = self._values_rows(blocks, row_codes, refined, nodes, savings)
         solutions, offset = [], 0
-        for (problem, _, shape), size, violation in zip(members, sizes, violations, strict=True):
+        for (problem, shape), size, violation in zip(members, sizes, violations, strict=True):
             policy = {
                 key: value[offset : offset + size].reshape((*shape, *value.shape[1:]))
                 for key, value in refined.items()
