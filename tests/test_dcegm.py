@@ -141,6 +141,27 @@ def test_jit_vmap_and_no_retrace():
     assert model._solve._cache_size() == before
 
 
+def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
+    """`DCEGM` compiles its eager solve with XLA:CPU's loop emitters (`compiler_options`);
+    inside a caller's trace the nested program has none (a nested `jit` cannot). An XLA
+    that does not know an option gets a program without any, not an error."""
+    from lcm_eqx._model import _model
+
+    model, params, solution = solved(3, 0.1)
+    assert model._solve is not model._solve_nested
+    grid = retirement.build(3)
+    assert grid._solve is grid._solve_nested  # grid search keeps XLA's defaults
+    monkeypatch.setattr(_model, "_OPTIONS_REFUSED", [])
+    monkeypatch.setattr(lcm.DCEGM, "compiler_options", lambda self: {"xla_no_such_option": 1})
+    refusing = retirement.build(3, solver=retirement.dcegm())
+    for _ in range(2):  # the second call goes straight to the plain program
+        fallback = refusing.solve(params)
+        for regime in ("working", "retired"):
+            np.testing.assert_array_equal(fallback.values[regime], solution.values[regime])
+    assert len(_model._OPTIONS_REFUSED) == 1
+    assert "xla_no_such_option" in _model._OPTIONS_REFUSED[0]
+
+
 def _taste_shock_model():
     return retirement.build(3, taste_shocks=True, solver=retirement.dcegm(n_savings=120))
 

@@ -69,6 +69,17 @@ class _DirectMethod:
 
 _Method = TypeVar("_Method", bound=Callable)
 
+# Set when an XLA refused a solver's compiler option: later solves compile without any.
+_OPTIONS_REFUSED: list[str] = []
+
+
+def _compiler_options(solvers: Mapping[str, AbstractSolver]) -> dict[str, Any]:
+    """The merged `compiler_options()` of a model's solvers (see `AbstractSolver`)."""
+    options: dict[str, Any] = {}
+    for solver in solvers.values():
+        options.update(solver.compiler_options())
+    return options
+
 
 def _direct_method(function: _Method) -> _Method:
     """Bind a `Model` method as a `functools.partial` of the model.
@@ -123,7 +134,8 @@ class Model(eqx.Module):
     solver: AbstractSolver
     solvers: dict[str, AbstractSolver]
     plan: ModelPlan = eqx.field(static=True)
-    _solve: Callable = eqx.field(static=True)
+    _solve: Callable = eqx.field(static=True)  # the top-level program (compiler options)
+    _solve_nested: Callable = eqx.field(static=True)  # inside a caller's trace
     _simulate: Callable = eqx.field(static=True)
 
     def __init__(
@@ -160,9 +172,14 @@ class Model(eqx.Module):
         self.solver = solver
         self.solvers = assign_solvers(plan, regimes, solver)
         self.plan = plan
-        self._solve = jax.jit(
-            functools.partial(solve_model, plan, self.solvers, ages),
-            static_argnames=("validate", "progress"),
+        solve = functools.partial(solve_model, plan, self.solvers, ages)
+        static = ("validate", "progress")
+        self._solve_nested = jax.jit(solve, static_argnames=static)
+        options = _compiler_options(self.solvers)
+        self._solve = (
+            jax.jit(solve, static_argnames=static, compiler_options=options)
+            if options
+            else self._solve_nested
         )
         self._simulate = jax.jit(
             functools.partial(_simulate_chunk_with_params, plan, self.solvers, ages),
@@ -243,8 +260,17 @@ class Model(eqx.Module):
         mode = progress_mode(progress)
         check_params(self.plan, params)
         options: dict[str, Any] = {"validate": validate != "off", "progress": mode}
-        with timed(self._solve, "solve", params, **options) as timer:
-            raw = self._solve(params, **options)
+        program = self._solve
+        if program is not self._solve_nested and (_OPTIONS_REFUSED or is_traced(params)):
+            program = self._solve_nested
+        with timed(program, "solve", params, **options) as timer:
+            try:
+                raw = program(params, **options)
+            except jax.errors.JaxRuntimeError as error:
+                if program is self._solve_nested or "No such compile option" not in str(error):
+                    raise
+                _OPTIONS_REFUSED.append(str(error))  # this XLA lacks an option: go without
+                raw = self._solve_nested(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = raw  # it records the model's structure (`Solution.model_structure`)
         enforce(

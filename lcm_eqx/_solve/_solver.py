@@ -63,6 +63,16 @@ class AbstractSolver(eqx.Module):
         """Names of the solver's own validation checks for `regime`, after the problem's."""
         return ()
 
+    def compiler_options(self) -> dict[str, Any]:
+        """XLA options for the top-level programs of a model that uses this solver.
+
+        Applied by `Model.solve` when it is called eagerly (a nested `jit` cannot carry
+        options: inside a caller's `jax.jit` or `jax.grad` the caller's compile decides).
+        Options of the model's solvers are merged; an XLA that does not know one is
+        answered by compiling without any.
+        """
+        return {}
+
     @abc.abstractmethod
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         """Solve one regime in one period on its whole state grid."""
