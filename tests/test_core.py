@@ -29,6 +29,40 @@ def test_jit_of_solve_equals_solve():
         np.testing.assert_array_equal(eager.values[regime], jitted.values[regime])
 
 
+def test_solve_pauses_the_garbage_collector_only_while_its_program_runs():
+    """`Model.solve` pauses Python's cyclic collector while it calls (and on a first
+    call traces and compiles) its program, and leaves it as it found it, also when the
+    call raises."""
+    import gc
+
+    model = retirement.build(n_periods=3, n_wealth=10, n_consumption=20)
+    seen = []
+
+    def utility(consumption, labor, disutility_of_work):
+        seen.append(gc.isenabled())
+        return retirement.utility(consumption, labor, disutility_of_work)
+
+    traced = retirement.build(n_periods=3, n_wealth=10, n_consumption=20, utility_fn=utility)
+    assert gc.isenabled()
+    traced.solve(retirement.PARAMS)
+    assert seen and not any(seen)  # traced with the collector paused
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        model.solve(retirement.PARAMS)
+        assert not gc.isenabled()  # a collector the caller had paused stays paused
+    finally:
+        gc.enable()
+
+    def broken(consumption, labor, disutility_of_work):
+        raise ValueError("raised while tracing")
+
+    failing = retirement.build(n_periods=3, n_wealth=10, n_consumption=20, utility_fn=broken)
+    with pytest.raises(ValueError, match="raised while tracing"):
+        failing.solve(retirement.PARAMS)
+    assert gc.isenabled()
+
+
 def test_new_parameter_values_do_not_recompile():
     utility, traces = _counting_utility()
     model = retirement.build(n_periods=4, n_wealth=20, n_consumption=40, utility_fn=utility)
