@@ -70,6 +70,7 @@ class _DirectMethod:
 
 _Method = TypeVar("_Method", bound=Callable)
 
+
 class _CollectorPaused:
     """Python's cyclic garbage collector paused for a block (`Model.solve` and
     `Model.simulate` calling their programs).
@@ -77,7 +78,7 @@ class _CollectorPaused:
     A first call traces and lowers the program, which allocates about a million
     objects: the full collections they triggered took 0.08 s of the 0.5 s trace of the
     DC-EGM retirement model. Reference counting still frees what is not cyclic, and the
-    collector is back (if it was on) after the block. A steady call pays ~0.2 µs.
+    collector is back (if it was on) after the block. A steady call pays ~0.3 µs.
     """
 
     __slots__ = ("collecting",)

@@ -235,9 +235,10 @@ class DCEGM(AbstractSolver):
 
     def compiler_options(self) -> dict[str, Any]:
         # XLA:CPU's loop emitters: a DC-EGM program is ~120 small kernels, and the MLIR
-        # fusion emitters' fixed set-up per kernel doubled its compile (first solve of
-        # the retirement model 2.2 -> 1.6 s; steady time the same or 2 % less). Ignored
-        # by other backends. See docs/architecture.md.
+        # fusion emitters' fixed set-up per kernel doubled XLA's code generation (trace
+        # + lower + compile of the retirement model 2.21 -> 1.62 s; steady time the same
+        # or 2 % less). A CPU option: other backends do not read it. See
+        # docs/architecture.md ("Compiler options per solver").
         return {"xla_cpu_use_fusion_emitters": False}
 
     def _limit_constraints(self, regime: RegimePlan) -> tuple[str, ...]:

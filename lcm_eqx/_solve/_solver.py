@@ -64,12 +64,12 @@ class AbstractSolver(eqx.Module):
         return ()
 
     def compiler_options(self) -> dict[str, Any]:
-        """XLA options for the top-level programs of a model that uses this solver.
+        """XLA options for the solve program of a model that uses this solver.
 
-        Applied by `Model.solve` when it is called eagerly (a nested `jit` cannot carry
-        options: inside a caller's `jax.jit` or `jax.grad` the caller's compile decides).
-        Options of the model's solvers are merged; an XLA that does not know one is
-        answered by compiling without any.
+        Applied when `Model.solve` is called eagerly (a nested `jit` cannot carry
+        options: inside a caller's `jax.jit`, `grad` or `vmap` the caller's compile
+        decides); the simulation keeps XLA's defaults. Options of the model's solvers
+        are merged; an XLA that does not know one is answered by compiling without any.
         """
         return {}
 
