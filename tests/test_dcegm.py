@@ -151,6 +151,9 @@ def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
     assert model._solve is not model._solve_nested
     grid = retirement.build(3)
     assert grid._solve is grid._solve_nested  # grid search keeps XLA's defaults
+    # Solvers that ask for different options: the model compiles with those they share.
+    mixed = retirement.build(3, solver=retirement.dcegm(), retired_solver=lcm.GridSearch())
+    assert mixed._solve is mixed._solve_nested
     monkeypatch.setattr(_model, "_OPTIONS_REFUSED", [])
     monkeypatch.setattr(lcm.DCEGM, "compiler_options", lambda self: {"xla_no_such_option": 1})
     refusing = retirement.build(3, solver=retirement.dcegm())
@@ -236,6 +239,8 @@ def test_model_default_leaves_terminal_regimes_to_grid_search():
     )
     assert isinstance(model.solvers["alive"], lcm.DCEGM)
     assert isinstance(model.solvers["dead"], lcm.GridSearch)
+    # The terminal regime's grid search does not veto DC-EGM's compiler options.
+    assert model._solve is not model._solve_nested
 
 
 # ---------------------------------------------------------------------------------------

@@ -96,12 +96,27 @@ class _CollectorPaused:
 _OPTIONS_REFUSED: list[str] = []
 
 
-def _compiler_options(solvers: Mapping[str, AbstractSolver]) -> dict[str, Any]:
-    """The merged `compiler_options()` of a model's solvers (see `AbstractSolver`)."""
-    options: dict[str, Any] = {}
-    for solver in solvers.values():
-        options.update(solver.compiler_options())
-    return options
+def _compiler_options(plan: ModelPlan, solvers: Mapping[str, AbstractSolver]) -> dict[str, Any]:
+    """The XLA options of a model's solve program: those that the solvers of all its
+    non-terminal regimes ask for alike (`AbstractSolver.compiler_options`).
+
+    An option helps its own solver's kernels and may slow another's (DC-EGM's suit
+    grid search's kernel poorly), so a model that mixes solvers compiles with the
+    options they share. Terminal regimes have no Bellman problem to speak of.
+    """
+    wanted = [
+        solvers[name].compiler_options()
+        for name, regime in plan.regimes.items()
+        if not regime.is_terminal
+    ]
+    if not wanted:
+        return {}
+    first, *others = wanted
+    return {
+        key: value
+        for key, value in first.items()
+        if all(key in other and other[key] == value for other in others)
+    }
 
 
 def _direct_method(function: _Method) -> _Method:
@@ -198,7 +213,7 @@ class Model(eqx.Module):
         solve = functools.partial(solve_model, plan, self.solvers, ages)
         static = ("validate", "progress")
         self._solve_nested = jax.jit(solve, static_argnames=static)
-        options = _compiler_options(self.solvers)
+        options = _compiler_options(plan, self.solvers)
         self._solve = (
             jax.jit(solve, static_argnames=static, compiler_options=options)
             if options

@@ -234,12 +234,19 @@ class DCEGM(AbstractSolver):
         )
 
     def compiler_options(self) -> dict[str, Any]:
-        # XLA:CPU's loop emitters: a DC-EGM program is ~120 small kernels, and the MLIR
-        # fusion emitters' fixed set-up per kernel doubled XLA's code generation (trace
-        # + lower + compile of the retirement model 2.21 -> 1.62 s; steady time the same
-        # or 2 % less). A CPU option: other backends do not read it. See
-        # docs/architecture.md ("Compiler options per solver").
-        return {"xla_cpu_use_fusion_emitters": False}
+        # A DC-EGM program is ~120 small kernels, and compiling them is most of its first
+        # solve (see docs/architecture.md, "Compiler options per solver"):
+        # - XLA:CPU's loop emitters: the MLIR fusion emitters' fixed set-up per kernel
+        #   doubled XLA's code generation (trace + lower + compile of the retirement
+        #   model 2.21 -> 1.62 s; steady time the same or 2 % less). A CPU option:
+        #   other backends do not read it.
+        # - No loop-invariant code motion: the invariants it hoists out of the period
+        #   loop are microseconds of work, but each became a kernel of its own
+        #   (compile 0.90 -> 0.79 s; steady time 1-2 % longer).
+        return {
+            "xla_cpu_use_fusion_emitters": False,
+            "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
+        }
 
     def _limit_constraints(self, regime: RegimePlan) -> tuple[str, ...]:
         """The constraints that involve `state` or `action` (the borrowing limit)."""
@@ -334,7 +341,10 @@ class DCEGM(AbstractSolver):
                 )
 
             members = ({k: jnp.asarray(v[rows]) for k, v in codes.items()}, jnp.asarray(rows))
-            parts.append(map_axis(at_choice, members, 0))
+            # A plain `vmap`: `_continuation`'s map over the savings points is already a
+            # flat program (`map_axis`); flattening this map too would batch each of its
+            # primitives a second time (0.02 s of tracing, the same compiled program).
+            parts.append(jax.vmap(at_choice)(members))
         merged = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
         order = np.concatenate([rows for rows, _ in groups])
         if not np.array_equal(order, np.arange(size)):

@@ -68,8 +68,9 @@ class AbstractSolver(eqx.Module):
 
         Applied when `Model.solve` is called eagerly (a nested `jit` cannot carry
         options: inside a caller's `jax.jit`, `grad` or `vmap` the caller's compile
-        decides); the simulation keeps XLA's defaults. Options of the model's solvers
-        are merged; an XLA that does not know one is answered by compiling without any.
+        decides); the simulation keeps XLA's defaults. A model compiles with the options
+        that the solvers of all its non-terminal regimes ask for alike; an XLA that does
+        not know one is answered by compiling without any.
         """
         return {}
 
