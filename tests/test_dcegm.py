@@ -142,9 +142,11 @@ def test_jit_vmap_and_no_retrace():
 
 
 def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
-    """`DCEGM` compiles its eager solve with XLA:CPU's loop emitters (`compiler_options`);
-    inside a caller's trace the nested program has none (a nested `jit` cannot). An XLA
-    that does not know an option gets a program without any, not an error."""
+    """`DCEGM` compiles its eager solve with its `compiler_options` (XLA:CPU's loop
+    emitters, no loop-invariant code motion); inside a caller's trace the nested program
+    has none (a nested `jit` cannot), and `test_jit_vmap_and_no_retrace` checks that the
+    two give the same solution to the last bit. An XLA that does not know an option gets
+    a program without any, not an error."""
     from lcm_eqx._model import _model
 
     model, params, solution = solved(3, 0.1)
