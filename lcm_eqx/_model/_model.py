@@ -71,6 +71,18 @@ class _DirectMethod:
 _Method = TypeVar("_Method", bound=Callable)
 
 
+def _direct_method(function: _Method) -> _Method:
+    """Bind a `Model` method as a `functools.partial` of the model.
+
+    Equinox turns every method of a Module into a `BoundMethod` on each attribute
+    access, a Module built field by field: 60–150 µs for each `model.solve(...)`, a
+    tenth of a steady solve of API.md's model. A partial keeps the signature and the
+    docstring, and `jax.jit(model.solve)` still works (the model is then a constant of
+    the program, as it was). Type checkers see the method itself.
+    """
+    return cast(_Method, _DirectMethod(function))
+
+
 class _CollectorPaused:
     """Python's cyclic garbage collector paused for a block (`Model.solve` and
     `Model.simulate` calling their programs).
@@ -117,18 +129,6 @@ def _compiler_options(plan: ModelPlan, solvers: Mapping[str, AbstractSolver]) ->
         for key, value in first.items()
         if all(key in other and other[key] == value for other in others)
     }
-
-
-def _direct_method(function: _Method) -> _Method:
-    """Bind a `Model` method as a `functools.partial` of the model.
-
-    Equinox turns every method of a Module into a `BoundMethod` on each attribute
-    access, a Module built field by field: 60–150 µs for each `model.solve(...)`, a
-    tenth of a steady solve of API.md's model. A partial keeps the signature and the
-    docstring, and `jax.jit(model.solve)` still works (the model is then a constant of
-    the program, as it was). Type checkers see the method itself.
-    """
-    return cast(_Method, _DirectMethod(function))
 
 
 class Model(eqx.Module):
@@ -302,14 +302,13 @@ class Model(eqx.Module):
         if program is not self._solve_nested and (_OPTIONS_REFUSED or is_traced(params)):
             program = self._solve_nested
         with timed(program, "solve", params, **options) as timer:
-            try:
-                with _CollectorPaused():
+            with _CollectorPaused():
+                try:
                     raw = program(params, **options)
-            except jax.errors.JaxRuntimeError as error:
-                if program is self._solve_nested or "No such compile option" not in str(error):
-                    raise
-                _OPTIONS_REFUSED.append(str(error))  # this XLA lacks an option: go without
-                with _CollectorPaused():
+                except jax.errors.JaxRuntimeError as error:
+                    if program is self._solve_nested or "No such compile option" not in str(error):
+                        raise
+                    _OPTIONS_REFUSED.append(str(error))  # this XLA lacks an option: go without
                     raw = self._solve_nested(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = raw  # it records the model's structure (`Solution.model_structure`)

@@ -376,8 +376,7 @@ class DCEGM(AbstractSolver):
 
         top = jnp.asarray(CONSUMPTION_CAP, savings.dtype)
         cap = jax.vmap(lambda d: self._utility(problem, d)[1](top), axis_size=size)(discrete)
-        q = beta * continuation["marginal_expected"]
-        target = jnp.maximum(q, jax.lax.stop_gradient(cap.astype(q.dtype))[:, None])
+        target = _euler_target(beta, continuation["marginal_expected"], cap[:, None])
         consumption = invert_marginal(marginal, target, self.newton_steps)
         return map_axis(
             lambda xs: self._inverted(problem, xs[0], xs[1], savings, xs[2]),
@@ -610,9 +609,9 @@ class DCEGM(AbstractSolver):
         beta = problem.params[""]["discount_factor"]
         utility, marginal = self._utility(problem, discrete)
         if consumption is None:
-            q = beta * marginal_expected
-            cap = jax.lax.stop_gradient(marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype)))
-            consumption = self._invert(problem, discrete, marginal, jnp.maximum(q, cap))
+            cap = marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype))
+            target = _euler_target(beta, marginal_expected, cap)
+            consumption = self._invert(problem, discrete, marginal, target)
         m = savings + consumption
         v = _plus_discounted(utility(consumption), beta, expected)
         finite = jnp.isfinite(v) & jnp.isfinite(m)
@@ -1041,6 +1040,14 @@ def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) ->
             second,
         )
     return jnp.exp(newton(x, marginal, log_q))
+
+
+def _euler_target(beta, marginal_expected, cap) -> Array:
+    """`u'(c)` that the Euler equation asks for, `β·E[R·V'_m]`, floored at `cap` (`u'` at
+    the consumption cap, without derivative: where the continuation's marginal value is
+    0, the choice consumes the cap)."""
+    q = beta * marginal_expected
+    return jnp.maximum(q, jax.lax.stop_gradient(cap.astype(q.dtype)))
 
 
 def combine_values_and_slopes(values, slopes, scale) -> tuple[Array, Array]:
