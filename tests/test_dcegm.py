@@ -397,9 +397,9 @@ def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, case):
     passes = []
     batched = _dcegm.DCEGM._solve_batched
 
-    def spy(self, problems):
+    def spy(self, problems, **kwargs):
         passes.append(len(problems))
-        return batched(self, problems)
+        return batched(self, problems, **kwargs)
 
     monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
     together = model.solve(params)
@@ -420,9 +420,9 @@ def test_equal_solvers_share_a_pass_and_different_ones_do_not(monkeypatch):
     passes = []
     batched = _dcegm.DCEGM._solve_batched
 
-    def spy(self, problems):
+    def spy(self, problems, **kwargs):
         passes.append(sorted(p.regime.name for p in problems))
-        return batched(self, problems)
+        return batched(self, problems, **kwargs)
 
     monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
     params = params_for(1.0)

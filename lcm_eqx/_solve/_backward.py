@@ -20,6 +20,7 @@ from ._dcegm import (
     array_reader,
     endogenous_reader,
     inactive_grid,
+    regime_values,
     solve_regimes,
     zero_grid,
 )
@@ -77,6 +78,19 @@ def solve_model(
         )
 
     zero_policies = {name: zero_grid(plan, name, s, dtype) for name, s in endogenous.items()}
+    # DC-EGM regimes whose value arrays no regime reads next period (every regime that
+    # can move to them reads their refined grids): their values on the state grid are
+    # output only, read after the period loop for all periods at once (`regime_values`),
+    # not in every period. The period step is then shorter by the reads' kernels.
+    later = frozenset(
+        name
+        for name in endogenous
+        if all(
+            isinstance(solvers[r], DCEGM)
+            for r, regime in plan.regimes.items()
+            if name in regime.targets
+        )
+    )
     carry = (
         {name: place(name, jnp.zeros(shape, dtype)) for name, shape in shapes.items()},  # V_T = 0
         zero_policies,
@@ -95,8 +109,10 @@ def solve_model(
     policies: dict[str, list] = {name: [] for name in endogenous}
 
     for segment in reversed(plan.segments):
+        # The regimes whose values `solve_regimes` left out (filled when `step` traces).
+        deferred: set[str] = set()
 
-        def step(carried, inputs, segment=segment):
+        def step(carried, inputs, segment=segment, deferred=deferred):
             next_values, next_policies = carried
             period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
             age = age_of(ages, period)
@@ -136,7 +152,9 @@ def solve_model(
                 problems[name] = problem
             # The DC-EGM regimes of the period are solved together (`solve_regimes`).
             solved = solve_regimes(
-                solvers, {n: p for n, p in problems.items() if isinstance(solvers[n], DCEGM)}
+                solvers,
+                {n: p for n, p in problems.items() if isinstance(solvers[n], DCEGM)},
+                later,
             )
             for name, problem in problems.items():
                 solver = solvers[name]
@@ -144,7 +162,10 @@ def solve_model(
                     value, check, policy, carried_value = solved[name]
                 else:
                     value, check, policy, carried_value = solver.solve_period(problem)
-                current[name] = place(name, value.astype(dtype))
+                if value is None:  # read after the period loop
+                    deferred.add(name)
+                else:
+                    current[name] = place(name, value.astype(dtype))
                 if carried_value is not None:
                     current_carried[name] = place(name, carried_value.astype(dtype))
                 if policy is not None:
@@ -166,7 +187,10 @@ def solve_model(
             next_carry = {
                 name: current_carried.get(name, current[name])
                 if name in current
-                else place(name, jnp.full(shapes[name], -jnp.inf, dtype))
+                # NaN where nothing may read it (a value read after the loop).
+                else place(
+                    name, jnp.full(shapes[name], jnp.nan if name in deferred else -jnp.inf, dtype)
+                )
                 for name in plan.regimes
             }
             next_policy_carry = {
@@ -204,6 +228,22 @@ def solve_model(
         carry, outputs = jax.lax.scan(ticked_step, carry, inputs, reverse=True)
         segment_values, segment_violations, segment_policies, segment_carried = outputs
         length = segment.stop - segment.start
+        if deferred:
+            read = read_values(
+                plan,
+                solvers,
+                resolved,
+                ages,
+                sharding,
+                inputs,
+                tables,
+                {name: segment_policies[name] for name in deferred},
+                {name: zero_policies[name].borrowing_limit for name in deferred},
+            )
+            segment_values = {
+                **segment_values,
+                **{name: place(name, v.astype(dtype), 1) for name, v in read.items()},
+            }
         for name in endogenous:
             nodes, count, continuation0, feasible = segment_policies[name]
             zero = zero_policies[name]
@@ -271,6 +311,56 @@ def solve_model(
         # Static: set when the solve is traced, so a call does not copy the Solution.
         model_structure=plan_structure(plan, ages),
     )
+
+
+def read_values(
+    plan: ModelPlan,
+    solvers: dict[str, AbstractSolver],
+    resolved,
+    ages,
+    sharding,
+    inputs,
+    tables,
+    policies,
+    borrowing_limits,
+) -> dict[str, jax.Array]:
+    """The value arrays of the DC-EGM regimes of `policies` in every period of a segment
+    (leading axis), read from their refined grids (`policies`: the scan's emitted
+    `(nodes, count, continuation0, feasible)`), all periods at once: the reads the
+    period step left out (`solve_regimes`' `later`)."""
+
+    def at(inputs, policies):
+        period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
+        problems = {
+            name: RegimeProblem(
+                plan,
+                plan.regimes[name],
+                resolved[name],
+                period,
+                age_of(ages, period),
+                {},
+                False,
+                sharding=sharding,
+                prepare=False,
+                grid_points=grid_points,
+                next_grid_points=next_grid_points,
+            )
+            for name in sorted(policies)
+        }
+        grids = {
+            name: EndogenousGrid(
+                nodes,
+                count,
+                continuation0,
+                feasible,
+                borrowing_limits[name],
+                jnp.asarray(ORDINARY, jnp.int32),
+            )
+            for name, (nodes, count, continuation0, feasible) in policies.items()
+        }
+        return regime_values(solvers, problems, grids)
+
+    return jax.vmap(at)(inputs, policies)
 
 
 def state_points(plan: ModelPlan, tables) -> dict[str, dict[str, jax.Array]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -429,37 +429,52 @@ class DCEGM(AbstractSolver):
         policy: dict[str, Array],
         violations: Array,
         choice_values: Array | None = None,
+        with_values: bool = True,
     ) -> PeriodSolution:
         """The `PeriodSolution` of one regime from its refined grids (leading axes: the
         discrete states, then the discrete actions) and the choices' check violations;
         `choice_values`: each choice's value on the state grid (`(*z, *d, n_nodes)`),
-        where the caller read them."""
+        where the caller read them. Without `with_values`, its `values` are None: the
+        caller reads them later (`regime_values`)."""
         regime = problem.regime
-        savings = self.savings.to_jax()
         n_z = len(regime.states) - 1
         n_d = len(regime.discrete_actions)
         # Violations: max over the discrete actions, then broadcast over the state grid.
         violations = jnp.max(violations, axis=tuple(range(n_z, n_z + n_d))) if n_d else violations
-        status = jnp.asarray(ORDINARY, jnp.int32)
-        grid = EndogenousGrid(
+        grid = self._grid(policy)
+        values = self._regime_values(problem, grid, choice_values) if with_values else None
+        position = regime.states.index(self.state)
+        shape = tuple(a.points.shape[0] for a in problem.state_axes)
+        violations = jnp.expand_dims(violations, position)
+        violations = jnp.broadcast_to(violations, (*shape, violations.shape[-1]))
+        return PeriodSolution(values, violations, grid)
+
+    def _grid(self, policy: dict[str, Array]) -> EndogenousGrid:
+        """A period's `EndogenousGrid` from its refined rows."""
+        return EndogenousGrid(
             nodes=policy["nodes"],
             count=policy["count"],
             continuation0=policy["continuation0"],
             feasible=policy["feasible"],
-            borrowing_limit=savings[0],
-            status=status,
+            borrowing_limit=self.savings.to_jax()[0],
+            status=jnp.asarray(ORDINARY, jnp.int32),
         )
+
+    def _regime_values(
+        self, problem: RegimeProblem, grid: EndogenousGrid, choice_values: Array | None = None
+    ) -> Array:
+        """The regime's value array (its state shape) from its refined grids, or from
+        each choice's value at the state nodes (`choice_values`, `(*z, *d, n_nodes)`)
+        where the caller read them."""
+        regime = problem.regime
+        position = regime.states.index(self.state)
         if choice_values is None:
-            nodes = problem.state_axes[regime.states.index(self.state)].points
+            nodes = problem.state_axes[position].points
             values = self.values_on(problem, grid, nodes)  # (*z, n_nodes)
         else:
             values = self.combine_choices(problem, jnp.moveaxis(choice_values, -1, 0))
             values = jnp.moveaxis(values, 0, -1)
-        position = regime.states.index(self.state)
-        values = jnp.moveaxis(values, -1, position)
-        violations = jnp.expand_dims(violations, position)
-        violations = jnp.broadcast_to(violations, (*values.shape, violations.shape[-1]))
-        return PeriodSolution(values, violations, grid)
+        return jnp.moveaxis(values, -1, position)
 
     def _batchable(self, problem: RegimeProblem) -> bool:
         """Whether the regime's choices can join other regimes' in one pass over rows:
@@ -471,7 +486,9 @@ class DCEGM(AbstractSolver):
             if a.is_discrete
         )
 
-    def _solve_batched(self, problems: list[RegimeProblem]) -> list[PeriodSolution]:
+    def _solve_batched(
+        self, problems: list[RegimeProblem], with_values: bool = True
+    ) -> list[PeriodSolution]:
         """`solve_period` of several regimes that this solver solves, in one pass.
 
         Each regime reads next period and inverts the Euler equation on its own (its
@@ -486,10 +503,10 @@ class DCEGM(AbstractSolver):
         where each regime's own step is one.)
         """
         savings = self.savings.to_jax()
-        members, raws, violations, blocks = [], [], [], []
+        shapes, raws, violations, blocks = [], [], [], []
         for problem in problems:
             continuation, violation, shape, codes = self._continuation_rows(problem)
-            members.append((problem, shape))
+            shapes.append(shape)
             raws.append(self._inverted_rows(problem, continuation, codes))
             violations.append(violation)
 
@@ -497,31 +514,80 @@ class DCEGM(AbstractSolver):
                 return self._utility(problem, codes)
 
             blocks.append(_Block(functions, codes, math.prod(shape)))
-        sizes = [block.size for block in blocks]
         row_codes = _row_codes(blocks)
         rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
         refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
-        # The choices' values on the regimes' state grids, read together where the grids
-        # have one size.
-        grids = [p.state_axes[p.regime.states.index(self.state)].points for p, _ in members]
-        values = None
-        if len({g.shape for g in grids}) == 1:
-            nodes = jnp.concatenate(
-                [jnp.broadcast_to(g, (n, g.shape[0])) for g, n in zip(grids, sizes, strict=True)]
-            )
-            values = self._values_rows(blocks, row_codes, refined, nodes, savings)
+        choice_values = (
+            self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
+            if with_values
+            else [None] * len(problems)
+        )
         solutions, offset = [], 0
-        for (problem, shape), size, violation in zip(members, sizes, violations, strict=True):
+        for problem, shape, block, violation, values in zip(
+            problems, shapes, blocks, violations, choice_values, strict=True
+        ):
             policy = {
-                key: value[offset : offset + size].reshape((*shape, *value.shape[1:]))
+                key: value[offset : offset + block.size].reshape((*shape, *value.shape[1:]))
                 for key, value in refined.items()
             }
-            choice_values = None
-            if values is not None:
-                choice_values = values[offset : offset + size].reshape((*shape, -1))
-            offset += size
-            solutions.append(self._period_solution(problem, policy, violation, choice_values))
+            offset += block.size
+            solutions.append(self._period_solution(problem, policy, violation, values, with_values))
         return solutions
+
+    def _choice_values_rows(
+        self,
+        problems: list[RegimeProblem],
+        shapes: list[tuple[int, ...]],
+        blocks: list[_Block],
+        row_codes: tuple[Array, list[dict[str, Array]]],
+        refined: dict[str, Array],
+    ) -> list[Array | None]:
+        """Each regime's choice values on its state grid (`(*z, *d, n_nodes)`), read
+        for all rows together where the regimes' grids have one size (else None)."""
+        grids = [p.state_axes[p.regime.states.index(self.state)].points for p in problems]
+        if len({g.shape for g in grids}) != 1:
+            return [None] * len(problems)
+        sizes = [block.size for block in blocks]
+        nodes = jnp.concatenate(
+            [jnp.broadcast_to(g, (n, g.shape[0])) for g, n in zip(grids, sizes, strict=True)]
+        )
+        values = self._values_rows(blocks, row_codes, refined, nodes, self.savings.to_jax())
+        offsets = np.cumsum([0, *sizes])
+        return [
+            values[start:stop].reshape((*shape, -1))
+            for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes, strict=True)
+        ]
+
+    def values_batched(
+        self, problems: list[RegimeProblem], grids: list[EndogenousGrid]
+    ) -> list[Array]:
+        """The value arrays of regimes solved by `_solve_batched(..., with_values=False)`,
+        from their period's refined grids: one read of all their choices at the state
+        nodes, as `_solve_batched` does in the period."""
+        shapes, blocks, rows = [], [], []
+        for problem, grid in zip(problems, grids, strict=True):
+            shape, codes = self._flat_choices(problem)
+            size = math.prod(shape)
+
+            def functions(codes, problem=problem):
+                return self._utility(problem, codes)
+
+            shapes.append(shape)
+            blocks.append(_Block(functions, codes, size))
+            policy = {
+                "nodes": grid.nodes,
+                "count": grid.count,
+                "continuation0": grid.continuation0,
+                "feasible": grid.feasible,
+            }
+            rows.append({k: v.reshape((size, *v.shape[len(shape) :])) for k, v in policy.items()})
+        row_codes = _row_codes(blocks)
+        refined = {key: jnp.concatenate([r[key] for r in rows]) for key in rows[0]}
+        choice_values = self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
+        return [
+            self._regime_values(problem, grid, values)
+            for problem, grid, values in zip(problems, grids, choice_values, strict=True)
+        ]
 
     def _continuation(
         self,
@@ -965,31 +1031,69 @@ def _switched(index: Array, rows: list[tuple[Callable, Callable]]) -> tuple[Call
 
 
 def solve_regimes(
-    solvers: dict[str, AbstractSolver], problems: dict[str, RegimeProblem]
+    solvers: dict[str, AbstractSolver],
+    problems: dict[str, RegimeProblem],
+    later: frozenset[str] = frozenset(),
 ) -> dict[str, PeriodSolution]:
     """The period solutions of DC-EGM regimes (`problems`, by name).
 
     Regimes solved by equal `DCEGM`s whose discrete axes are neither splayed nor
     sharded are solved together (`DCEGM._solve_batched`); the others on their own.
+    Where every regime of such a group is in `later`, their value arrays are left out
+    (`values` None): the caller reads them from the refined grids after the period loop,
+    for all periods at once (`regime_values`).
     """
     solutions: dict[str, PeriodSolution] = {}
-    groups: list[tuple[DCEGM, list[str]]] = []
+    for representative, names in _batches(solvers, problems):
+        if representative is None:
+            (name,) = names
+            solutions[name] = cast(DCEGM, solvers[name]).solve_period(problems[name])
+            continue
+        solved = representative._solve_batched(
+            [problems[name] for name in names], with_values=not set(names) <= later
+        )
+        solutions.update(zip(names, solved, strict=True))
+    return solutions
+
+
+def regime_values(
+    solvers: dict[str, AbstractSolver],
+    problems: dict[str, RegimeProblem],
+    grids: dict[str, EndogenousGrid],
+) -> dict[str, Array]:
+    """The value arrays that `solve_regimes` left out, from the period's refined grids
+    (the same batches, so the same reads as in the period)."""
+    values: dict[str, Array] = {}
+    for representative, names in _batches(solvers, problems):
+        assert representative is not None
+        read = representative.values_batched(
+            [problems[name] for name in names], [grids[name] for name in names]
+        )
+        values.update(zip(names, read, strict=True))
+    return values
+
+
+def _batches(
+    solvers: dict[str, AbstractSolver], problems: dict[str, RegimeProblem]
+) -> list[tuple[DCEGM | None, list[str]]]:
+    """The regimes of `problems` grouped by equal `DCEGM`s, the ones that cannot be
+    batched (`DCEGM._batchable`) each alone with representative None."""
+    groups: list[tuple[DCEGM | None, list[str]]] = []
     for name, problem in problems.items():
         solver = solvers[name]
         assert isinstance(solver, DCEGM)
         if not solver._batchable(problem):
-            solutions[name] = solver.solve_period(problem)
+            groups.append((None, [name]))
             continue
         for representative, names in groups:
-            if representative is solver or bool(eqx.tree_equal(representative, solver)):
+            if representative is not None and (
+                representative is solver or bool(eqx.tree_equal(representative, solver))
+            ):
                 names.append(name)
                 break
         else:
             groups.append((solver, [name]))
-    for representative, names in groups:
-        solved = representative._solve_batched([problems[name] for name in names])
-        solutions.update(zip(names, solved, strict=True))
-    return solutions
+    return groups
 
 
 def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:

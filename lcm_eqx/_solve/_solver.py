@@ -21,15 +21,17 @@ if TYPE_CHECKING:
 class PeriodSolution(NamedTuple):
     """What a solver returns for one regime in one period.
 
-    `values` has the regime's state shape; `violations` the check violations at every
-    state point (see `RegimeProblem.checks` and the solver's `extra_checks`): a tuple of
-    arrays of the state shape, one per check, or one array with a last axis of checks;
+    `values` has the regime's state shape (None where the backward induction reads it
+    after the period loop: see `solve_regimes`); `violations` the check violations at
+    every state point (see `RegimeProblem.checks` and the solver's `extra_checks`): a
+    tuple of arrays of the state shape, one per check, or one array with a last axis of
+    checks;
     `policy` is whatever the solver keeps for later queries (simulation, likelihoods, the
     next period), or None; `carried` the second value array of an aggregator that has
     one, or None.
     """
 
-    values: Array
+    values: Array | None
     violations: Array
     policy: Any
     # The value array earlier periods read as this one's continuation, where it is not
