@@ -232,6 +232,35 @@ def test_dcegm_and_grid_search_regimes_in_one_model():
     np.testing.assert_allclose(solution.value("working", 0)[high], working[high], atol=0.05)
 
 
+def test_values_are_read_after_the_period_loop_unless_grid_search_reads_them(monkeypatch):
+    """A DC-EGM regime's value array on its state grid is output only where every regime
+    that can move to it reads its refined grids: it is then read after the period loop,
+    for all periods at once. A grid-search regime that moves to it reads the value array
+    next period, so there it is read in the period."""
+    from lcm_eqx._solve import _dcegm
+
+    calls = []
+    batched = _dcegm.DCEGM._solve_batched
+
+    def spy(self, problems, with_values=True):
+        calls.append(with_values)
+        return batched(self, problems, with_values=with_values)
+
+    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
+    params = params_for(0.1)
+    egm = retirement.build(3, solver=retirement.dcegm(60)).solve(params)
+    assert calls and not any(calls)
+    calls.clear()
+    mixed = retirement.build(3, solver=lcm.GridSearch(), retired_solver=retirement.dcegm(60))
+    solution = mixed.solve(params)
+    assert calls and all(calls)
+    # The retirees solve the same problem either way (they only move among themselves).
+    np.testing.assert_allclose(
+        solution.values["retired"], egm.values["retired"], rtol=0, atol=1e-12
+    )
+    assert np.isfinite(np.asarray(solution.values["working"])).all()
+
+
 def test_model_default_leaves_terminal_regimes_to_grid_search():
     alive, dead = _mortality_regimes()
     model = lcm.Model(
