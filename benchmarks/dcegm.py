@@ -72,14 +72,19 @@ def cold(dcegm: bool, n_savings: int, rounds: int) -> dict:
     return min(results, key=lambda r: r["first_solve_s"])
 
 
-def retirement_rows(n_savings: int, n_subjects: int, repeats: int, rounds: int) -> dict:
+def retirement_rows(
+    n_savings: int, n_subjects: int, repeats: int, rounds: int, solve_repeats: int
+) -> dict:
     params = retirement.PARAMS
     egm = retirement.build(5, solver=retirement.dcegm(n_savings))
     grid = retirement.build(5)
     solve_egm = lambda: egm.solve(params).values
     solve_grid = lambda: grid.solve(params).values
-    solve_egm(), solve_grid()
-    times = interleaved({"dcegm": solve_egm, "grid": solve_grid}, repeats)
+    for _ in range(5):
+        solve_egm(), solve_grid()
+    # Many rounds: a solve takes a millisecond or two, and the medians of a few rounds
+    # moved by a third from run to run on a shared 2-core machine.
+    times = interleaved({"dcegm": solve_egm, "grid": solve_grid}, solve_repeats)
     steady = {name: statistics.median(t) for name, t in times.items()}
     solution = egm.solve(params)
     initial = {
@@ -142,7 +147,11 @@ def main() -> None:
     result = {
         "jax": jax.__version__,
         "retirement": retirement_rows(
-            200, 1_000 if quick else 100_000, 3 if quick else 15, 0 if quick else 3
+            200,
+            1_000 if quick else 100_000,
+            3 if quick else 15,
+            0 if quick else 3,
+            5 if quick else 300,
         ),
         "stochastic_euler_errors": {} if args.no_euler else euler_rows(3 if quick else 9, quick),
     }
