@@ -261,6 +261,37 @@ def test_values_are_read_after_the_period_loop_unless_grid_search_reads_them(mon
     assert np.isfinite(np.asarray(solution.values["working"])).all()
 
 
+def test_values_read_after_the_loop_in_chunks_of_periods_or_in_the_splayed_period(
+    monkeypatch,
+):
+    """Where the refined grids of all periods would take more than `READ_VALUES_BYTES`,
+    the values are read in chunks of periods; a regime with a splayed state axis reads
+    them in its period step (which bounds its memory). The same values either way."""
+    from lcm_eqx._solve import _backward, _dcegm
+
+    params = params_for(1.0)
+    reference = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
+    monkeypatch.setattr(_backward, "READ_VALUES_BYTES", 1)  # one period per chunk
+    chunked = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
+    monkeypatch.undo()
+    calls = []
+    batched = _dcegm.DCEGM._solve_batched
+
+    def spy(self, problems, with_values=True):
+        calls.append(with_values)
+        return batched(self, problems, with_values=with_values)
+
+    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
+    splayed = retirement.build(4, solver=retirement.dcegm(60), wealth_batch_size=25)
+    splayed_solution = splayed.solve(params)
+    assert calls and all(calls)
+    for name in ("working", "retired"):
+        np.testing.assert_array_equal(chunked.values[name], reference.values[name])
+        np.testing.assert_allclose(
+            splayed_solution.values[name], reference.values[name], rtol=0, atol=1e-12
+        )
+
+
 def test_model_default_leaves_terminal_regimes_to_grid_search():
     alive, dead = _mortality_regimes()
     model = lcm.Model(

@@ -7,6 +7,8 @@ as traced scalars: compile time does not grow with the number of periods.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -80,8 +82,9 @@ def solve_model(
     zero_policies = {name: zero_grid(plan, name, s, dtype) for name, s in endogenous.items()}
     # DC-EGM regimes whose value arrays no regime reads next period (every regime that
     # can move to them reads their refined grids): their values on the state grid are
-    # output only, read after the period loop for all periods at once (`regime_values`),
-    # not in every period. The period step is then shorter by the reads' kernels.
+    # output only, read after the period loop for all periods at once (`read_values`),
+    # not in every period. The period step is then shorter by the reads' kernels. Not
+    # for a regime with a splayed state axis, whose period step bounds its memory.
     later = frozenset(
         name
         for name in endogenous
@@ -89,6 +92,10 @@ def solve_model(
             isinstance(solvers[r], DCEGM)
             for r, regime in plan.regimes.items()
             if name in regime.targets
+        )
+        and not any(
+            0 < (g := plan.regimes[name].grids[s]).batch_size < g.n_points
+            for s in plan.regimes[name].states
         )
     )
     carry = (
@@ -313,6 +320,11 @@ def solve_model(
     )
 
 
+# How much of the refined grids the read of the values after the period loop batches at
+# once (`read_values`): beyond, it reads chunks of periods.
+READ_VALUES_BYTES = 32 * 2**20
+
+
 def read_values(
     plan: ModelPlan,
     solvers: dict[str, AbstractSolver],
@@ -326,8 +338,10 @@ def read_values(
 ) -> dict[str, jax.Array]:
     """The value arrays of the DC-EGM regimes of `policies` in every period of a segment
     (leading axis), read from their refined grids (`policies`: the scan's emitted
-    `(nodes, count, continuation0, feasible)`), all periods at once: the reads the
-    period step left out (`solve_regimes`' `later`)."""
+    `(nodes, count, continuation0, feasible)`): the reads the period step left out
+    (`solve_regimes`' `later`). All periods at once where their grids take at most
+    `READ_VALUES_BYTES` (the batched read holds a copy of them), else in chunks of
+    periods that do."""
 
     def at(inputs, policies):
         period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
@@ -360,7 +374,12 @@ def read_values(
         }
         return regime_values(solvers, problems, grids)
 
-    return jax.vmap(at)(inputs, policies)
+    per_period = sum(math.prod(a.shape[1:]) * a.dtype.itemsize for a in jax.tree.leaves(policies))
+    length = jax.tree.leaves(policies)[0].shape[0]
+    chunk = max(1, READ_VALUES_BYTES // max(per_period, 1))
+    if chunk >= length:
+        return jax.vmap(at)(inputs, policies)
+    return jax.lax.map(lambda xs: at(*xs), (inputs, policies), batch_size=chunk)
 
 
 def state_points(plan: ModelPlan, tables) -> dict[str, dict[str, jax.Array]]:
