@@ -292,6 +292,34 @@ def test_values_read_after_the_loop_in_chunks_of_periods_or_in_the_splayed_perio
         )
 
 
+def test_a_regime_active_from_a_later_period_changes_nothing_else():
+    """The period loop derives the status of next period's grids from the period and the
+    segments (active regimes) rather than carrying it: with the retired regime active
+    only from period 1, period 0 reads its period-1 grids as before, its own period 0 is
+    inactive (-inf), and every other value is that of the model where it is always
+    active."""
+    from lcm_eqx._solve._envelope import INACTIVE, ORDINARY
+
+    params = params_for(1.0)
+    full = retirement.build(4, solver=retirement.dcegm(80))
+    later = lcm.Model(
+        regimes={
+            "working": full.regimes["working"],
+            "retired": full.regimes["retired"].replace(active=range(1, 4)),
+        },
+        n_periods=4,
+        regime_ids=retirement.RegimeId,
+        solver=retirement.dcegm(80),
+    )
+    expected, solution = full.solve(params), later.solve(params)
+    np.testing.assert_array_equal(solution.values["working"], expected.values["working"])
+    np.testing.assert_array_equal(solution.values["retired"][1:], expected.values["retired"][1:])
+    assert np.all(np.asarray(solution.values["retired"][0]) == -np.inf)
+    np.testing.assert_array_equal(
+        solution.policies["retired"].status, [INACTIVE, ORDINARY, ORDINARY, ORDINARY]
+    )
+
+
 def test_model_default_leaves_terminal_regimes_to_grid_search():
     alive, dead = _mortality_regimes()
     model = lcm.Model(

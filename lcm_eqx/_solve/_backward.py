@@ -26,7 +26,7 @@ from ._dcegm import (
     solve_regimes,
     zero_grid,
 )
-from ._envelope import INACTIVE, ORDINARY, EndogenousGrid
+from ._envelope import INACTIVE, ORDINARY, ZERO, EndogenousGrid
 from ._kernel import RegimeProblem, age_varying_points, max_each, shifted, stack_checks
 from ._sharding import sharding_plan
 from ._solution import Solution
@@ -98,10 +98,22 @@ def solve_model(
             for s in plan.regimes[name].states
         )
     )
+    # Regimes whose discrete choices are allowed in every period (no constraint on their
+    # discrete variables alone): their grids' `feasible` is True throughout, carried
+    # through the loop unchanged and put back after it.
+    always_feasible = {
+        name for name, s in endogenous.items() if s.choices_always_feasible(plan.regimes[name])
+    }
+    # The loop carries each DC-EGM regime's arrays that change from period to period;
+    # the borrowing limit is a constant and the status a function of the period
+    # (`_grid_status`). Constants in the loop's state would each be copied into it in
+    # every period, by XLA kernels ready when the period starts (see
+    # docs/architecture.md, "threads").
     carry = (
         {name: place(name, jnp.zeros(shape, dtype)) for name, shape in shapes.items()},  # V_T = 0
-        zero_policies,
+        {name: _changing(grid) for name, grid in zero_policies.items()},
     )
+    following: frozenset[str] | None = None  # the regimes of the segment after this one
     checks = {}
     values: dict[str, list] = {name: [] for name in plan.regimes}
     # Regimes whose aggregator carries a second value array (`PresentBias`: W), which is
@@ -119,9 +131,17 @@ def solve_model(
         # The regimes whose values `solve_regimes` left out (filled when `step` traces).
         deferred: set[str] = set()
 
-        def step(carried, inputs, segment=segment, deferred=deferred):
-            next_values, next_policies = carried
+        def step(carried, inputs, segment=segment, deferred=deferred, following=following):
+            next_values, carried_policies = carried
             period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
+            next_policies = {
+                name: EndogenousGrid(
+                    *arrays,
+                    borrowing_limit=zero_policies[name].borrowing_limit,
+                    status=_grid_status(name, segment, following, period),
+                )
+                for name, arrays in carried_policies.items()
+            }
             age = age_of(ages, period)
             current, current_violations, current_policies = {}, {}, {}
             current_carried = {}
@@ -204,14 +224,20 @@ def solve_model(
                 name: current_policies.get(name, inactive_grid(zero_policies[name]))
                 for name in endogenous
             }
-            # Emitted per period: the arrays that change (the borrowing limit and the
-            # status are put back after the scan, without a stacked output each).
+            carried_out = {
+                name: _changing(grid, carried_policies[name] if name in always_feasible else None)
+                for name, grid in next_policy_carry.items()
+            }
+            # Emitted per period: the arrays that change (the borrowing limit, the status
+            # and an always-true `feasible` are put back after the scan, without a
+            # stacked output each).
             emitted = {
-                name: (grid.nodes, grid.count, grid.continuation0, grid.feasible)
+                name: (grid.nodes, grid.count, grid.continuation0)
+                + ((None,) if name in always_feasible else (grid.feasible,))
                 for name, grid in next_policy_carry.items()
             }
             emitted_carried = {name: next_carry[name] for name in current_carried}
-            return (next_carry, next_policy_carry), (
+            return (next_carry, carried_out), (
                 current,
                 current_violations,
                 emitted,
@@ -233,8 +259,15 @@ def solve_model(
             return checkpointed(carried, inputs)
 
         carry, outputs = jax.lax.scan(ticked_step, carry, inputs, reverse=True)
+        following = frozenset(segment.regimes)
         segment_values, segment_violations, segment_policies, segment_carried = outputs
         length = segment.stop - segment.start
+        segment_policies = {
+            name: (nodes, count, continuation0, jnp.ones(count.shape, bool))
+            if feasible is None
+            else (nodes, count, continuation0, feasible)
+            for name, (nodes, count, continuation0, feasible) in segment_policies.items()
+        }
         if deferred:
             read = read_values(
                 plan,
@@ -323,6 +356,25 @@ def solve_model(
 # How much of the refined grids the read of the values after the period loop batches at
 # once (`read_values`): beyond, it reads chunks of periods.
 READ_VALUES_BYTES = 32 * 2**20
+
+
+def _changing(grid: EndogenousGrid, carried=None) -> tuple:
+    """The arrays of a DC-EGM regime's grid that the period loop carries (`feasible`
+    passed through from `carried`, where given: an always-true one)."""
+    feasible = grid.feasible if carried is None else carried[3]
+    return (grid.nodes, grid.count, grid.continuation0, feasible)
+
+
+def _grid_status(name: str, segment, following: frozenset[str] | None, period) -> jax.Array:
+    """The status of the grid of regime `name` that `period` of `segment` reads (that of
+    period + 1): `ZERO` after the last period, `ORDINARY` where the regime is active
+    then, `INACTIVE` where not. Only the segment's last period reads the next segment
+    (`following`: its regimes; None after the last period)."""
+    inside = ORDINARY if name in segment.regimes else INACTIVE
+    edge = ZERO if following is None else (ORDINARY if name in following else INACTIVE)
+    if edge == inside:
+        return jnp.asarray(inside, jnp.int32)
+    return jnp.where(period == segment.stop - 1, edge, inside).astype(jnp.int32)
 
 
 def read_values(

@@ -248,6 +248,13 @@ class DCEGM(AbstractSolver):
             "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
         }
 
+    def choices_always_feasible(self, regime: RegimePlan) -> bool:
+        """Whether every discrete choice of the regime is allowed in every period: no
+        constraint is on its discrete variables alone (`EndogenousGrid.feasible` is then
+        True throughout)."""
+        limits = self._limit_constraints(regime)
+        return all(key in limits for key in regime.constraints)
+
     def _limit_constraints(self, regime: RegimePlan) -> tuple[str, ...]:
         """The constraints that involve `state` or `action` (the borrowing limit)."""
         continuous = {self.state, self.action}
@@ -638,8 +645,14 @@ class DCEGM(AbstractSolver):
         )
         # Read once, used by the inversion, the values and continuation0 (see `materialize`).
         expected, marginal_expected = materialize(expected, marginal_expected)
-        # Over the savings points: one kernel (see `one_kernel_reduce`), not two.
-        violations = one_kernel_reduce(jax.lax.max, -jnp.inf, violations, 0)
+        # Over the savings points: one kernel (see `one_kernel_reduce`), not two. The
+        # reduction waits for the read of next period (a comparison that never holds:
+        # nothing exceeds +inf), rather than being ready when the period starts, where
+        # it would widen the first wave of kernels (see docs/architecture.md, "threads").
+        late = (expected > jnp.inf)[:, None]
+        violations = one_kernel_reduce(
+            jax.lax.max, -jnp.inf, jnp.where(late, jnp.inf, violations), 0
+        )
         if limit_violations:
             # One elementwise max with a vector of the flags (a scatter per flag would be
             # an XLA kernel each).

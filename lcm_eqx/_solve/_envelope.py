@@ -170,19 +170,23 @@ class ExactEnvelope(AbstractUpperEnvelope):
         m, v = jax.lax.stop_gradient((m, v))
         folded = _folds(m)
         rows = m.shape[0]
-        index = jnp.arange(rows, dtype=jnp.int32)
-
-        def next_folded(after):
-            """The first folded row after row `after` (`rows` if none)."""
-            return jnp.min(jnp.where(folded & (index > after), index, rows))
+        # Each folded row's own index, `rows` for the others; `following[r]`: the first
+        # folded row after row `r` (`rows` if none).
+        marked = jnp.where(folded, jnp.arange(rows, dtype=jnp.int32), rows)
+        following = jax.lax.cummin(
+            jnp.concatenate([marked[1:], jnp.full((1,), rows, jnp.int32)]), reverse=True
+        )
 
         def test(state):
             row, out = state
             beaten = self._below_a_segment(m[row], v[row])
             out = jax.lax.dynamic_update_index_in_dim(out, beaten, row, 0)
-            return next_folded(row), out
+            return following[row], out
 
-        start = (next_folded(-1), jnp.zeros(m.shape, bool))
+        # The loop's state starts from the data (the folded rows, each overwritten by its
+        # test; False elsewhere) rather than from constants, which would each be an XLA
+        # kernel ready when the period starts (see docs/architecture.md, "threads").
+        start = (jnp.min(marked), jnp.broadcast_to(folded[:, None], m.shape))
         _, dominated = jax.lax.while_loop(lambda state: state[0] < rows, test, start)
         return dominated
 
@@ -286,9 +290,11 @@ def _compaction(keep: Array) -> tuple[Array, Array, Array]:
     n = keep.shape[0]
     index = jnp.arange(n, dtype=jnp.int32)
     running = jnp.cumsum(keep.astype(jnp.int32))
-    # Dropped entries go past the end, where the scatter drops them.
+    # Dropped entries go past the end, where the scatter drops them (so their update is
+    # arbitrary: `n`, which makes the updates data rather than a constant iota, an XLA
+    # kernel of its own ready when the period starts).
     rank = jnp.where(keep, running - 1, n)
-    order = rank.at[rank].set(index, mode="drop")
+    order = rank.at[rank].set(jnp.where(keep, index, n), mode="drop")
     total = running[-1]
     return order, index < total, total
 
