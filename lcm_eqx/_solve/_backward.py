@@ -102,7 +102,7 @@ def solve_model(
     # discrete variables alone): their grids' `feasible` is True throughout, carried
     # through the loop unchanged and put back after it.
     always_feasible = {
-        name for name, s in endogenous.items() if s.choices_always_feasible(plan.regimes[name])
+        name for name, s in endogenous.items() if s._choices_always_feasible(plan.regimes[name])
     }
     # The loop carries each DC-EGM regime's arrays that change from period to period;
     # the borrowing limit is a constant and the status a function of the period

@@ -248,7 +248,7 @@ class DCEGM(AbstractSolver):
             "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
         }
 
-    def choices_always_feasible(self, regime: RegimePlan) -> bool:
+    def _choices_always_feasible(self, regime: RegimePlan) -> bool:
         """Whether every discrete choice of the regime is allowed in every period: no
         constraint is on its discrete variables alone (`EndogenousGrid.feasible` is then
         True throughout)."""
@@ -565,7 +565,7 @@ class DCEGM(AbstractSolver):
             for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes, strict=True)
         ]
 
-    def values_batched(
+    def _values_batched(
         self, problems: list[RegimeProblem], grids: list[EndogenousGrid]
     ) -> list[Array]:
         """The value arrays of regimes solved by `_solve_batched(..., with_values=False)`,
@@ -1079,7 +1079,7 @@ def regime_values(
     values: dict[str, Array] = {}
     for representative, names in _batches(solvers, problems):
         assert representative is not None
-        read = representative.values_batched(
+        read = representative._values_batched(
             [problems[name] for name in names], [grids[name] for name in names]
         )
         values.update(zip(names, read, strict=True))
