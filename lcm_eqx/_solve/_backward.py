@@ -411,7 +411,8 @@ def read_values(
                 grid_points=grid_points,
                 next_grid_points=next_grid_points,
             )
-            for name in sorted(policies)
+            for name in plan.regimes
+            if name in policies
         }
         grids = {
             name: EndogenousGrid(
