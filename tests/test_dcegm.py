@@ -232,14 +232,12 @@ def test_dcegm_and_grid_search_regimes_in_one_model():
     np.testing.assert_allclose(solution.value("working", 0)[high], working[high], atol=0.05)
 
 
-def test_values_are_read_after_the_period_loop_unless_grid_search_reads_them(monkeypatch):
-    """A DC-EGM regime's value array on its state grid is output only where every regime
-    that can move to it reads its refined grids: it is then read after the period loop,
-    for all periods at once. A grid-search regime that moves to it reads the value array
-    next period, so there it is read in the period."""
+def _spy_with_values(monkeypatch) -> list[bool]:
+    """Record `with_values` of every batched DC-EGM pass (whether the period step reads
+    the values on the state grid itself)."""
     from lcm_eqx._solve import _dcegm
 
-    calls = []
+    calls: list[bool] = []
     batched = _dcegm.DCEGM._solve_batched
 
     def spy(self, problems, with_values=True):
@@ -247,6 +245,15 @@ def test_values_are_read_after_the_period_loop_unless_grid_search_reads_them(mon
         return batched(self, problems, with_values=with_values)
 
     monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
+    return calls
+
+
+def test_values_are_read_after_the_period_loop_unless_grid_search_reads_them(monkeypatch):
+    """A DC-EGM regime's value array on its state grid is output only where every regime
+    that can move to it reads its refined grids: it is then read after the period loop,
+    for all periods at once. A grid-search regime that moves to it reads the value array
+    next period, so there it is read in the period."""
+    calls = _spy_with_values(monkeypatch)
     params = params_for(0.1)
     egm = retirement.build(3, solver=retirement.dcegm(60)).solve(params)
     assert calls and not any(calls)
@@ -267,21 +274,14 @@ def test_values_read_after_the_loop_in_chunks_of_periods_or_in_the_splayed_perio
     """Where the refined grids of all periods would take more than `READ_VALUES_BYTES`,
     the values are read in chunks of periods; a regime with a splayed state axis reads
     them in its period step (which bounds its memory). The same values either way."""
-    from lcm_eqx._solve import _backward, _dcegm
+    from lcm_eqx._solve import _backward
 
     params = params_for(1.0)
     reference = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
     monkeypatch.setattr(_backward, "READ_VALUES_BYTES", 1)  # one period per chunk
     chunked = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
     monkeypatch.undo()
-    calls = []
-    batched = _dcegm.DCEGM._solve_batched
-
-    def spy(self, problems, with_values=True):
-        calls.append(with_values)
-        return batched(self, problems, with_values=with_values)
-
-    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
+    calls = _spy_with_values(monkeypatch)
     splayed = retirement.build(4, solver=retirement.dcegm(60), wealth_batch_size=25)
     splayed_solution = splayed.solve(params)
     assert calls and all(calls)

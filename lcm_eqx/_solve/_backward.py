@@ -225,7 +225,9 @@ def solve_model(
                 for name in endogenous
             }
             carried_out = {
-                name: _changing(grid, carried_policies[name] if name in always_feasible else None)
+                name: _changing(
+                    grid, carried_policies[name][3] if name in always_feasible else None
+                )
                 for name, grid in next_policy_carry.items()
             }
             # Emitted per period: the arrays that change (the borrowing limit, the status
@@ -358,11 +360,15 @@ def solve_model(
 READ_VALUES_BYTES = 32 * 2**20
 
 
-def _changing(grid: EndogenousGrid, carried=None) -> tuple:
-    """The arrays of a DC-EGM regime's grid that the period loop carries (`feasible`
-    passed through from `carried`, where given: an always-true one)."""
-    feasible = grid.feasible if carried is None else carried[3]
-    return (grid.nodes, grid.count, grid.continuation0, feasible)
+def _changing(grid: EndogenousGrid, feasible=None) -> tuple:
+    """The arrays of a DC-EGM regime's grid that the period loop carries (`feasible`,
+    where given, in place of the grid's: an always-true one passed through)."""
+    return (
+        grid.nodes,
+        grid.count,
+        grid.continuation0,
+        grid.feasible if feasible is None else feasible,
+    )
 
 
 def _grid_status(name: str, segment, following: frozenset[str] | None, period) -> jax.Array:
