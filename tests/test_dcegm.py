@@ -10,6 +10,7 @@
 """
 
 import functools
+import itertools
 from enum import IntEnum
 
 import jax
@@ -668,50 +669,45 @@ def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
         *(jnp.asarray(x) for x in (m, c, v, mu)), constrained_value, lambda c: 1.0 / c
     )
     nodes = np.asarray(nodes)
-    assert int(count) == 3 * len(expected)
-    # Each kept point in order, every third row, with the two crossing rows after it.
-    np.testing.assert_array_equal(nodes[: int(count) : 3, 0], m[expected])
-    np.testing.assert_array_equal(nodes[: int(count) : 3, 2], v[expected])
-    assert np.all(np.diff(nodes[: int(count), 0]) >= 0)  # sorted by m
-    assert np.all(np.isinf(nodes[int(count) :, 0]))  # padding
-    # Where the next savings point was dropped, the optimal branch jumps to the next kept
-    # point: the two rows after the point are the branches' crossing (between the two
-    # points, one value, the left and the right consumption); elsewhere copies of it.
-    jumps = np.diff(expected) > 1
-    assert jumps.any()
-    point, left, right = (
-        nodes[: int(count) : 3],
-        nodes[1 : int(count) : 3],
-        nodes[2 : int(count) : 3],
+    n_rows = lcm.ExactEnvelope().n_rows(n)
+    assert nodes.shape == (n_rows, 4) and int(count) == n_rows == 2 * n
+    assert np.all(np.diff(nodes[:, 0]) >= 0)  # sorted by m
+    # Two rows per savings point, in savings order: a kept point twice.
+    pairs = nodes.reshape(n, 2, 4)
+    np.testing.assert_array_equal(pairs[expected, 0, 0], m[expected])
+    np.testing.assert_array_equal(pairs[expected, 1], pairs[expected, 0])
+    np.testing.assert_array_equal(pairs[expected, 0, 2], v[expected])
+    # Before the first kept point and after the last: copies of it.
+    np.testing.assert_array_equal(
+        pairs[: expected[0]], np.broadcast_to(pairs[expected[0]], pairs[: expected[0]].shape)
     )
-    for i, jump in enumerate(jumps):
-        if jump:
-            assert point[i, 0] <= left[i, 0] <= point[i + 1, 0]
-            assert left[i, 0] == right[i, 0] and left[i, 2] == right[i, 2]
-            assert right[i, 1] != point[i, 1]  # the right branch's consumption, not a copy
-        else:
-            np.testing.assert_array_equal(left[i], point[i])
-            np.testing.assert_array_equal(right[i], point[i])
+    np.testing.assert_array_equal(
+        pairs[expected[-1] :], np.broadcast_to(pairs[expected[-1]], pairs[expected[-1] :].shape)
+    )
+    # Where savings points were dropped between two kept ones, the optimal branch jumps:
+    # the gap's first slot holds the branches' crossing (between the two points, one
+    # value) with the left and then the right branch's consumption, its other slots
+    # copies of the right one; elsewhere no row other than the kept points.
+    gaps = [(i, j) for i, j in itertools.pairwise(expected) if j > i + 1]
+    assert gaps
+    for i, j in gaps:
+        left, right = pairs[i + 1]
+        assert m[i] <= left[0] <= m[j]
+        assert left[0] == right[0] and left[2] == right[2]
+        assert left[1] != right[1]  # the two branches' consumption
+        np.testing.assert_array_equal(pairs[i + 2 : j], np.broadcast_to(right, (j - i - 2, 2, 4)))
+    distinct = [r for k, r in enumerate(nodes) if k == 0 or not np.array_equal(r, nodes[k - 1])]
+    assert len(distinct) == len(expected) + 2 * len(gaps)
 
 
-@pytest.mark.parametrize(
-    "keep",
-    [
-        [True] * 7,
-        [False] * 7,
-        [False, True, True, False, False, True, False],
-        [True, False, False, False, False, False, True],
-    ],
-)
-def test_compaction_gathers_the_kept_entries_in_order(keep):
-    from lcm_eqx._solve._envelope import _compaction
-
-    keep = np.asarray(keep)
-    order, filled, total = (np.asarray(x) for x in _compaction(jnp.asarray(keep)))
-    expected = np.flatnonzero(keep)
-    assert int(total) == len(expected)
-    np.testing.assert_array_equal(filled, np.arange(len(keep)) < len(expected))
-    np.testing.assert_array_equal(order[: len(expected)], expected)
+def test_upper_envelope_without_a_kept_point_is_empty():
+    n = 6
+    m = jnp.linspace(1.0, 2.0, n)
+    nodes, count = lcm.ExactEnvelope()(
+        m, m, jnp.zeros(n), jnp.ones(n), lambda x: jnp.full_like(x, jnp.inf), lambda c: 1.0 / c
+    )
+    assert int(count) == 0
+    assert np.all(np.isinf(np.asarray(nodes)[:, 0]))
 
 
 def test_the_pairwise_test_of_many_rows_equals_each_rows_own():

@@ -117,6 +117,13 @@ class ExactEnvelope(AbstractUpperEnvelope):
     twice, with the consumption of the left and of the right branch, so the policy jumps
     there and the value has its kink exactly.
 
+    Its rows are two per savings point (`n_rows(n) = 2n`), in savings order: each kept
+    point twice; in the slots of the points dropped between two kept ones, the crossing
+    (first with the left, then with the right branch's consumption), then copies of the
+    right-branch crossing; before the first and after the last kept point, copies of
+    that point. Sorted by `m` without a sort, and the copies are zero-width intervals
+    that `read` steps over. `count` is `2n` (0 where no point is kept).
+
     Vectorised: every point is tested against every segment at once, which on savings
     grids of a few hundred points costs less than a sequential scan's per-step overhead,
     and has a clean derivative (the selection is piecewise constant, the kept values and
@@ -198,67 +205,66 @@ class ExactEnvelope(AbstractUpperEnvelope):
         beaten = beaten | ~jnp.isfinite(m)
         kept = ~jax.lax.stop_gradient(beaten)
 
-        # Kept points in order of m (dropped ones last), each with the slope of its branch
-        # towards the next and from the previous savings point (dc/dm), which extends the
-        # branch's consumption to a crossing. The optimal savings rise with cash on hand
-        # (u(m − a) + βE[V'](a) has increasing differences in (m, a) for concave u:
-        # Topkis), so the kept points, taken in savings order, are already in order of m:
-        # compacting them needs no sort. Dropped points may hold +inf / -inf: zero them,
-        # so that no derivative below meets an infinity (where() would turn its 0 * inf
-        # into NaN).
-        order, k_valid, n_kept = _compaction(kept)
+        # Two rows per savings point, in savings order: a kept point twice; in a gap of
+        # dropped points between two kept ones (where the optimal branch jumps), the
+        # crossing of the two branches' tangents, with the left and the right branch's
+        # consumption in the gap's first slot and the right one's in the others; before
+        # the first and after the last kept point, copies of that point. The kept points,
+        # taken in savings order, are already in order of m (the optimal savings rise
+        # with cash on hand: u(m − a) + βE[V'](a) has increasing differences in (m, a)
+        # for concave u, Topkis), so the rows are sorted by m with neither a sort nor a
+        # compaction; the copies are zero-width intervals that `read` steps over (the
+        # last one holds consumption past the last point).
+        index = jnp.arange(n, dtype=jnp.int32)
+        previous = jax.lax.cummax(jnp.where(kept, index, -1))  # the last kept point <= i
+        following = jax.lax.cummin(jnp.where(kept, index, n), reverse=True)  # first >= i
+        # Each point with the slope of its branch towards the next and from the previous
+        # savings point (dc/dm), which extends the branch's consumption to a crossing.
+        # Dropped points may hold +inf / -inf: zero them, so that no derivative below
+        # meets an infinity (where() would turn its 0 * inf into NaN).
         finite_m = jnp.where(jnp.isfinite(m), m, 0.0)
         width = finite_m[1:] - finite_m[:-1]
         c_slope = jnp.where(width != 0, (c[1:] - c[:-1]) / jnp.where(width != 0, width, 1.0), 0.0)
         forward = jnp.concatenate([c_slope, c_slope[-1:]])
         backward = jnp.concatenate([c_slope[:1], c_slope])
-        columns = [jnp.where(kept, m, 0.0), c, jnp.where(kept, v, 0.0), mu]
-        # Whether the next savings point was dropped: then the next kept point is on
-        # another branch (a jump).
-        next_dropped = jnp.concatenate([~kept[1:], jnp.zeros(1, bool)])
-        columns += [kept.astype(m.dtype), forward, backward, next_dropped.astype(m.dtype)]
-        # A row of zeros after the points, which the unfilled positions gather (rather
-        # than zeroing them after the gather, in a kernel of its own).
-        rows_and_zero = jnp.concatenate(
-            [jnp.stack(columns, axis=1), jnp.zeros((1, len(columns)), m.dtype)]
+        columns = [jnp.where(kept, m, 0.0), c, jnp.where(kept, v, 0.0), mu, forward, backward]
+        # A row of zeros after the points, which a missing neighbour gathers.
+        table = jnp.concatenate([jnp.stack(columns, axis=1), jnp.zeros((1, len(columns)), m.dtype)])
+        left_point = table[jnp.where(previous >= 0, previous, n)]
+        right_point = table[following]
+        km, kc, kv, kmu, k_forward = (left_point[:, i] for i in (0, 1, 2, 3, 4))
+        m_right, c_right_point, v_right, mu_right, right_backward = (
+            right_point[:, i] for i in (0, 1, 2, 3, 5)
         )
-        sorted_rows = rows_and_zero[jnp.where(k_valid, order, n)]
-        km, kc, kv, kmu, k_forward = (sorted_rows[:, i] for i in (0, 1, 2, 3, 5))
-
-        # Crossings between consecutive kept points from different branches: each kept
-        # point against the next one (one shifted copy of the sorted rows).
-        right = jnp.concatenate([sorted_rows[1:], jnp.zeros_like(sorted_rows[:1])])
-        m_right, c_right_point, v_right, mu_right = (
-            right[:, 0],
-            right[:, 1],
-            right[:, 2],
-            right[:, 3],
-        )
-        jump = k_valid & (right[:, 4] > 0) & (sorted_rows[:, 7] > 0)
+        gap = ~kept & (previous >= 0) & (following < n)
         denominator = kmu - mu_right
         safe_denominator = jnp.where(denominator == 0, 1.0, denominator)
         crossing = (v_right - kv + kmu * km - mu_right * m_right) / safe_denominator
         crossing = jnp.where(denominator == 0, 0.5 * (km + m_right), crossing)
         crossing = jnp.clip(crossing, km, jnp.maximum(km, m_right))
-        crossing = jnp.where(jump, crossing, 0.0)
+        crossing = jnp.where(gap, crossing, 0.0)
         value = kv + kmu * (crossing - km)
         c_left = kc + (crossing - km) * k_forward
-        c_right = c_right_point + (crossing - m_right) * right[:, 6]
-        # Rows: each kept point, then the crossing with the left and with the right
-        # branch's consumption where it jumps, else two copies of the point (a zero-width
-        # interval that `read` steps over). Already in order of m; the rows of dropped
-        # points come last, as padding.
-        safe_c_left = jnp.where(jump, c_left, 1.0)
-        safe_c_right = jnp.where(jump, c_right, 1.0)
-        point = jnp.stack([km, kc, kv, kmu], axis=1)
+        c_right = c_right_point + (crossing - m_right) * right_backward
+        safe_c_left = jnp.where(gap, c_left, 1.0)
+        safe_c_right = jnp.where(gap, c_right, 1.0)
         left = jnp.stack([crossing, c_left, value, marginal(safe_c_left)], axis=1)
-        right_branch = jnp.stack([crossing, c_right, value, marginal(safe_c_right)], axis=1)
-        left = jnp.where(jump[:, None], left, point)
-        right_branch = jnp.where(jump[:, None], right_branch, point)
-        rows = jnp.stack([point, left, right_branch], axis=1).reshape(3 * n, 4)
-        valid = jnp.repeat(k_valid, 3)[:, None]
+        right = jnp.stack([crossing, c_right, value, marginal(safe_c_right)], axis=1)
+        # Outside the gaps: the point itself if kept, else the last kept point before
+        # it, or (before the first kept point) the first one.
+        own = jnp.where((previous >= 0)[:, None], left_point[:, :4], right_point[:, :4])
+        first_slot = gap & (previous == index - 1)
+        row0 = jnp.where(gap[:, None], jnp.where(first_slot[:, None], left, right), own)
+        row1 = jnp.where(gap[:, None], right, own)
+        rows = jnp.stack([row0, row1], axis=1).reshape(2 * n, 4)
+        any_kept = previous[-1] >= 0
         padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], rows.dtype)
-        return jnp.where(valid, rows, padding), 3 * n_kept.astype(jnp.int32)
+        count = jnp.where(any_kept, 2 * n, 0).astype(jnp.int32)
+        return jnp.where(any_kept, rows, padding), count
+
+    def n_rows(self, n: int) -> int:
+        """Two rows per savings point (see the class docstring)."""
+        return 2 * n
 
 
 def _folds(m: Array) -> Array:
@@ -275,28 +281,6 @@ def _folds(m: Array) -> Array:
     events = (inverted | resumed).astype(jnp.int32)
     leading = (~finite[:, 0]).astype(jnp.int32)
     return one_kernel_reduce(jax.lax.add, 0, events, 1) > leading
-
-
-def _compaction(keep: Array) -> tuple[Array, Array, Array]:
-    """Indices that gather the entries where `keep` holds to the front, in order, which
-    output positions are filled, and how many there are: a stable compaction. (The
-    indices at unfilled positions are arbitrary, possibly `n`: mask them.)
-
-    Each kept entry scatters its index to its rank among the kept ones (a running
-    count): `O(n)`. A dense comparison of every output position with every running
-    count (`O(n²)`, in one kernel) made the steady solve 8 % longer, and an argsort
-    costs several times that.
-    """
-    n = keep.shape[0]
-    index = jnp.arange(n, dtype=jnp.int32)
-    running = jnp.cumsum(keep.astype(jnp.int32))
-    # Dropped entries go past the end, where the scatter drops them (so their update is
-    # arbitrary: `n`, which makes the updates data rather than a constant iota, an XLA
-    # kernel of its own ready when the period starts).
-    rank = jnp.where(keep, running - 1, n)
-    order = rank.at[rank].set(jnp.where(keep, index, n), mode="drop")
-    total = running[-1]
-    return order, index < total, total
 
 
 @jax.custom_jvp
