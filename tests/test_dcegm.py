@@ -814,3 +814,30 @@ def test_newton_inverts_marginal_utility_with_or_without_its_early_exit(utility)
         # Two steps are not enough here: the early exit must not stop it.
         two = invert_marginal(marginal, q, 2)
         assert np.max(np.abs(np.asarray(marginal(two)) / np.asarray(q) - 1)) > 1e-10
+
+
+def test_newton_inverts_several_marginal_utilities_with_one_early_exit():
+    """`invert_marginals` (all the regimes of a period: one branch decides whether the
+    steps after the second run) gives each problem's own solution: CRRA alone stops
+    after two steps, with a problem that needs more both run them, and each result and
+    its derivative in `q` is that of the problem inverted alone."""
+    from lcm_eqx._solve._dcegm import invert_marginal, invert_marginals
+
+    def crra(c):
+        return c**-2.0
+
+    def not_crra(c):
+        return 1 / c + c**-3.0
+
+    q = jnp.asarray(np.geomspace(1e-3, 1e3, 25))
+    q2 = q[:7] * 1.5  # another shape, as another regime's rows
+    for pair in ([(crra, q), (crra, q2)], [(crra, q), (not_crra, q2)]):
+        together = invert_marginals(pair, 6)
+        for (marginal, target), c in zip(pair, together, strict=True):
+            alone = invert_marginal(marginal, target, 6)
+            assert c.shape == target.shape
+            np.testing.assert_allclose(c, alone, rtol=1e-14)
+            np.testing.assert_allclose(marginal(c), target, rtol=1e-13)
+    slope = jax.vmap(jax.grad(lambda q: invert_marginals([(crra, q), (not_crra, q)], 6)[1]))(q)
+    alone = jax.vmap(jax.grad(lambda q: invert_marginal(not_crra, q, 6)))(q)
+    np.testing.assert_allclose(slope, alone, rtol=1e-12)

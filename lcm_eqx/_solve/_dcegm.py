@@ -360,9 +360,14 @@ class DCEGM(AbstractSolver):
         violations = violations.reshape((*shape, *violations.shape[1:]))
         return continuation, violations, shape, codes
 
-    def _inverted_rows(self, problem: RegimeProblem, continuation, codes) -> dict[str, Array]:
+    def _inverted_rows(
+        self, problem: RegimeProblem, continuation, codes, joint: list | None = None
+    ) -> dict[str, Array] | None:
         """`_inverted` of every flat choice of `_continuation_rows`: one chain of Newton
-        steps for all of them."""
+        steps for all of them. With `joint` (a list), the marginal utility and the
+        Euler equation's targets are appended to it instead, for the caller to invert
+        with other regimes' (`invert_marginals`), and None is returned (where the
+        regime's own inverse is not given)."""
         savings = self.savings.to_jax()
         size = jax.tree.leaves(continuation)[0].shape[0]
         discrete = {k: jnp.asarray(v) for k, v in codes.items()}
@@ -384,9 +389,18 @@ class DCEGM(AbstractSolver):
         top = jnp.asarray(CONSUMPTION_CAP, savings.dtype)
         cap = jax.vmap(lambda d: self._utility(problem, d)[1](top), axis_size=size)(discrete)
         target = _euler_target(beta, continuation["marginal_expected"], cap[:, None])
+        if joint is not None:  # the caller inverts several regimes' rows together
+            joint.append((marginal, target))
+            return None
         consumption = invert_marginal(marginal, target, self.newton_steps)
+        return self._inverted_from(problem, continuation, codes, consumption)
+
+    def _inverted_from(self, problem: RegimeProblem, continuation, codes, consumption):
+        """`_inverted` of every flat choice, given the consumption that solves the Euler
+        equation at each of their savings points."""
+        discrete = {k: jnp.asarray(v) for k, v in codes.items()}
         return map_axis(
-            lambda xs: self._inverted(problem, xs[0], xs[1], savings, xs[2]),
+            lambda xs: self._inverted(problem, xs[0], xs[1], self.savings.to_jax(), xs[2]),
             (discrete, continuation, consumption),
             0,
         )
@@ -511,16 +525,25 @@ class DCEGM(AbstractSolver):
         """
         savings = self.savings.to_jax()
         shapes, raws, violations, blocks = [], [], [], []
+        joint: list = []  # (marginal, targets) of the regimes inverted together
+        pending = []
         for problem in problems:
             continuation, violation, shape, codes = self._continuation_rows(problem)
             shapes.append(shape)
-            raws.append(self._inverted_rows(problem, continuation, codes))
+            raws.append(self._inverted_rows(problem, continuation, codes, joint))
+            if raws[-1] is None:
+                pending.append((len(raws) - 1, problem, continuation, codes))
             violations.append(violation)
 
             def functions(codes, problem=problem):
                 return self._utility(problem, codes)
 
             blocks.append(_Block(functions, codes, math.prod(shape)))
+        # One chain of Newton steps, with one early exit, for all the regimes' rows.
+        for (i, problem, continuation, codes), consumption in zip(
+            pending, invert_marginals(joint, self.newton_steps), strict=True
+        ):
+            raws[i] = self._inverted_from(problem, continuation, codes, consumption)
         row_codes = _row_codes(blocks)
         rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
         refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
@@ -1110,18 +1133,27 @@ def _batches(
 
 
 def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:
-    """`c > 0` with `marginal(c) = q`, by Newton's method in logs.
+    """`c > 0` with `marginal(c) = q`, by Newton's method in logs (`invert_marginals` of
+    one marginal utility)."""
+    return invert_marginals([(marginal, q)], steps)[0]
+
+
+def invert_marginals(
+    problems: list[tuple[Callable[[Array], Array], Array]], steps: int
+) -> list[Array]:
+    """For each `(marginal, q)`: `c > 0` with `marginal(c) = q`, by Newton's method in
+    logs.
 
     The iterations run without derivatives, in a `fori_loop` (its step is traced once,
     not once per iteration) that is unrolled when lowered: XLA then fuses the steps into
     the kernels around them, where a loop ran two kernels per step (the step and its
     counter): the steady solve takes 5 % less time. After two steps, where the second
-    moved no point by more than rounding (CRRA utility: the first is exact), the
-    remaining ones are skipped (a branch taken at run time; a selection under `vmap`).
-    One more Newton step from the converged point carries the derivative with respect
-    to `q` and to whatever `marginal` closes over (the implicit function theorem).
+    moved no point of any problem by more than rounding (CRRA utility: the first is
+    exact), the remaining ones are skipped (one branch taken at run time for all the
+    problems, e.g. all the regimes of a period; a selection under `vmap`). One more
+    Newton step from the converged point carries the derivative with respect to `q` and
+    to whatever `marginal` closes over (the implicit function theorem).
     """
-    log_q = jnp.log(q)
 
     def newton(x, marginal, log_q):
         def residual(x):
@@ -1131,32 +1163,54 @@ def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) ->
         slope = jnp.where(slope == 0, -1.0, slope)
         return x - value / slope
 
-    x = jax.lax.stop_gradient(-log_q)
-    # The loop sees no differentiable input (what `marginal` closes over is passed in,
-    # without derivative), so differentiating the solve does not carry tangents
-    # through it.
-    converted, closed = jax.closure_convert(marginal, x)
-    closed = jax.lax.stop_gradient(closed)
-    frozen_log_q = jax.lax.stop_gradient(log_q)
+    if not problems:
+        return []
+    log_qs, steppers, xs = [], [], []
+    for marginal, q in problems:
+        log_q = jnp.log(q)
+        x = jax.lax.stop_gradient(-log_q)
+        # The loop sees no differentiable input (what `marginal` closes over is passed
+        # in, without derivative), so differentiating the solve does not carry tangents
+        # through it.
+        converted, closed = jax.closure_convert(marginal, x)
+        closed = jax.lax.stop_gradient(closed)
+        frozen_log_q = jax.lax.stop_gradient(log_q)
 
-    def step(_, x):
-        return newton(x, lambda c: converted(c, *closed), frozen_log_q)
+        def step(_, x, converted=converted, closed=closed, frozen_log_q=frozen_log_q):
+            return newton(x, lambda c: converted(c, *closed), frozen_log_q)
+
+        log_qs.append(log_q)
+        steppers.append(step)
+        xs.append(x)
+
+    def rest(xs, start):
+        return tuple(
+            jax.lax.fori_loop(start, steps, step, x, unroll=True)
+            for step, x in zip(steppers, xs, strict=True)
+        )
 
     if steps <= 2:
-        x = jax.lax.fori_loop(0, steps, step, x, unroll=True)
+        xs = rest(xs, 0)
     else:
-        first = step(0, x)
-        second = step(1, first)
+        first = [step(0, x) for step, x in zip(steppers, xs, strict=True)]
+        second = tuple(step(1, x) for step, x in zip(steppers, first, strict=True))
         # A step smaller than this (relative to 1 + |x|) is rounding: converged.
-        rounding = 64 * jnp.finfo(second.dtype).eps
-        moved = jnp.abs(second - first) > rounding * (1.0 + jnp.abs(second))
-        x = jax.lax.cond(
-            one_kernel_reduce(jax.lax.bitwise_or, False, moved.reshape(-1), 0),
-            lambda x: jax.lax.fori_loop(2, steps, step, x, unroll=True),
-            lambda x: x,
+        moved = jnp.concatenate(
+            [
+                (jnp.abs(b - a) > 64 * jnp.finfo(b.dtype).eps * (1.0 + jnp.abs(b))).reshape(-1)
+                for a, b in zip(first, second, strict=True)
+            ]
+        )
+        xs = jax.lax.cond(
+            one_kernel_reduce(jax.lax.bitwise_or, False, moved, 0),
+            lambda xs: rest(xs, 2),
+            lambda xs: xs,
             second,
         )
-    return jnp.exp(newton(x, marginal, log_q))
+    return [
+        jnp.exp(newton(x, marginal, log_q))
+        for x, (marginal, _), log_q in zip(xs, problems, log_qs, strict=True)
+    ]
 
 
 def _euler_target(beta, marginal_expected, cap) -> Array:
