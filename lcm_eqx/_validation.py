@@ -219,7 +219,8 @@ def first_failures(
     # Each flag array read once, and no search where nothing failed (the common case:
     # part of every validated call's overhead).
     host = {regime: np.asarray(array) for regime, array in violations.items()}
-    if all(np.all(array <= 0) for array in host.values()):
+    # `max` (NaN propagates: a NaN flag fails) costs a third of `np.all(array <= 0)`.
+    if all(array.size == 0 or array.max() <= 0 for array in host.values()):
         return []
     found: list[Failure] = []
     for nan in (False, True):

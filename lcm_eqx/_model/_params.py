@@ -88,9 +88,14 @@ def _structure_key(params) -> tuple | None:
     (None when that cannot be hashed, so the params are checked every time)."""
     try:
         leaves, tree = jax.tree.flatten(params)
+        # `getattr` rather than `np.shape`, which makes an array of a Python number (a
+        # third of a steady call's check).
         key = (
             tree,
-            tuple((type(leaf), np.shape(leaf), str(getattr(leaf, "dtype", ""))) for leaf in leaves),
+            tuple(
+                (type(leaf), getattr(leaf, "shape", ()), str(getattr(leaf, "dtype", "")))
+                for leaf in leaves
+            ),
         )
         hash(key)
     except Exception:  # anything unusual is simply checked every time
