@@ -20,6 +20,7 @@ from .._validation import NAN_CHECK
 from ._dcegm import (
     DCEGM,
     array_reader,
+    batch_groups,
     endogenous_reader,
     inactive_grid,
     regime_values,
@@ -109,9 +110,15 @@ def solve_model(
     # (`_grid_status`). Constants in the loop's state would each be copied into it in
     # every period, by XLA kernels ready when the period starts (see
     # docs/architecture.md, "threads").
-    carry = (
+    carry: tuple[dict, tuple[dict, dict]] = (
         {name: place(name, jnp.zeros(shape, dtype)) for name, shape in shapes.items()},  # V_T = 0
-        {name: _changing(grid) for name, grid in zero_policies.items()},
+        (
+            {
+                name: (grid.nodes, grid.count, grid.continuation0, grid.feasible)
+                for name, grid in zero_policies.items()
+            },
+            {},
+        ),
     )
     following: frozenset[str] | None = None  # the regimes of the segment after this one
     checks = {}
@@ -126,10 +133,17 @@ def solve_model(
     exponential: dict[str, list] = {name: [] for name in two_valued}
     violations: dict[str, list] = {name: [] for name in plan.regimes}
     policies: dict[str, list] = {name: [] for name in endogenous}
+    # The shape of each DC-EGM regime's choices (its discrete states and actions).
+    choices = {name: grid.count.shape for name, grid in zero_policies.items()}
 
     for segment in reversed(plan.segments):
         # The regimes whose values `solve_regimes` left out (filled when `step` traces).
         deferred: set[str] = set()
+        # The DC-EGM regimes of the segment solved together (`solve_regimes`): the loop
+        # carries and emits each group's refined grids as the rows the pass computes,
+        # rather than a slice of them per regime (kernels of every period).
+        groups = batch_groups(plan, solvers, segment.regimes)
+        carry = (carry[0], _grouped(_ungrouped(carry[1], choices), groups, choices))
 
         def step(carried, inputs, segment=segment, deferred=deferred, following=following):
             next_values, carried_policies = carried
@@ -140,7 +154,7 @@ def solve_model(
                     borrowing_limit=zero_policies[name].borrowing_limit,
                     status=_grid_status(name, segment, following, period),
                 )
-                for name, arrays in carried_policies.items()
+                for name, arrays in _ungrouped(carried_policies, choices).items()
             }
             age = age_of(ages, period)
             current, current_violations, current_policies = {}, {}, {}
@@ -178,7 +192,7 @@ def solve_model(
                 )
                 problems[name] = problem
             # The DC-EGM regimes of the period are solved together (`solve_regimes`).
-            solved = solve_regimes(
+            solved, rows = solve_regimes(
                 solvers,
                 {n: p for n, p in problems.items() if isinstance(solvers[n], DCEGM)},
                 later,
@@ -224,20 +238,24 @@ def solve_model(
                 name: current_policies.get(name, inactive_grid(zero_policies[name]))
                 for name in endogenous
             }
-            carried_out = {
-                name: _changing(
-                    grid, carried_policies[name][3] if name in always_feasible else None
-                )
-                for name, grid in next_policy_carry.items()
-            }
-            # Emitted per period: the arrays that change (the borrowing limit, the status
-            # and an always-true `feasible` are put back after the scan, without a
-            # stacked output each).
-            emitted = {
-                name: (grid.nodes, grid.count, grid.continuation0)
-                + ((None,) if name in always_feasible else (grid.feasible,))
-                for name, grid in next_policy_carry.items()
-            }
+            # Carried and emitted per period: the arrays that change (the borrowing
+            # limit, the status and an always-true `feasible` are put back after the
+            # scan, without a stacked output each), by group or regime as carried.
+            carried_out: tuple[dict, dict] = ({}, {})
+            emitted: tuple[dict, dict] = ({}, {})
+            for by_key, out, emit in zip(carried_policies, carried_out, emitted, strict=True):
+                for key, arrays in by_key.items():
+                    through = all(name in always_feasible for name in _members(key))
+                    if isinstance(key, tuple):
+                        group = rows[key]
+                        changing = (group["nodes"], group["count"], group["continuation0"])
+                        feasible = group["feasible"]
+                    else:
+                        grid = next_policy_carry[key]
+                        changing = (grid.nodes, grid.count, grid.continuation0)
+                        feasible = grid.feasible
+                    out[key] = (*changing, arrays[3] if through else feasible)
+                    emit[key] = (*changing, None if through else feasible)
             emitted_carried = {name: next_carry[name] for name in current_carried}
             return (next_carry, carried_out), (
                 current,
@@ -264,12 +282,17 @@ def solve_model(
         following = frozenset(segment.regimes)
         segment_values, segment_violations, segment_policies, segment_carried = outputs
         length = segment.stop - segment.start
-        segment_policies = {
-            name: (nodes, count, continuation0, jnp.ones(count.shape, bool))
-            if feasible is None
-            else (nodes, count, continuation0, feasible)
-            for name, (nodes, count, continuation0, feasible) in segment_policies.items()
-        }
+        by_regime_rows, by_group_rows = (
+            {
+                key: (nodes, count, continuation0, jnp.ones(count.shape, bool))
+                if feasible is None
+                else (nodes, count, continuation0, feasible)
+                for key, (nodes, count, continuation0, feasible) in by_key.items()
+            }
+            for by_key in segment_policies
+        )
+        segment_rows = (by_regime_rows, by_group_rows)
+        segment_policies = _ungrouped(segment_rows, choices, leading=1)
         if deferred:
             read = read_values(
                 plan,
@@ -281,6 +304,7 @@ def solve_model(
                 tables,
                 {name: segment_policies[name] for name in deferred},
                 {name: zero_policies[name].borrowing_limit for name in deferred},
+                segment_rows[1],
             )
             segment_values = {
                 **segment_values,
@@ -360,15 +384,52 @@ def solve_model(
 READ_VALUES_BYTES = 32 * 2**20
 
 
-def _changing(grid: EndogenousGrid, feasible=None) -> tuple:
-    """The arrays of a DC-EGM regime's grid that the period loop carries (`feasible`,
-    where given, in place of the grid's: an always-true one passed through)."""
-    return (
-        grid.nodes,
-        grid.count,
-        grid.continuation0,
-        grid.feasible if feasible is None else feasible,
-    )
+def _members(key) -> tuple[str, ...]:
+    """The regimes of a key of the carried grids: a group's names, or one regime."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _ungrouped(carried: tuple[dict, dict], choices: dict, leading: int = 0) -> dict[str, tuple]:
+    """The carried (or, with `leading` period axes, emitted) grids by regime, from
+    `(by regime, by group)`: each group's rows sliced back into its regimes' choices
+    (`choices`: each regime's shape of discrete states and actions)."""
+    by_regime, by_group = carried
+    out = dict(by_regime)
+    for key, arrays in by_group.items():
+        offset = 0
+        for name in key:
+            shape = choices[name]
+            size = math.prod(shape)
+            out[name] = tuple(
+                jax.lax.slice_in_dim(a, offset, offset + size, axis=leading).reshape(
+                    (*a.shape[:leading], *shape, *a.shape[leading + 1 :])
+                )
+                for a in arrays
+            )
+            offset += size
+    return out
+
+
+def _grouped(by_regime: dict[str, tuple], groups, choices: dict) -> tuple[dict, dict]:
+    """`by_regime` as `(by regime, by group)`: the regimes of each group (a tuple of
+    names) as one set of rows, their choices one after the other (`_ungrouped` undoes
+    it); the other regimes by name. (Two dictionaries: JAX sorts a dictionary's keys,
+    and names do not sort with tuples.)"""
+    out: dict = {}
+    for group in groups:
+        out[group] = tuple(
+            jnp.concatenate(
+                [
+                    by_regime[name][i].reshape(
+                        (math.prod(choices[name]), *by_regime[name][i].shape[len(choices[name]) :])
+                    )
+                    for name in group
+                ]
+            )
+            for i in range(4)
+        )
+    grouped = {name for group in groups for name in group}
+    return {name: a for name, a in by_regime.items() if name not in grouped}, out
 
 
 def _grid_status(name: str, segment, following: frozenset[str] | None, period) -> jax.Array:
@@ -393,6 +454,7 @@ def read_values(
     tables,
     policies,
     borrowing_limits,
+    rows=None,
 ) -> dict[str, jax.Array]:
     """The value arrays of the DC-EGM regimes of `policies` in every period of a segment
     (leading axis), read from their refined grids (`policies`: the scan's emitted
@@ -401,7 +463,7 @@ def read_values(
     `READ_VALUES_BYTES` (the batched read holds a copy of them), else in chunks of
     periods that do."""
 
-    def at(inputs, policies):
+    def at(inputs, policies, rows):
         period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
         problems = {
             name: RegimeProblem(
@@ -431,14 +493,19 @@ def read_values(
             )
             for name, (nodes, count, continuation0, feasible) in policies.items()
         }
-        return regime_values(solvers, problems, grids)
+        refined: dict[tuple[str, ...], dict[str, jax.Array]] = {
+            key: dict(zip(("nodes", "count", "continuation0", "feasible"), arrays, strict=True))
+            for key, arrays in rows.items()
+        }
+        return regime_values(solvers, problems, grids, refined)
 
+    rows = {key: r for key, r in (rows or {}).items() if set(key) <= set(policies)}
     per_period = sum(math.prod(a.shape[1:]) * a.dtype.itemsize for a in jax.tree.leaves(policies))
     length = jax.tree.leaves(policies)[0].shape[0]
     chunk = max(1, READ_VALUES_BYTES // max(per_period, 1))
     if chunk >= length:
-        return jax.vmap(at)(inputs, policies)
-    return jax.lax.map(lambda xs: at(*xs), (inputs, policies), batch_size=chunk)
+        return jax.vmap(at)(inputs, policies, rows)
+    return jax.lax.map(lambda xs: at(*xs), (inputs, policies, rows), batch_size=chunk)
 
 
 def state_points(plan: ModelPlan, tables) -> dict[str, dict[str, jax.Array]]:

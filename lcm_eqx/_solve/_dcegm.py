@@ -497,20 +497,24 @@ class DCEGM(AbstractSolver):
             values = jnp.moveaxis(values, 0, -1)
         return jnp.moveaxis(values, -1, position)
 
-    def _batchable(self, problem: RegimeProblem) -> bool:
+    def _batchable(self, regime: RegimePlan) -> bool:
         """Whether the regime's choices can join other regimes' in one pass over rows:
         none of its discrete axes is splayed (the pass would hold every row at once)
         or sharded (rows of different regimes would be gathered across devices)."""
+        names = (*regime.states, *regime.discrete_actions, *regime.continuous_actions)
         return not any(
-            a.distributed or 0 < a.batch_size < a.points.shape[0]
-            for a in (*problem.state_axes, *problem.action_axes)
-            if a.is_discrete
+            g.distributed or 0 < g.batch_size < g.n_points
+            for g in (regime.grids[name] for name in names)
+            if g.is_discrete
         )
 
     def _solve_batched(
         self, problems: list[RegimeProblem], with_values: bool = True
-    ) -> list[PeriodSolution]:
-        """`solve_period` of several regimes that this solver solves, in one pass.
+    ) -> tuple[list[PeriodSolution], dict[str, Array]]:
+        """`solve_period` of several regimes that this solver solves, in one pass; and
+        their refined grids as rows (`nodes`, `count`, `continuation0`, `feasible`: the
+        regimes' flat choices one after the other, in the order of `problems`), which
+        the backward induction carries and emits as they are.
 
         Each regime reads next period and inverts the Euler equation on its own (its
         transitions, targets, checks and marginal utility), then the choices of all of
@@ -545,7 +549,8 @@ class DCEGM(AbstractSolver):
         ):
             raws[i] = self._inverted_from(problem, continuation, codes, consumption)
         row_codes = _row_codes(blocks)
-        rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
+        inverted = cast(list[dict[str, Array]], raws)  # each filled by now
+        rows = {key: jnp.concatenate([raw[key] for raw in inverted]) for key in inverted[0]}
         refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
         choice_values = (
             self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
@@ -562,7 +567,7 @@ class DCEGM(AbstractSolver):
             }
             offset += block.size
             solutions.append(self._period_solution(problem, policy, violation, values, with_values))
-        return solutions
+        return solutions, refined
 
     def _choice_values_rows(
         self,
@@ -589,11 +594,15 @@ class DCEGM(AbstractSolver):
         ]
 
     def _values_batched(
-        self, problems: list[RegimeProblem], grids: list[EndogenousGrid]
+        self,
+        problems: list[RegimeProblem],
+        grids: list[EndogenousGrid],
+        refined: dict[str, Array] | None = None,
     ) -> list[Array]:
         """The value arrays of regimes solved by `_solve_batched(..., with_values=False)`,
         from their period's refined grids: one read of all their choices at the state
-        nodes, as `_solve_batched` does in the period."""
+        nodes, as `_solve_batched` does in the period (`refined`: the grids as
+        `_solve_batched`'s rows, where the caller has them)."""
         shapes, blocks, rows = [], [], []
         for problem, grid in zip(problems, grids, strict=True):
             shape, codes = self._flat_choices(problem)
@@ -612,7 +621,8 @@ class DCEGM(AbstractSolver):
             }
             rows.append({k: v.reshape((size, *v.shape[len(shape) :])) for k, v in policy.items()})
         row_codes = _row_codes(blocks)
-        refined = {key: jnp.concatenate([r[key] for r in rows]) for key in rows[0]}
+        if refined is None:
+            refined = {key: jnp.concatenate([r[key] for r in rows]) for key in rows[0]}
         choice_values = self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
         return [
             self._regime_values(problem, grid, values)
@@ -1070,8 +1080,10 @@ def solve_regimes(
     solvers: dict[str, AbstractSolver],
     problems: dict[str, RegimeProblem],
     later: frozenset[str] = frozenset(),
-) -> dict[str, PeriodSolution]:
-    """The period solutions of DC-EGM regimes (`problems`, by name).
+) -> tuple[dict[str, PeriodSolution], dict[tuple[str, ...], dict[str, Array]]]:
+    """The period solutions of DC-EGM regimes (`problems`, by name), and the refined
+    grids of each group solved together, as rows (by the group's names: see
+    `batch_groups`).
 
     Regimes solved by equal `DCEGM`s whose discrete axes are neither splayed nor
     sharded are solved together (`DCEGM._solve_batched`); the others on their own.
@@ -1080,33 +1092,47 @@ def solve_regimes(
     for all periods at once (`regime_values`).
     """
     solutions: dict[str, PeriodSolution] = {}
+    rows: dict[tuple[str, ...], dict[str, Array]] = {}
     for representative, names in _batches(solvers, problems):
         if representative is None:
             (name,) = names
             solutions[name] = cast(DCEGM, solvers[name]).solve_period(problems[name])
             continue
-        solved = representative._solve_batched(
+        solved, rows[tuple(names)] = representative._solve_batched(
             [problems[name] for name in names], with_values=not set(names) <= later
         )
         solutions.update(zip(names, solved, strict=True))
-    return solutions
+    return solutions, rows
 
 
 def regime_values(
     solvers: dict[str, AbstractSolver],
     problems: dict[str, RegimeProblem],
     grids: dict[str, EndogenousGrid],
+    rows: dict[tuple[str, ...], dict[str, Array]] | None = None,
 ) -> dict[str, Array]:
     """The value arrays that `solve_regimes` left out, from the period's refined grids
-    (the same batches, so the same reads as in the period)."""
+    (the same batches, so the same reads as in the period; `rows`: a group's grids as
+    `solve_regimes` returned them, where the caller has them)."""
     values: dict[str, Array] = {}
     for representative, names in _batches(solvers, problems):
         assert representative is not None
         read = representative._values_batched(
-            [problems[name] for name in names], [grids[name] for name in names]
+            [problems[name] for name in names],
+            [grids[name] for name in names],
+            (rows or {}).get(tuple(names)),
         )
         values.update(zip(names, read, strict=True))
     return values
+
+
+def batch_groups(
+    model: ModelPlan, solvers: dict[str, AbstractSolver], names
+) -> list[tuple[str, ...]]:
+    """The groups of DC-EGM regimes among `names` (in their order) that `solve_regimes`
+    solves together: what the backward induction carries as one set of rows."""
+    problems = {name: model.regimes[name] for name in names if isinstance(solvers[name], DCEGM)}
+    return [tuple(group) for rep, group in _grouped(solvers, problems) if rep is not None]
 
 
 def _batches(
@@ -1114,11 +1140,17 @@ def _batches(
 ) -> list[tuple[DCEGM | None, list[str]]]:
     """The regimes of `problems` grouped by equal `DCEGM`s, the ones that cannot be
     batched (`DCEGM._batchable`) each alone with representative None."""
+    return _grouped(solvers, {name: problem.regime for name, problem in problems.items()})
+
+
+def _grouped(
+    solvers: dict[str, AbstractSolver], regimes: dict[str, RegimePlan]
+) -> list[tuple[DCEGM | None, list[str]]]:
     groups: list[tuple[DCEGM | None, list[str]]] = []
-    for name, problem in problems.items():
+    for name, regime in regimes.items():
         solver = solvers[name]
         assert isinstance(solver, DCEGM)
-        if not solver._batchable(problem):
+        if not solver._batchable(regime):
             groups.append((None, [name]))
             continue
         for representative, names in groups:
