@@ -282,16 +282,8 @@ def solve_model(
         following = frozenset(segment.regimes)
         segment_values, segment_violations, segment_policies, segment_carried = outputs
         length = segment.stop - segment.start
-        by_regime_rows, by_group_rows = (
-            {
-                key: (nodes, count, continuation0, jnp.ones(count.shape, bool))
-                if feasible is None
-                else (nodes, count, continuation0, feasible)
-                for key, (nodes, count, continuation0, feasible) in by_key.items()
-            }
-            for by_key in segment_policies
-        )
-        segment_rows = (by_regime_rows, by_group_rows)
+        by_regime, by_group = segment_policies
+        segment_rows = (_feasible_put_back(by_regime), _feasible_put_back(by_group))
         segment_policies = _ungrouped(segment_rows, choices, leading=1)
         if deferred:
             read = read_values(
@@ -382,6 +374,15 @@ def solve_model(
 # How much of the refined grids the read of the values after the period loop batches at
 # once (`read_values`): beyond, it reads chunks of periods.
 READ_VALUES_BYTES = 32 * 2**20
+
+
+def _feasible_put_back(emitted: dict) -> dict:
+    """The scan's emitted grids with an always-true `feasible` (emitted as None) put
+    back."""
+    return {
+        key: (*arrays, jnp.ones(arrays[1].shape, bool) if feasible is None else feasible)
+        for key, (*arrays, feasible) in emitted.items()
+    }
 
 
 def _members(key) -> tuple[str, ...]:

@@ -360,25 +360,13 @@ class DCEGM(AbstractSolver):
         violations = violations.reshape((*shape, *violations.shape[1:]))
         return continuation, violations, shape, codes
 
-    def _inverted_rows(
-        self, problem: RegimeProblem, continuation, codes, joint: list | None = None
-    ) -> dict[str, Array] | None:
-        """`_inverted` of every flat choice of `_continuation_rows`: one chain of Newton
-        steps for all of them. With `joint` (a list), the marginal utility and the
-        Euler equation's targets are appended to it instead, for the caller to invert
-        with other regimes' (`invert_marginals`), and None is returned (where the
-        regime's own inverse is not given)."""
+    def _euler_targets(self, problem: RegimeProblem, continuation, codes):
+        """The marginal utility of every flat choice of `_continuation_rows` (vectorised
+        over them) and the `u'(c)` the Euler equation asks for at each of their savings
+        points: what `invert_marginals` solves, for all the regimes of a pass at once."""
         savings = self.savings.to_jax()
         size = jax.tree.leaves(continuation)[0].shape[0]
         discrete = {k: jnp.asarray(v) for k, v in codes.items()}
-        if self.inverse_marginal_utility is not None:  # the user's inverse, per choice
-            return map_axis(
-                lambda xs: self._inverted(problem, xs[0], xs[1], savings),
-                (discrete, continuation),
-                0,
-            )
-        # Newton's method on all the choices' points at once, outside the map over them:
-        # its early exit is then one branch for all (see `invert_marginal`).
         beta = problem.params[""]["discount_factor"]
 
         def marginal(c):
@@ -388,19 +376,24 @@ class DCEGM(AbstractSolver):
 
         top = jnp.asarray(CONSUMPTION_CAP, savings.dtype)
         cap = jax.vmap(lambda d: self._utility(problem, d)[1](top), axis_size=size)(discrete)
-        target = _euler_target(beta, continuation["marginal_expected"], cap[:, None])
-        if joint is not None:  # the caller inverts several regimes' rows together
-            joint.append((marginal, target))
-            return None
-        consumption = invert_marginal(marginal, target, self.newton_steps)
-        return self._inverted_from(problem, continuation, codes, consumption)
+        return marginal, _euler_target(beta, continuation["marginal_expected"], cap[:, None])
 
-    def _inverted_from(self, problem: RegimeProblem, continuation, codes, consumption):
-        """`_inverted` of every flat choice, given the consumption that solves the Euler
-        equation at each of their savings points."""
+    def _inverted_rows(
+        self, problem: RegimeProblem, continuation, codes, consumption: Array | None
+    ) -> dict[str, Array]:
+        """`_inverted` of every flat choice of `_continuation_rows`, given the consumption
+        that solves the Euler equation at each of their savings points (None: the
+        user's inverse, per choice)."""
+        savings = self.savings.to_jax()
         discrete = {k: jnp.asarray(v) for k, v in codes.items()}
+        if consumption is None:
+            return map_axis(
+                lambda xs: self._inverted(problem, xs[0], xs[1], savings),
+                (discrete, continuation),
+                0,
+            )
         return map_axis(
-            lambda xs: self._inverted(problem, xs[0], xs[1], self.savings.to_jax(), xs[2]),
+            lambda xs: self._inverted(problem, xs[0], xs[1], savings, xs[2]),
             (discrete, continuation, consumption),
             0,
         )
@@ -528,29 +521,30 @@ class DCEGM(AbstractSolver):
         where each regime's own step is one.)
         """
         savings = self.savings.to_jax()
-        shapes, raws, violations, blocks = [], [], [], []
-        joint: list = []  # (marginal, targets) of the regimes inverted together
-        pending = []
+        shapes, read, violations, blocks = [], [], [], []
         for problem in problems:
             continuation, violation, shape, codes = self._continuation_rows(problem)
             shapes.append(shape)
-            raws.append(self._inverted_rows(problem, continuation, codes, joint))
-            if raws[-1] is None:
-                pending.append((len(raws) - 1, problem, continuation, codes))
+            read.append((problem, continuation, codes))
             violations.append(violation)
 
             def functions(codes, problem=problem):
                 return self._utility(problem, codes)
 
             blocks.append(_Block(functions, codes, math.prod(shape)))
-        # One chain of Newton steps, with one early exit, for all the regimes' rows.
-        for (i, problem, continuation, codes), consumption in zip(
-            pending, invert_marginals(joint, self.newton_steps), strict=True
-        ):
-            raws[i] = self._inverted_from(problem, continuation, codes, consumption)
+        # Newton's method on all the regimes' points at once, outside the maps over their
+        # choices: one chain of steps with one early exit (`invert_marginals`).
+        consumptions: list[Array | None] = (
+            [None] * len(read)
+            if self.inverse_marginal_utility is not None
+            else list(invert_marginals([self._euler_targets(*r) for r in read], self.newton_steps))
+        )
+        raws = [
+            self._inverted_rows(problem, continuation, codes, consumption)
+            for (problem, continuation, codes), consumption in zip(read, consumptions, strict=True)
+        ]
         row_codes = _row_codes(blocks)
-        inverted = cast(list[dict[str, Array]], raws)  # each filled by now
-        rows = {key: jnp.concatenate([raw[key] for raw in inverted]) for key in inverted[0]}
+        rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
         refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
         choice_values = (
             self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
@@ -613,13 +607,16 @@ class DCEGM(AbstractSolver):
 
             shapes.append(shape)
             blocks.append(_Block(functions, codes, size))
-            policy = {
-                "nodes": grid.nodes,
-                "count": grid.count,
-                "continuation0": grid.continuation0,
-                "feasible": grid.feasible,
-            }
-            rows.append({k: v.reshape((size, *v.shape[len(shape) :])) for k, v in policy.items()})
+            if refined is None:
+                policy = {
+                    "nodes": grid.nodes,
+                    "count": grid.count,
+                    "continuation0": grid.continuation0,
+                    "feasible": grid.feasible,
+                }
+                rows.append(
+                    {k: v.reshape((size, *v.shape[len(shape) :])) for k, v in policy.items()}
+                )
         row_codes = _row_codes(blocks)
         if refined is None:
             refined = {key: jnp.concatenate([r[key] for r in rows]) for key in rows[0]}
