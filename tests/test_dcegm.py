@@ -71,6 +71,61 @@ def test_last_period_consumes_everything():
     np.testing.assert_allclose(solution.value("retired", 2), np.log(WEALTH), rtol=1e-12)
 
 
+def test_last_period_is_solved_apart_with_no_endogenous_point():
+    """Nothing follows the last period: its grids hold no point (count 0, every cash on
+    hand credit-constrained), the earlier periods' do, and a one-period model (no
+    period loop at all) and a two-period one solve to the analytical values."""
+    _model, _params, solution = solved(3, 0.1)
+    for regime in ("working", "retired"):
+        grid = solution.policies[regime]
+        assert np.all(np.asarray(grid.count[-1]) == 0)
+        assert np.all(np.isposinf(np.asarray(grid.nodes[-1])[..., 0]))
+        assert np.all(np.asarray(grid.count[:-1]) > 0)
+    for n_periods in (1, 2):
+        model = retirement.build(n_periods, solver=retirement.dcegm())
+        values = model.solve(params_for(1.0))
+        for period in range(n_periods):
+            working, retired = exact(n_periods, 1.0, period)
+            np.testing.assert_allclose(values.value("working", period), working, atol=2e-4)
+            np.testing.assert_allclose(values.value("retired", period), retired, atol=2e-4)
+
+
+def test_the_last_period_is_apart_only_beside_single_point_regimes():
+    """The last period is solved apart from the period loop (a second trace of the
+    step) where a regime is solved by DC-EGM and every other one is a single point (no
+    state, no action: death); never in a grid-search model, whose program is unchanged."""
+    from lcm_eqx._solve._backward import _last_period_apart
+
+    def apart(model):
+        segment = model.plan.segments[-1]
+        return _last_period_apart(model.plan, model.solvers, segment.regimes)
+
+    assert apart(retirement.build(3, solver=retirement.dcegm(40)))
+    savings = lcm.IrregSpacedGrid(points=[40.0 * (i / 39) ** 2 for i in range(40)])
+    assert apart(stochastic_model(lcm.DCEGM(state="wealth", action="consumption", savings=savings)))
+    assert not apart(retirement.build(3))
+    assert not apart(
+        retirement.build(3, solver=retirement.dcegm(40), retired_solver=lcm.GridSearch())
+    )
+
+
+def test_utility_is_traced_as_often_for_3_as_for_12_periods():
+    """One period step for the loop, one for the last period apart: the tracing (and
+    the compiled program) does not grow with the number of periods."""
+    counts = []
+    for n_periods in (3, 12):
+        traces = []
+
+        def utility(consumption, labor, disutility_of_work, traces=traces):
+            traces.append(1)
+            return retirement.utility(consumption, labor, disutility_of_work)
+
+        model = retirement.build(n_periods, solver=retirement.dcegm(40), utility_fn=utility)
+        model.solve(retirement.PARAMS)
+        counts.append(len(traces))
+    assert counts[0] == counts[1] > 0
+
+
 def test_simulated_agents_make_the_analytical_decisions():
     n_periods, delta = CASES["T5-delta1"]
     model, params, solution = solved(n_periods, delta)

@@ -7,6 +7,7 @@ as traced scalars: compile time does not grow with the number of periods.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -26,6 +27,7 @@ from ._dcegm import (
     regime_values,
     solve_regimes,
     zero_grid,
+    zero_reader,
 )
 from ._envelope import INACTIVE, ORDINARY, ZERO, EndogenousGrid
 from ._kernel import RegimeProblem, age_varying_points, max_each, shifted, stack_checks
@@ -144,8 +146,12 @@ def solve_model(
         # rather than a slice of them per regime (kernels of every period).
         groups = batch_groups(plan, solvers, segment.regimes)
         carry = (carry[0], _grouped(_ungrouped(carry[1], choices), groups, choices))
+        # The model's last period, solved apart from the period loop where that lets a
+        # solver skip work (`_last_period_apart`); the loop's last period then reads it.
+        apart = following is None and _last_period_apart(plan, solvers, segment.regimes)
+        reads = frozenset(segment.regimes) if apart else following
 
-        def step(carried, inputs, segment=segment, deferred=deferred, following=following):
+        def step(carried, inputs, segment=segment, deferred=deferred, following=reads, last=False):
             next_values, carried_policies = carried
             period, grid_points, next_grid_points = inputs if tables else (inputs, {}, {})
             next_policies = {
@@ -175,17 +181,25 @@ def solve_model(
                     grid_points=grid_points,
                     next_grid_points=next_grid_points,
                 )
+                problem.last_period = last
                 if isinstance(solver, DCEGM):
-                    problem.next_policies = continuation_readers(
-                        plan,
-                        solvers,
-                        resolved,
-                        name,
-                        next_values,
-                        next_policies,
-                        period + 1,
-                        age_of(ages, period + 1),
-                        next_grid_points,
+                    problem.next_policies = (
+                        {
+                            target: zero_reader(plan, target, solver.state, dtype)
+                            for target in plan.regimes[name].targets
+                        }
+                        if last
+                        else continuation_readers(
+                            plan,
+                            solvers,
+                            resolved,
+                            name,
+                            next_values,
+                            next_policies,
+                            period + 1,
+                            age_of(ages, period + 1),
+                            next_grid_points,
+                        )
                     )
                 checks[name] = (
                     (*problem.checks, *solver.extra_checks(plan.regimes[name])) if validate else ()
@@ -272,13 +286,27 @@ def solve_model(
             else periods
         )
         checkpointed = jax.checkpoint(step)
+        last_step = functools.partial(step, last=True)
 
         def ticked_step(carried, inputs, checkpointed=checkpointed, tables=tables):
             # Outside the checkpoint, so the backward pass of jax.grad does not replay it.
             solve_tick(progress, plan.n_periods, inputs[0] if tables else inputs)
             return checkpointed(carried, inputs)
 
-        carry, outputs = jax.lax.scan(ticked_step, carry, inputs, reverse=True)
+        if apart:
+            last_inputs = jax.tree.map(lambda x: x[-1], inputs)
+            solve_tick(progress, plan.n_periods, last_inputs[0] if tables else last_inputs)
+            carry, last_outputs = last_step(carry, last_inputs)
+            if segment.stop - segment.start > 1:
+                looped = jax.tree.map(lambda x: x[:-1], inputs)
+                carry, outputs = jax.lax.scan(ticked_step, carry, looped, reverse=True)
+                outputs = jax.tree.map(
+                    lambda xs, x: jnp.concatenate([xs, x[None]]), outputs, last_outputs
+                )
+            else:
+                outputs = jax.tree.map(lambda x: x[None], last_outputs)
+        else:
+            carry, outputs = jax.lax.scan(ticked_step, carry, inputs, reverse=True)
         following = frozenset(segment.regimes)
         segment_values, segment_violations, segment_policies, segment_carried = outputs
         length = segment.stop - segment.start
@@ -431,6 +459,23 @@ def _grouped(by_regime: dict[str, tuple], groups, choices: dict) -> tuple[dict, 
         )
     grouped = {name for group in groups for name in group}
     return {name: a for name, a in by_regime.items() if name not in grouped}, out
+
+
+def _last_period_apart(plan: ModelPlan, solvers: dict[str, AbstractSolver], names) -> bool:
+    """Whether the backward induction solves the model's last period (its regimes
+    `names`) apart from the period loop, with `RegimeProblem.last_period` set.
+
+    Where nothing follows, `DCEGM` needs neither the Euler equation nor the upper
+    envelope (the choice consumes down to the borrowing limit), which in the loop would
+    cost a full period's work. Its step is a second trace of the period step: only where
+    some regime is solved by `DCEGM` and every other one is a single point (no state, no
+    action: a terminal regime such as death), whose second copy costs next to nothing.
+    """
+    regimes = {name: plan.regimes[name] for name in names}
+    return any(isinstance(solvers[name], DCEGM) for name in regimes) and all(
+        isinstance(solvers[name], DCEGM) or not (regime.states or regime.actions)
+        for name, regime in regimes.items()
+    )
 
 
 def _grid_status(name: str, segment, following: frozenset[str] | None, period) -> jax.Array:

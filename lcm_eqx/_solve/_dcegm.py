@@ -268,7 +268,10 @@ class DCEGM(AbstractSolver):
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         savings = self.savings.to_jax()
 
-        def at_choice(raw, discrete):
+        def at_choice(continuation, discrete):
+            if problem.last_period:
+                return self._last_period_grid(problem, continuation)
+            raw = self._inverted(problem, discrete, continuation, savings)
             utility, marginal = self._utility(problem, discrete)
             return self._refine(utility, marginal, _materialized(raw), savings)
 
@@ -280,6 +283,25 @@ class DCEGM(AbstractSolver):
         policy, violations, _ = self._lift_choices(problem, at_choice, targets)
         return self._period_solution(problem, policy, violations)
 
+    def _last_period_grid(self, problem: RegimeProblem, continuation) -> dict[str, Array]:
+        """The refined grids of choices (leading axes: any) in the model's last period,
+        where nothing follows (`E[V'] = 0`, `problem.last_period`): with `u' > 0` the
+        Euler equation has no solution, and the choice consumes down to the borrowing
+        limit at every cash on hand. That is the credit-constrained segment that `read`
+        takes below a grid's first point: no point at all (`count` 0, rows of padding),
+        so no Euler equation is inverted and no upper envelope computed."""
+        expected = continuation["expected"]
+        lead = expected.shape[:-1]
+        rows = self.upper_envelope.n_rows(self.savings.n_points)
+        padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], expected.dtype)
+        beta = problem.params[""]["discount_factor"]
+        return {
+            "nodes": jnp.broadcast_to(padding, (*lead, rows, 4)),
+            "count": jnp.zeros(lead, jnp.int32),
+            "continuation0": _plus_discounted(0.0, beta, expected[..., 0]),
+            "feasible": jnp.broadcast_to(continuation["feasible"], lead),
+        }
+
     def _flat_choices(self, problem: RegimeProblem):
         """The shape of the regime's discrete state and action axes, and the codes of
         every choice (their flat product in row-major order; host arrays, by name)."""
@@ -290,12 +312,11 @@ class DCEGM(AbstractSolver):
         flat = np.indices(shape).reshape(len(shape), math.prod(shape)).astype(np.int32)
         return shape, {a.name: flat[i] for i, a in enumerate(axes)}
 
-    def _lift_choices(self, problem: RegimeProblem, finish=None, targets=None):
-        """The raw endogenous points (`_continuation`, then `_inverted`: the Euler
-        equation inverted at each savings point, before the upper envelope) of every
-        discrete state and action of the regime (then `finish(raw, discrete)` on each,
-        where given), lifted over their axes: the results and check violations with
-        leading axes the discrete states, then the discrete actions, and those axes.
+    def _lift_choices(self, problem: RegimeProblem, finish, targets=None):
+        """`finish(continuation, discrete)` of every discrete state and action of the
+        regime (`continuation`: `_continuation`'s reads of next period at the savings
+        points), lifted over their axes: the results and check violations with leading
+        axes the discrete states, then the discrete actions, and those axes.
         `targets`: the regimes read next period (default: all it can move to)."""
         savings = self.savings.to_jax()
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
@@ -308,8 +329,7 @@ class DCEGM(AbstractSolver):
                 continuation, violations = self._continuation(
                     problem, readers, discrete, savings, checks, targets
                 )
-                raw = self._inverted(problem, discrete, continuation, savings)
-                return (raw if finish is None else finish(raw, discrete)), violations
+                return finish(continuation, discrete), violations
 
             return _lift(at_choice, discrete_actions, {})
 
@@ -532,20 +552,28 @@ class DCEGM(AbstractSolver):
                 return self._utility(problem, codes)
 
             blocks.append(_Block(functions, codes, math.prod(shape)))
-        # Newton's method on all the regimes' points at once, outside the maps over their
-        # choices: one chain of steps with one early exit (`invert_marginals`).
-        consumptions: list[Array | None] = (
-            [None] * len(read)
-            if self.inverse_marginal_utility is not None
-            else list(invert_marginals([self._euler_targets(*r) for r in read], self.newton_steps))
-        )
-        raws = [
-            self._inverted_rows(problem, continuation, codes, consumption)
-            for (problem, continuation, codes), consumption in zip(read, consumptions, strict=True)
-        ]
         row_codes = _row_codes(blocks)
-        rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
-        refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
+        if problems[0].last_period:  # the same for every regime of a period
+            grids = [self._last_period_grid(problem, c) for problem, c, _ in read]
+            refined = {key: jnp.concatenate([g[key] for g in grids]) for key in grids[0]}
+        else:
+            # Newton's method on all the regimes' points at once, outside the maps over
+            # their choices: one chain of steps with one early exit (`invert_marginals`).
+            consumptions: list[Array | None] = (
+                [None] * len(read)
+                if self.inverse_marginal_utility is not None
+                else list(
+                    invert_marginals([self._euler_targets(*r) for r in read], self.newton_steps)
+                )
+            )
+            raws = [
+                self._inverted_rows(problem, continuation, codes, consumption)
+                for (problem, continuation, codes), consumption in zip(
+                    read, consumptions, strict=True
+                )
+            ]
+            rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
+            refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
         choice_values = (
             self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
             if with_values
@@ -1487,6 +1515,19 @@ def endogenous_reader(
         fixed={},
         read_fn=read_fn,
     )
+
+
+def zero_reader(model: ModelPlan, target: str, continuous: str, dtype) -> ContinuationReader:
+    """A reader of the period after the model's last: value and marginal value 0 at
+    every cash on hand, for each of the target's discrete states (no array is read)."""
+    target_plan = model.regimes[target]
+    axes = tuple(s for s in target_plan.states if s != continuous)
+    zeros = jnp.zeros(tuple(target_plan.grids[s].n_points for s in axes), dtype)
+
+    def constant(data, fixed, x):
+        return data[0], data[0]
+
+    return ContinuationReader(continuous=None, axes=axes, data=(zeros,), fixed={}, read_fn=constant)
 
 
 def array_reader(

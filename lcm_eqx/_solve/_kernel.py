@@ -203,6 +203,10 @@ class RegimeProblem:
         # policy (simulation, likelihoods).
         self.next_policies: dict[str, Any] = {}
         self.policy: Any = None
+        # Set by the backward induction where it solves the model's last period apart
+        # from the period loop: nothing follows (the continuation is 0), which a solver
+        # may use to skip work (`DCEGM`: no Euler equation to invert).
+        self.last_period = False
         # Where the arrays this problem reads by a current state's code start along that
         # state's axis: 0 (absent) except inside the simulation's per-device blocks of a
         # sharded solution, where each device holds one block of the sharded axes.

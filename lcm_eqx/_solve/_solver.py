@@ -51,7 +51,9 @@ class AbstractSolver(eqx.Module):
     - `discrete_values(problem, state)`: `v_d`, the best value over the continuous
       actions for each discrete action (choice probabilities and likelihoods).
 
-    `problem.policy` holds the solver's own policy of that period where callers have it.
+    `problem.policy` holds the solver's own policy of that period where callers have it;
+    `problem.last_period` is True where the backward induction solves the model's last
+    period apart from its loop (nothing follows: see `_last_period_apart`).
     """
 
     def applies_to(self, regime: RegimePlan) -> bool:
