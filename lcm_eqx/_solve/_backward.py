@@ -286,7 +286,6 @@ def solve_model(
             else periods
         )
         checkpointed = jax.checkpoint(step)
-        last_step = functools.partial(step, last=True)
 
         def ticked_step(carried, inputs, checkpointed=checkpointed, tables=tables):
             # Outside the checkpoint, so the backward pass of jax.grad does not replay it.
@@ -296,7 +295,7 @@ def solve_model(
         if apart:
             last_inputs = jax.tree.map(lambda x: x[-1], inputs)
             solve_tick(progress, plan.n_periods, last_inputs[0] if tables else last_inputs)
-            carry, last_outputs = last_step(carry, last_inputs)
+            carry, last_outputs = functools.partial(step, last=True)(carry, last_inputs)
             if segment.stop - segment.start > 1:
                 looped = jax.tree.map(lambda x: x[:-1], inputs)
                 carry, outputs = jax.lax.scan(ticked_step, carry, looped, reverse=True)
