@@ -12,7 +12,7 @@ kinks sit at different wealth.
 For each savings grid size n and each envelope it measures, within one run:
 
 - agreement: both refined functions read on a fine grid of cash on hand `m` (ours with
-  `lcm_eqx._solve._envelope.read`: cubic Hermite value, linear consumption; FUES's
+  `lcm_eqx._solve._dcegm._envelope.read`: cubic Hermite value, linear consumption; FUES's
   output by linear interpolation, as `dcegm` reads it; both with the exact
   credit-constrained segment below the first point), the max |Δ value| and
   |Δ consumption|; and, to separate the envelope from the interpolation, the same with
@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import lcm_eqx as lcm  # noqa: E402
 from benchmarks._timing import interleaved  # noqa: E402
-from lcm_eqx._solve._envelope import ExactEnvelope, read  # noqa: E402
+from lcm_eqx._solve._dcegm._envelope import ExactEnvelope, read  # noqa: E402
 from tests.models import retirement  # noqa: E402
 
 # This script's own folder comes first on sys.path and holds a module of the same name as

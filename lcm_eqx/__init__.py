@@ -66,12 +66,12 @@ from ._plotting import plot_profiles as plot_profiles  # noqa: E402
 from ._plotting import plot_values as plot_values  # noqa: E402
 from ._simulate._result import SimulationResult as SimulationResult  # noqa: E402
 from ._solve._dcegm import DCEGM as DCEGM  # noqa: E402
-from ._solve._envelope import AbstractUpperEnvelope as AbstractUpperEnvelope  # noqa: E402
-from ._solve._envelope import EndogenousGrid as EndogenousGrid  # noqa: E402
-from ._solve._envelope import ExactEnvelope as ExactEnvelope  # noqa: E402
+from ._solve._dcegm import AbstractUpperEnvelope as AbstractUpperEnvelope  # noqa: E402
+from ._solve._dcegm import EndogenousGrid as EndogenousGrid  # noqa: E402
+from ._solve._dcegm import ExactEnvelope as ExactEnvelope  # noqa: E402
 from ._solve._solution import Solution as Solution  # noqa: E402
 from ._solve._solver import AbstractPointwiseSolver as AbstractPointwiseSolver  # noqa: E402
 from ._solve._solver import AbstractSolver as AbstractSolver  # noqa: E402
-from ._solve._solver import GridSearch as GridSearch  # noqa: E402
+from ._solve._grid_search import GridSearch as GridSearch  # noqa: E402
 
 __version__ = "0.1.0"

@@ -367,11 +367,17 @@ def _policy_program(model: Model, regime: str):
     def solve_at(params, values, policies, points, period, keys):
         resolved = resolve_params(plan, params)
         continuation = {name: v[period] for name, v in prepare_next_values(plan, values).items()}
+        policy = jax.tree.map(lambda x: x[period], policies[regime]) if regime in policies else None
         problem = RegimeProblem(
-            plan, regime_plan, resolved[regime], period, age_of(ages, period), continuation, False
+            plan,
+            regime_plan,
+            resolved[regime],
+            period,
+            age_of(ages, period),
+            continuation,
+            False,
+            policy=policy,
         )
-        if regime in policies:
-            problem.policy = jax.tree.map(lambda x: x[period], policies[regime])
         return jax.vmap(lambda point, k: solver.choose(problem, point, k))(points, keys)
 
     return jax.jit(solve_at)

@@ -294,13 +294,13 @@ def _spy_with_values(monkeypatch) -> list[bool]:
     from lcm_eqx._solve import _dcegm
 
     calls: list[bool] = []
-    batched = _dcegm.DCEGM._solve_batched
+    batched = _dcegm.DCEGM.solve_batched
 
     def spy(self, problems, with_values=True):
         calls.append(with_values)
         return batched(self, problems, with_values=with_values)
 
-    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
+    monkeypatch.setattr(_dcegm.DCEGM, "solve_batched", spy)
     return calls
 
 
@@ -330,11 +330,11 @@ def test_values_read_after_the_loop_in_chunks_of_periods_or_in_the_splayed_perio
     """Where the refined grids of all periods would take more than `READ_VALUES_BYTES`,
     the values are read in chunks of periods; a regime with a splayed state axis reads
     them in its period step (which bounds its memory). The same values either way."""
-    from lcm_eqx._solve import _backward
+    from lcm_eqx._solve._dcegm import _period
 
     params = params_for(1.0)
     reference = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
-    monkeypatch.setattr(_backward, "READ_VALUES_BYTES", 1)  # one period per chunk
+    monkeypatch.setattr(_period, "READ_VALUES_BYTES", 1)  # one period per chunk
     chunked = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
     monkeypatch.undo()
     calls = _spy_with_values(monkeypatch)
@@ -354,7 +354,7 @@ def test_a_regime_active_from_a_later_period_changes_nothing_else():
     only from period 1, period 0 reads its period-1 grids as before, its own period 0 is
     inactive (-inf), and every other value is that of the model where it is always
     active."""
-    from lcm_eqx._solve._envelope import INACTIVE, ORDINARY
+    from lcm_eqx._solve._dcegm._envelope import INACTIVE, ORDINARY
 
     params = params_for(1.0)
     full = retirement.build(4, solver=retirement.dcegm(80))
@@ -539,16 +539,16 @@ def test_regimes_solved_together_equal_each_solved_alone(monkeypatch, case):
     }
     model = retirement.build(4, **options)
     passes = []
-    batched = _dcegm.DCEGM._solve_batched
+    batched = _dcegm.DCEGM.solve_batched
 
     def spy(self, problems, **kwargs):
         passes.append(len(problems))
         return batched(self, problems, **kwargs)
 
-    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
+    monkeypatch.setattr(_dcegm.DCEGM, "solve_batched", spy)
     together = model.solve(params)
     assert passes and set(passes) == {2}  # both regimes in one pass
-    monkeypatch.setattr(_dcegm.DCEGM, "_batchable", lambda self, problem: False)
+    monkeypatch.setattr(_dcegm.DCEGM, "batchable", lambda self, problem: False)
     alone = retirement.build(4, **options).solve(params)
     for name in ("working", "retired"):
         np.testing.assert_allclose(together.values[name], alone.values[name], rtol=0, atol=1e-12)
@@ -562,13 +562,13 @@ def test_equal_solvers_share_a_pass_and_different_ones_do_not(monkeypatch):
     from lcm_eqx._solve import _dcegm
 
     passes = []
-    batched = _dcegm.DCEGM._solve_batched
+    batched = _dcegm.DCEGM.solve_batched
 
     def spy(self, problems, **kwargs):
         passes.append(sorted(p.regime.name for p in problems))
         return batched(self, problems, **kwargs)
 
-    monkeypatch.setattr(_dcegm.DCEGM, "_solve_batched", spy)
+    monkeypatch.setattr(_dcegm.DCEGM, "solve_batched", spy)
     params = params_for(1.0)
     equal = retirement.build(3, solver=retirement.dcegm(40), retired_solver=retirement.dcegm(40))
     equal.solve(params)
@@ -766,7 +766,7 @@ def test_upper_envelope_without_a_kept_point_is_empty():
 
 
 def test_the_pairwise_test_of_many_rows_equals_each_rows_own():
-    from lcm_eqx._solve._envelope import _folds
+    from lcm_eqx._solve._dcegm._envelope import _folds
 
     folded_m, folded_v = _folded_branches(3)
     n = len(folded_m)
@@ -854,7 +854,7 @@ def test_newton_inverts_marginal_utility_with_or_without_its_early_exit(utility)
     after two; otherwise (`u(c) = log c - 1/(2c²)`, `u'(c) = 1/c + 1/c³`) it runs all
     its steps. Either way `u'(c) = q` to rounding, and the derivative of `c` in `q` is
     `1 / u''(c)` (the final step's implicit function theorem)."""
-    from lcm_eqx._solve._dcegm import invert_marginal
+    from lcm_eqx._solve._reading import invert_marginal
 
     if utility == "crra":
         marginal, second = (lambda c: c**-2.0), (lambda c: -2.0 * c**-3.0)
@@ -876,7 +876,7 @@ def test_newton_inverts_several_marginal_utilities_with_one_early_exit():
     steps after the second run) gives each problem's own solution: CRRA alone stops
     after two steps, with a problem that needs more both run them, and each result and
     its derivative in `q` is that of the problem inverted alone."""
-    from lcm_eqx._solve._dcegm import invert_marginal, invert_marginals
+    from lcm_eqx._solve._reading import invert_marginal, invert_marginals
 
     def crra(c):
         return c**-2.0

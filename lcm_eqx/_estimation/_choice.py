@@ -55,10 +55,12 @@ def regime_problem(
     age = age_of(model.ages, period)
     regime_plan = plan.regimes[regime]
     next_values = None if regime_plan.is_terminal else next_values_at(solution_values, period)
-    problem = RegimeProblem(plan, regime_plan, resolved[regime], period, age, next_values, False)
+    policy = None
     if policies and regime in policies:
-        problem.policy = jax.tree.map(lambda x: x[period], policies[regime])
-    return problem
+        policy = jax.tree.map(lambda x: x[period], policies[regime])
+    return RegimeProblem(
+        plan, regime_plan, resolved[regime], period, age, next_values, False, policy=policy
+    )
 
 
 def probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:

@@ -42,10 +42,10 @@ from .._grids import AbstractContinuousGrid
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._solve._axes import Carried, lift
-from .._solve._dcegm import DCEGM, choice_weights
 from .._solve._kernel import RegimeProblem
 from .._solve._sharding import ShardingPlan, is_identity_transition, sharding_plan
-from .._solve._solver import _q_on_action_grid, taste_shock_scale
+from .._solve._reading import choice_weights
+from .._solve._solver import taste_shock_scale
 from ._choice import regime_problem
 
 
@@ -524,31 +524,6 @@ def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) 
     return grid.to_jax().astype(dtype)
 
 
-def _choices(solver, problem: RegimeProblem, state) -> tuple[Array, dict[str, Array]]:
-    """`v_d` and the continuous actions of each discrete action at a grid node, for a
-    pointwise solver (`DCEGM` regimes are read on the whole grid: `_over_nodes`)."""
-    regime = problem.regime
-    # Grid search: locate the best continuous action per discrete action without
-    # derivatives, then evaluate `q` there again (the value's derivative is that of the
-    # maximising element).
-    n_d = len(regime.discrete_actions)
-    axes = problem.action_axes
-    values = jax.lax.stop_gradient(_q_on_action_grid(problem, state))
-    d_shape, c_shape = values.shape[:n_d], values.shape[n_d:]
-    best = jnp.argmax(values.reshape((*d_shape, -1)), axis=-1)
-    c_index = jnp.unravel_index(best, c_shape) if c_shape else ()
-    chosen = {a.name: a.points[i] for a, i in zip(axes[n_d:], c_index, strict=True)}
-
-    def at(i):
-        codes = jnp.unravel_index(i, d_shape) if d_shape else ()
-        action = {a.name: c for a, c in zip(axes[:n_d], codes, strict=True)}
-        continuous = {k: v.reshape(-1)[i] for k, v in chosen.items()}
-        return problem.q(state, {**action, **continuous})[0]
-
-    v_d = jax.vmap(at)(jnp.arange(_size(d_shape))).reshape(d_shape)
-    return v_d, chosen
-
-
 def _size(shape: tuple[int, ...]) -> int:
     size = 1
     for n in shape:
@@ -559,24 +534,21 @@ def _size(shape: tuple[int, ...]) -> int:
 def _over_nodes(plan: ModelPlan, solver, problem: RegimeProblem, targets):
     """`_node` at every node of the regime's state grid (outputs: state axes first).
 
-    A `DCEGM` regime's choices are read off its endogenous grids for all discrete states
-    at once, then mapped jointly with the state axes (`Carried`): each node sees its own
-    slice, so a sharded state's policy is read on its own device.
+    Where the solver reads its choices on the whole grid at once (`choices_on_grid`,
+    e.g. off endogenous grids), they are mapped jointly with the state axes (`Carried`):
+    each node sees its own slice, so a sharded state's policy is read on its own device.
     """
-    if not isinstance(solver, DCEGM):
+    on_grid = solver.choices_on_grid(problem)
+    if on_grid is None:
         return lift(lambda state: _node(plan, solver, problem, state, targets), problem.state_axes)
-    axis = next(a for a in problem.state_axes if a.name == solver.state)
-    v, c = lift(
-        lambda point: solver.choice_values(problem, problem.policy, point[solver.state]), (axis,)
-    )
-    position = problem.regime.states.index(solver.state)
-    v, c = jnp.moveaxis(v, 0, position), jnp.moveaxis(c, 0, position)
+    v, chosen = on_grid
     n_d = len(problem.regime.discrete_actions)
     labels = (*problem.regime.states, *(None,) * n_d)
-    carried = {"values": Carried(v, labels), "consumption": Carried(c, labels)}
+    carried = {"values": Carried(v, labels)}
+    carried.update({f"action:{name}": Carried(c, labels) for name, c in chosen.items()})
 
     def at(state, arrays):
-        choices = (arrays["values"], {solver.action: arrays["consumption"]})
+        choices = (arrays["values"], {name: arrays[f"action:{name}"] for name in chosen})
         return _node(plan, solver, problem, state, targets, choices)
 
     return lift(at, problem.state_axes, carried=carried)
@@ -594,7 +566,7 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
     cannot be reached.
     """
     regime = problem.regime
-    v_d, chosen = _choices(solver, problem, state) if choices is None else choices
+    v_d, chosen = solver.choices_at(problem, state) if choices is None else choices
     d_shape = v_d.shape
     flat = v_d.reshape(-1)
     scale = taste_shock_scale(problem)

@@ -21,18 +21,17 @@ from .._errors import InvalidPeriodError, LcmError
 from .._model._dag import Evaluator
 from .._model._params import resolve_params
 from .._solve._backward import age_of
-from .._solve._dcegm import (
-    DCEGM,
+from .._solve._kernel import RegimeProblem
+from .._solve._on_grid import q_on_action_grid
+from .._solve._reading import (
     ContinuationReader,
-    _marginal,
     combine_values_and_slopes,
-    endogenous_reader,
     expected_at_savings,
     invert_marginal,
+    marginal_of,
 )
-from .._solve._kernel import RegimeProblem
 from .._solve._solution import Solution
-from .._solve._solver import _q_on_action_grid, taste_shock_scale
+from .._solve._solver import taste_shock_scale
 from ._choice import next_values_at, regime_problem
 
 
@@ -53,10 +52,10 @@ def euler_errors(
         params: the parameters the solution was computed with.
         solution: `model.solve(params)`; `None` solves first.
         regime: the regime's name.
-        state: its continuous state (cash on hand); default: that of the regime's
-            `DCEGM` solver.
-        action: its continuous action (consumption); default: that of the regime's
-            `DCEGM` solver.
+        state: its continuous state (cash on hand); default: the one the regime's solver
+            knows (`DCEGM`'s `state`).
+        action: its continuous action (consumption); default: the one the regime's
+            solver knows (`DCEGM`'s `action`).
         points: values of `state` at which to evaluate (default: its grid).
 
     Returns:
@@ -76,15 +75,15 @@ def euler_errors(
         raise InvalidPeriodError(
             f"Unknown regime {regime!r}; the model's regimes are {list(plan.regimes)}."
         )
-    solver = model.solvers[regime]
-    if isinstance(solver, DCEGM):
-        state = solver.state if state is None else state
-        action = solver.action if action is None else action
+    known = model.solvers[regime].euler_variables()
+    if known is not None:
+        state = known[0] if state is None else state
+        action = known[1] if action is None else action
     regime_plan = plan.regimes[regime]
     if state is None or action is None:
         raise LcmError(
-            f"euler_errors: regime {regime!r} is not solved by DCEGM; name its continuous "
-            "state and action (state=..., action=...)."
+            f"euler_errors: regime {regime!r}'s solver does not know its Euler equation's "
+            "variables; name its continuous state and action (state=..., action=...)."
         )
     if regime_plan.is_terminal:
         raise LcmError(f"euler_errors: regime {regime!r} is terminal: it has no Euler equation.")
@@ -133,21 +132,19 @@ def _euler_errors(model, regime, state, action, params, values, policies, points
 
     def at_period(period):
         problem = regime_problem(model, resolved, regime, period, values, policies)
-        problem.next_policies = _readers(
-            model, resolved, regime, action, period + 1, values, policies
-        )
+        readers = _readers(model, resolved, regime, action, period + 1, values, policies)
         discrete_states = [a for a in problem.state_axes if a.name != state]
         discrete_actions = [a for a in problem.action_axes if a.is_discrete]
         beta = problem.params[""]["discount_factor"]
 
         def at(z, d_codes, x):
             point = {**z, state: x}
-            consumption = _policy(solver, problem, point, action)[d_codes]
+            consumption = solver.continuous_policy(problem, point)[action][d_codes]
             d = dict(zip([a.name for a in discrete_actions], d_codes, strict=True))
             feasible = _feasible(problem, {**z, **d}, state, action, x, consumption)
             savings = x - consumption
             _, marginal, _ = expected_at_savings(
-                problem, problem.next_policies, state, action, {**z, **d}, savings
+                problem, readers, state, action, {**z, **d}, savings
             )
 
             def utility(c):
@@ -155,10 +152,10 @@ def _euler_errors(model, regime, state, action, params, values, policies, points
                 return jnp.asarray(evaluate(regime_plan.utility))
 
             q = beta * marginal
-            implied = invert_marginal(_marginal(utility), jnp.maximum(q, 1e-300), 8)
+            implied = invert_marginal(marginal_of(utility), jnp.maximum(q, 1e-300), 8)
             error = jnp.log10(jnp.abs(1.0 - implied / consumption))
-            step = _action_step(problem, action, solver)
-            unconstrained = savings > _borrowing_limit(solver) + step
+            step = solver.action_step(problem, action)
+            unconstrained = savings > solver.borrowing_limit() + step
             ok = feasible & unconstrained & (q > 0) & jnp.isfinite(error)
             return jnp.where(ok, error, jnp.nan)
 
@@ -182,36 +179,12 @@ def _euler_errors(model, regime, state, action, params, values, policies, points
     return jnp.concatenate([inner, last[None]], axis=0)
 
 
-def _policy(solver, problem: RegimeProblem, point, action) -> Array:
-    """The solver's continuous action at `point` for each discrete action."""
-    if isinstance(solver, DCEGM):
-        return solver.policy(problem, point)
-    values = jax.lax.stop_gradient(_q_on_action_grid(problem, point))
-    names = [a.name for a in problem.action_axes]
-    grid = problem.action_axes[names.index(action)].points
-    return grid[jnp.argmax(values, axis=-1)]
-
-
 def _feasible(problem: RegimeProblem, discrete, state, action, x, consumption) -> Array:
     evaluate = problem.evaluator({**discrete, state: x, action: consumption})
     feasible = jnp.asarray(True)
     for constraint in problem.regime.constraints.values():
         feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
     return feasible
-
-
-def _action_step(problem: RegimeProblem, action: str, solver) -> Array:
-    if isinstance(solver, DCEGM):
-        return jnp.asarray(1e-9)
-    names = [a.name for a in problem.action_axes]
-    grid = problem.action_axes[names.index(action)].points
-    return jnp.max(jnp.diff(grid))
-
-
-def _borrowing_limit(solver) -> Array:
-    if isinstance(solver, DCEGM):
-        return solver.savings.to_jax()[0]
-    return jnp.asarray(0.0)
 
 
 def _readers(model, resolved, regime, action, next_period, values, policies):
@@ -221,18 +194,17 @@ def _readers(model, resolved, regime, action, next_period, values, policies):
     next_age = age_of(model.ages, next_period)
     readers = {}
     for target in plan.regimes[regime].targets:
-        target_solver = model.solvers[target]
-        if isinstance(target_solver, DCEGM):
-            grid = jax.tree.map(
+        reader = None
+        if target in policies:
+            policy = jax.tree.map(
                 lambda x: x[jnp.minimum(next_period, x.shape[0] - 1)], policies[target]
             )
-            readers[target] = endogenous_reader(
-                plan, target, target_solver, grid, resolved[target], next_period, next_age
+            reader = model.solvers[target].policy_reader(
+                plan, target, policy, resolved[target], next_period, next_age
             )
-        else:
-            readers[target] = _policy_reader(
-                model, resolved, target, action, next_period, values, policies
-            )
+        if reader is None:
+            reader = _policy_reader(model, resolved, target, action, next_period, values, policies)
+        readers[target] = reader
     return readers
 
 
@@ -267,7 +239,7 @@ def _policy_reader(model, resolved, target, action, period, values, policies):
 
     def at_z(z, x):
         point = {**z, name: x}
-        q = jax.lax.stop_gradient(_q_on_action_grid(problem, point))
+        q = jax.lax.stop_gradient(q_on_action_grid(problem, point))
         c = grid[jnp.argmax(q, axis=-1)]
         v = jnp.max(q, axis=-1)
 

@@ -28,8 +28,7 @@ from jaxtyping import Array, Float
 
 from .._errors import LcmError
 from .._model._params import resolve_params
-from .._solve._axes import lift
-from .._solve._dcegm import DCEGM
+from .._solve._on_grid import refined_grid_actions
 from .._solve._solution import Solution
 from ._choice import (
     log_probabilities_from_values,
@@ -194,53 +193,16 @@ def _choice_moments(model, validate, params, data, solution):
 
 
 def best_continuous_actions(problem, state, discrete_action, solver=None) -> dict[str, Array]:
-    """The best continuous actions at `state` given the discrete actions.
-
-    With an endogenous-grid `solver` (e.g. `DCEGM`), its continuous policy at `state`.
-    Otherwise, on the grids: a single continuous action is refined to the vertex of the
-    parabola through the grid maximum and its two neighbours (clipped to them), which
-    moves continuously with the parameters between grid switches; with several, the grid
-    argmax is returned.
-    The grid search itself runs without derivatives; only the (up to) three points of
-    the parabola are differentiated.
+    """The best continuous actions at `state` given the discrete actions: `solver`'s
+    (`AbstractSolver.best_continuous_actions`; e.g. `DCEGM`'s continuous policy), or
+    without a solver the best points of the action grids, a single continuous action
+    refined to the vertex of the parabola through the grid maximum and its two
+    neighbours (clipped to them), which moves continuously with the parameters between
+    grid switches.
     """
-    names = problem.regime.continuous_actions
-    axes = tuple(a for a in problem.action_axes if a.name in names)
-    fixed = {a: discrete_action[a] for a in problem.regime.discrete_actions}
-    if isinstance(solver, DCEGM):
-        consumption = solver.policy(problem, state)
-        index = tuple(fixed[a] for a in problem.regime.discrete_actions)
-        return {solver.action: consumption[index]}
-
-    def q(action):
-        return problem.q(state, {**fixed, **action})[0]
-
-    values = jax.lax.stop_gradient(lift(q, axes))
-    if len(axes) != 1:
-        index = jnp.unravel_index(jnp.argmax(values.reshape(-1)), values.shape)
-        return {axis.name: axis.points[i] for axis, i in zip(axes, index, strict=True)}
-    axis = axes[0]
-    x = axis.points
-    n = x.shape[0]
-    best = jnp.argmax(values)
-    k = jnp.clip(best, 1, n - 2)
-    neighbours = x[jnp.stack([k - 1, k, k + 1])]
-    f = jax.vmap(lambda point: q({axis.name: point}))(neighbours)
-    return {axis.name: _parabola_vertex(neighbours, f, interior=best == k, fallback=x[best])}
-
-
-def _parabola_vertex(x: Array, f: Array, interior, fallback) -> Array:
-    """Vertex of the parabola through (x[i], f[i]), i = 0, 1, 2, clipped to [x0, x2]."""
-    x0, x1, x2 = x[0], x[1], x[2]
-    interior = interior & jnp.all(jnp.isfinite(f))
-    f0, f1, f2 = (jnp.where(interior, f[i], 0.0) for i in range(3))
-    a = (x1 - x0) * (f1 - f2)
-    b = (x1 - x2) * (f1 - f0)
-    denominator = a - b
-    ok = interior & (denominator != 0)
-    numerator = (x1 - x0) * a - (x1 - x2) * b
-    vertex = x1 - 0.5 * numerator / jnp.where(ok, denominator, 1.0)
-    return jnp.where(ok, jnp.clip(vertex, x0, x2), fallback)
+    if solver is None:
+        return refined_grid_actions(problem, state, discrete_action)
+    return solver.best_continuous_actions(problem, state, discrete_action)
 
 
 def _measurement_sds(measurement_sd, continuous, regime) -> dict[str, Array]:

@@ -36,7 +36,8 @@ from .._simulate._simulate import (
 )
 from .._solve._backward import solve_model
 from .._solve._solution import Solution
-from .._solve._solver import AbstractSolver, GridSearch, assign_solvers
+from .._solve._grid_search import GridSearch, assign_solvers
+from .._solve._solver import AbstractSolver
 from .._typing import InitialConditions, Params
 from .._validation import enforce, is_traced
 from ._params import bind_fixed, check_params, params_template, resolve_params

@@ -10,7 +10,6 @@ its own block of the value arrays and only per-subject results cross devices
 
 from __future__ import annotations
 
-import copy
 import functools
 import warnings
 
@@ -145,8 +144,8 @@ def simulate_chunk(
                     prepare=not reads_policy,
                     grid_points=grid_points,
                     next_grid_points=next_grid_points,
+                    policy=own_policies.get(name),
                 )
-                problem.policy = own_policies.get(name)
                 solver = solvers[name]
                 in_regime = present & (regime == regime_plan.id)
                 point = {s: states[s] for s in regime_plan.states}
@@ -257,18 +256,16 @@ def _on_blocks(
         return plan.state_grid(by_axis[axis]).n_points // mesh.shape[axis]
 
     def on_device(blocks, policy, point, keys, in_regime):
-        local = copy.copy(problem)
         continuations = dict(problem.continuations)
         for target, array in blocks.items():
             continuations[target] = (array, problem.continuations[target][1])
-        local.continuations = continuations
+        changes: dict = {"continuations": continuations, "policy": policy}
         if blocks:
             # As unsharded: a NaN anywhere in next period's values makes the period NaN.
             nan = _any_nan(list(blocks.values())).astype(jnp.int32)
-            local.continuation_has_nan = problem.continuation_has_nan | (
+            changes["continuation_has_nan"] = problem.continuation_has_nan | (
                 jax.lax.psum(nan, axis_names) > 0
             )
-        local.policy = policy
         owned = in_regime
         offsets = {}
         for axis, state in by_axis.items():
@@ -280,7 +277,7 @@ def _on_blocks(
                 owned = owned & (jnp.clip(point[state] // size, 0, n_blocks - 1) == index)
             else:
                 owned = owned & (index == 0)
-        local.code_offsets = offsets
+        local = problem.replace(**changes, code_offsets=offsets)
 
         subject = functools.partial(_simulate_subject, plan, solver, local, validate=validate)
         results = in_blocks(subject, (point, keys), owned)
@@ -376,7 +373,7 @@ def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> 
     assert checks == tuple(problem.checks), (checks, problem.checks)
     deterministic, stochastic = problem.next_states(evaluate)
     violations: dict[str, jax.Array] = {}
-    problem._record_violations(
+    problem.record_violations(
         regime_probabilities,
         deterministic,
         stochastic,

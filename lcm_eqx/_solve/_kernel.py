@@ -190,6 +190,10 @@ class RegimeProblem:
         prepare: bool = True,
         grid_points: GridPoints | None = None,
         next_grid_points: GridPoints | None = None,
+        policy: Any = None,
+        next_policies: dict[str, Any] | None = None,
+        last_period: bool = False,
+        code_offsets: dict[str, Array] | None = None,
     ):
         if grid_points is None or next_grid_points is None:
             tables = age_varying_points(model)
@@ -198,19 +202,18 @@ class RegimeProblem:
         self.grid_points = grid_points
         self.next_grid_points = next_grid_points
         self.sharding = sharding
-        # Set by callers that solve with, or read, an endogenous-grid solver: readers of
-        # next period's regimes (`DCEGM` in the backward induction) and this period's own
-        # policy (simulation, likelihoods).
-        self.next_policies: dict[str, Any] = {}
-        self.policy: Any = None
-        # Set by the backward induction where it solves the model's last period apart
-        # from the period loop: nothing follows (the continuation is 0), which a solver
-        # may use to skip work (`DCEGM`: no Euler equation to invert).
-        self.last_period = False
+        # For solvers that read next period themselves: readers of next period's
+        # regimes (`Period.read`), and this period's own policy (simulation, likelihoods).
+        self.next_policies: dict[str, Any] = {} if next_policies is None else next_policies
+        self.policy: Any = policy
+        # Where the backward induction solves the model's last period apart from the
+        # period loop: nothing follows (the continuation is 0), which a solver may use to
+        # skip work (`AbstractSolver.solves_last_period_apart`).
+        self.last_period = last_period
         # Where the arrays this problem reads by a current state's code start along that
         # state's axis: 0 (absent) except inside the simulation's per-device blocks of a
         # sharded solution, where each device holds one block of the sharded axes.
-        self.code_offsets: dict[str, Array] = {}
+        self.code_offsets: dict[str, Array] = {} if code_offsets is None else code_offsets
         self.model = model
         self.regime = regime
         self.params = params
@@ -233,7 +236,7 @@ class RegimeProblem:
             self._axis(n) for n in (*regime.discrete_actions, *regime.continuous_actions)
         )
         self.checks: list[str] = []
-        self._period_violations: dict[str, Array] = {}
+        self.period_violations: dict[str, Array] = {}
         self.continuations: dict[str, tuple[Array, Layout]] = {}
         self.target_points: dict[str, dict[str, Array]] = {}
         self.aggregator = regime.aggregator
@@ -259,8 +262,8 @@ class RegimeProblem:
                         beyond = jnp.isfinite(next_values[target]) & ~(
                             jnp.abs(values) < reach(values.dtype)
                         )
-                        self._period_violations["value:range"] = jnp.maximum(
-                            self._period_violations.get("value:range", 0.0),
+                        self.period_violations["value:range"] = jnp.maximum(
+                            self.period_violations.get("value:range", 0.0),
                             jnp.any(beyond).astype(values.dtype),
                         )
                 self.continuations[target] = self._prepare(target, values)
@@ -282,6 +285,26 @@ class RegimeProblem:
             self.continuation_has_nan = _any_nan(
                 [c for t, (c, _) in self.continuations.items() if t not in carried]
             )
+        self._frozen = True
+
+    def __setattr__(self, name: str, value) -> None:
+        # The problem is data: built once, by its constructor; `replace` makes a changed
+        # copy. (Its dictionaries of check violations are filled while it is evaluated.)
+        if getattr(self, "_frozen", False):
+            raise AttributeError(
+                f"RegimeProblem is immutable: use problem.replace({name}=...) for a copy."
+            )
+        object.__setattr__(self, name, value)
+
+    def replace(self, **changes) -> RegimeProblem:
+        """A copy with the given attributes changed (e.g. `next_policies`, `policy`,
+        `code_offsets`)."""
+        problem = copy.copy(self)
+        for name, value in changes.items():
+            if not hasattr(self, name):
+                raise AttributeError(f"RegimeProblem has no attribute {name!r}.")
+            object.__setattr__(problem, name, value)
+        return problem
 
     # ----------------------------------------------------------------- set-up
     def points(self, name: str) -> Array:
@@ -327,7 +350,7 @@ class RegimeProblem:
         violations = self.aggregator.violations(self.params[""])
         for name in self.aggregator.parameters:
             if name in violations:
-                self._period_violations[aggregator_check(self.aggregator, name)] = violations[name]
+                self.period_violations[aggregator_check(self.aggregator, name)] = violations[name]
 
     def has_future(self) -> Array:
         """Whether a next period exists (False in the last period, where `V_T ≡ 0`)."""
@@ -360,12 +383,12 @@ class RegimeProblem:
                 checks[function.key] = f"{function.key}:index:{arrays}"
         return checks
 
-    def _is_transition(self, key: str) -> bool:
+    def is_transition(self, key: str) -> bool:
         return key == "next_regime" or (
             key.startswith("next_") and key[5:] in self.regime.state_transitions
         )
 
-    def _before_last_period(self) -> Array:
+    def before_last_period(self) -> Array:
         """Transitions are evaluated in the last period too, but nothing reads them there
         (the continuation is 0): an array indexed by period may stop one period short,
         as in pylcm, without an index error."""
@@ -398,7 +421,7 @@ class RegimeProblem:
         target_plan = self.model.regimes[target]
         # A sharded state that never transitions is read at the current state's own code:
         # label its axis as a current-state axis, so the state sweep maps it jointly.
-        staying = {s for s in target_plan.states if self._stays_sharded(s)}
+        staying = {s for s in target_plan.states if self.stays_sharded(s)}
         labels = [f"cur:{s}" if s in staying else f"next:{s}" for s in target_plan.states]
         if self.sharding is not None:
             values = self.sharding.constrain(values, target_plan.states)
@@ -487,7 +510,7 @@ class RegimeProblem:
             stacked.append((tuple(members), array))
         return stacked
 
-    def _stays_sharded(self, state: str) -> bool:
+    def stays_sharded(self, state: str) -> bool:
         return (
             self.sharding is not None
             and self.sharding.is_sharded(state)
@@ -522,7 +545,6 @@ class RegimeProblem:
 
     def with_continuations(self, arrays: dict[str, Array]) -> RegimeProblem:
         """A copy reading the given jointly-mapped continuation slices (see `carried`)."""
-        problem = copy.copy(self)
         continuations = dict(self.continuations)
         for target, array in arrays.items():
             layout = self.continuations[target][1]
@@ -531,9 +553,10 @@ class RegimeProblem:
                 layout, current=tuple(s for s in layout.current if s not in joint)
             )
             continuations[target] = (array, reduced)
-        problem.continuations = continuations
-        problem.continuation_has_nan = self.continuation_has_nan | _any_nan(list(arrays.values()))
-        return problem
+        return self.replace(
+            continuations=continuations,
+            continuation_has_nan=self.continuation_has_nan | _any_nan(list(arrays.values())),
+        )
 
     def _precontract_probabilities(self, state: str) -> Array:
         transition = self.regime.state_transitions[state]
@@ -553,7 +576,7 @@ class RegimeProblem:
         if self.validate:
             flat = probabilities.reshape(-1, n_target)
             violations = jax.vmap(lambda p: probability_violation(p, self.tolerance))(flat)
-            self._period_violations[f"next_{state}"] = jnp.max(violations)
+            self.period_violations[f"next_{state}"] = jnp.max(violations)
             self._precontract_index_errors(transition)
         return probabilities
 
@@ -576,9 +599,9 @@ class RegimeProblem:
         dtype = jnp.zeros(()).dtype
         for key, failed in lift(at, axes).items():
             check = self.index_checks[key]
-            failed = (jnp.any(failed) & self._before_last_period()).astype(dtype)
-            self._period_violations[check] = jnp.maximum(
-                self._period_violations.get(check, 0.0), failed
+            failed = (jnp.any(failed) & self.before_last_period()).astype(dtype)
+            self.period_violations[check] = jnp.maximum(
+                self.period_violations.get(check, 0.0), failed
             )
 
     def _check_shape(self, key: str, shape, expected) -> None:
@@ -618,7 +641,7 @@ class RegimeProblem:
             allowed = jnp.asarray(evaluate(constraint))
             self._check_shape(constraint.key, allowed.shape, ())
             feasible = feasible & allowed.astype(bool)
-        violations = dict(self._period_violations)
+        violations = dict(self.period_violations)
         aggregator = self.aggregator
         if regime.is_terminal:
             values: tuple[Array, ...] = (utility,)
@@ -652,8 +675,8 @@ class RegimeProblem:
             # constraints themselves.
             if key in self.index_checks:
                 masked = failed if key in regime.constraints else failed & feasible
-                if self._is_transition(key):
-                    masked = masked & self._before_last_period()
+                if self.is_transition(key):
+                    masked = masked & self.before_last_period()
                 check = self.index_checks[key]
                 violations[check] = jnp.maximum(
                     violations.get(check, 0.0), masked.astype(value.dtype)
@@ -670,9 +693,9 @@ class RegimeProblem:
 
     def regime_probabilities(self, evaluate: Evaluator) -> Array:
         """Probabilities of next period's regimes (one-hot for a deterministic transition)."""
-        return self._regime_probabilities_and_id(evaluate)[0]
+        return self.regime_probabilities_and_id(evaluate)[0]
 
-    def _regime_probabilities_and_id(self, evaluate: Evaluator) -> tuple[Array, Array | None]:
+    def regime_probabilities_and_id(self, evaluate: Evaluator) -> tuple[Array, Array | None]:
         n_regimes = len(self.model.regimes)
         assert self.regime.next_regime is not None
         raw = jnp.asarray(evaluate(self.regime.next_regime))
@@ -719,11 +742,11 @@ class RegimeProblem:
     def _expected_value(self, evaluate, state, violations, split: bool = False):
         """`Σ_r' P(r' | s, a)·E[prepared V_r'(s')]` at one point; with `split`, the sums
         over non-terminal and terminal regimes apart (a `Continuation`)."""
-        regime_probabilities, next_regime_id = self._regime_probabilities_and_id(evaluate)
+        regime_probabilities, next_regime_id = self.regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
         by_target = self.target_next_states(evaluate)
         if self.validate:
-            self._record_violations(
+            self.record_violations(
                 regime_probabilities,
                 next_values,
                 next_probabilities,
@@ -834,7 +857,7 @@ class RegimeProblem:
             t not in r.active for r in self.model.regimes.values() for t in range(1, n_periods)
         )
 
-    def _record_violations(
+    def record_violations(
         self,
         regime_probabilities,
         next_values,

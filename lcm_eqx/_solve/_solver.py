@@ -1,61 +1,128 @@
-"""Solvers: how the best action is found at a state. Every solver implements
-`AbstractSolver`; the backward induction and simulation only talk to this interface."""
+"""The solver interface: what every solver provides, and all that the backward induction,
+the simulation and the estimation ask of it.
+
+The backward induction (`solve_model`) owns the segments, the scan over periods,
+checkpointing, progress, sharding, checks and the `Solution`. It groups the regimes by
+equal solver and carries, for each group, the solver's own state without opening it
+(as optimistix's `iterative_solve` carries a solver state):
+
+- `init(plan, names, dtype)`: the state after the model's last period;
+- `enter(plan, state, active)`: the state as the regimes `active` of a segment use it;
+- `step(problems, state, period)`: one period of the group's active regimes, their
+  `PeriodSolution`s, the new state, and what the period emits (stacked by the scan);
+- `postprocess(emitted, segment)`: after the loop, the value arrays a step left out
+  (`defers_values`) and each regime's policy of every period (`Solution.policies`);
+- `reader(target, state, period, along)`: how an earlier period reads regime `target`
+  of the group (as diffrax's loop builds `solver.interpolation_cls` from a step's
+  `dense_info`): by default, its value array interpolated along `along`.
+
+Queries after the solve (simulation, likelihoods, the distribution, Euler errors) have
+defaults that search the action grids; a solver with a policy of its own overrides them.
+No module outside a solver's folder names a concrete solver.
+"""
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, NamedTuple
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, PRNGKeyArray
 
-from ._axes import lift, map_axis, reduce_axis
-from ._kernel import RegimeProblem, max_each
+from . import _on_grid
+from ._axes import lift
+from ._kernel import RegimeProblem
+from ._reading import ContinuationReader, array_reader
 
 if TYPE_CHECKING:
-    from .._model._plan import ModelPlan, RegimePlan
+    from .._model._plan import ModelPlan, RegimePlan, Segment
 
 
 class PeriodSolution(NamedTuple):
     """What a solver returns for one regime in one period.
 
-    `values` has the regime's state shape (None where the backward induction reads it
-    after the period loop: see `solve_regimes`); `violations` the check violations at
-    every state point (see `RegimeProblem.checks` and the solver's `extra_checks`): a
-    tuple of arrays of the state shape, one per check, or one array with a last axis of
-    checks;
-    `policy` is whatever the solver keeps for later queries (simulation, likelihoods, the
-    next period), or None; `carried` the second value array of an aggregator that has
-    one, or None.
+    `values` has the regime's state shape (None where the solver computes it after the
+    period loop: `defers_values`); `violations` the check violations at every state
+    point (see `RegimeProblem.checks` and the solver's `extra_checks`): a tuple of arrays
+    of the state shape, one per check, or one array with a last axis of checks that
+    broadcasts against the state shape (an axis of length 1 where the checks do not vary
+    along it); `policy` is whatever the solver keeps for later queries (simulation,
+    likelihoods, its state), or None; `carried` the second value array of an aggregator
+    that has one, or None.
     """
 
     values: Array | None
-    violations: Array
+    violations: Array | tuple[Array, ...]
     policy: Any
     # The value array earlier periods read as this one's continuation, where it is not
     # `values` (an aggregator that carries a second value array: `PresentBias`'s `W`).
     carried: Array | None = None
 
 
-class AbstractSolver(eqx.Module):
-    """How a regime's Bellman problem is solved in one period.
+@dataclasses.dataclass(frozen=True)
+class Period:
+    """What the backward induction tells a solver's `step` and `reader` about a period.
 
-    The backward induction (`solve_model`) owns the period loop, checkpointing, sharding,
-    checks and the `Solution`; a solver only sees one regime-period problem:
-
-    - `solve_period(problem)`: the value array on the state grid (and what the solver
-      keeps, its `policy`);
-    - `choose(problem, state, key)`: the chosen actions at an off-grid state (simulation);
-    - `discrete_values(problem, state)`: `v_d`, the best value over the continuous
-      actions for each discrete action (choice probabilities and likelihoods).
-
-    `problem.policy` holds the solver's own policy of that period where callers have it;
-    `problem.last_period` is True where the backward induction solves the model's last
-    period apart from its loop (nothing follows: see `_last_period_apart`).
+    `period`, `age` and `next_age` are traced scalars; `next_values` holds next period's
+    value array of every regime; `segment` is the segment being solved and `following`
+    the regimes of the one after it (None after the model's last period); `last` is True
+    where the model's last period is solved apart from the loop (nothing follows);
+    `values_later` the regimes whose value arrays no regime reads next period, which a
+    solver that `defers_values` may leave to `postprocess`.
     """
 
+    plan: ModelPlan
+    resolved: dict
+    period: Array
+    age: Array
+    next_age: Array
+    next_values: dict[str, Array]
+    next_grid_points: dict
+    segment: Segment
+    following: frozenset[str] | None
+    last: bool
+    values_later: frozenset[str]
+    read_target: Callable[[str, str], ContinuationReader]
+
+    def read(self, target: str, along: str) -> ContinuationReader:
+        """How regime `target` is read next period, along the reader's continuous state
+        `along`: through the target's solver (`AbstractSolver.reader`)."""
+        return self.read_target(target, along)
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentOutputs:
+    """What `postprocess` gets besides the emitted arrays: the segment, its scanned
+    inputs (the periods, and the points of age-varying grids), the regimes whose values
+    its steps left out, and `problems(inputs, names)`, which builds the regime-period
+    problems (without continuation) at one element of `inputs`."""
+
+    plan: ModelPlan
+    segment: Segment
+    inputs: Any
+    deferred: frozenset[str]
+    problems: Callable[[Any, tuple[str, ...]], dict[str, RegimeProblem]]
+
+
+class AbstractSolver(eqx.Module):
+    """How the regimes of a model are solved, one period at a time, and queried after.
+
+    Capabilities (class variables):
+        reads_next_values: whether the solver's problems read next period's value arrays
+            (prepared continuations); False for a solver that reads next period only
+            through `Period.read`.
+        solves_last_period_apart: whether the model's last period is cheaper for it
+            solved apart from the loop (`RegimeProblem.last_period`: nothing follows).
+    """
+
+    reads_next_values: ClassVar[bool] = True
+    solves_last_period_apart: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ build
     def applies_to(self, regime: RegimePlan) -> bool:
         """Whether a model-wide default of this solver takes `regime` (else GridSearch)."""
         return True
@@ -78,17 +145,55 @@ class AbstractSolver(eqx.Module):
         """
         return {}
 
+    def defers_values(self, regime: RegimePlan) -> bool:
+        """Whether `step` may leave the value array of `regime` to `postprocess` where no
+        regime reads it next period (`Period.values_later`)."""
+        return False
+
+    # ------------------------------------------------------------------ the period loop
+    def init(self, plan: ModelPlan, names: tuple[str, ...], dtype) -> Any:
+        """The state of the regimes `names` after the model's last period (V_T = 0)."""
+        return None
+
+    def enter(self, plan: ModelPlan, state: Any, active: tuple[str, ...]) -> Any:
+        """`state` at the start of a segment whose active regimes are `active`."""
+        return state
+
+    def step(
+        self, problems: dict[str, RegimeProblem], state: Any, period: Period
+    ) -> tuple[dict[str, PeriodSolution], Any, Any]:
+        """One period of the active regimes of the group (`problems`, by name; possibly
+        none): their solutions, the new state, and what the scan emits for
+        `postprocess`. By default each regime on its own (`solve_period`)."""
+        return {name: self.solve_period(p) for name, p in problems.items()}, state, None
+
+    def postprocess(
+        self, emitted: Any, segment: SegmentOutputs
+    ) -> tuple[dict[str, Array], dict[str, Any]]:
+        """After a segment's loop: the value arrays of `segment.deferred` in every period
+        (leading axis), and each regime's policy of every period (`Solution.policies`)."""
+        return {}, {}
+
+    def reader(self, target: str, state: Any, period: Period, along: str) -> ContinuationReader:
+        """How `period` reads regime `target` (of this solver's group, whose state next
+        period is `state`): by default, its value array on the state grid interpolated
+        along `along`."""
+        points = period.next_grid_points.get(target, {}).get(along)
+        return array_reader(period.plan, target, period.next_values[target], along, points)
+
     @abc.abstractmethod
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         """Solve one regime in one period on its whole state grid."""
 
+    # ------------------------------------------------------------------ queries
     @abc.abstractmethod
     def choose(
         self, problem: RegimeProblem, state: dict[str, Array], key: PRNGKeyArray | None
     ) -> tuple[dict[str, Array], Array]:
         """The chosen action (codes / values by name) at `state`, and its value.
 
-        `key` draws the taste shocks of regimes that have them.
+        `key` draws the taste shocks of regimes that have them. `problem.policy` holds
+        the solver's policy of that period (`postprocess`), where it keeps one.
         """
 
     @abc.abstractmethod
@@ -98,6 +203,54 @@ class AbstractSolver(eqx.Module):
         Returns an array with one axis per discrete action of the regime (in declaration
         order; a 0-d array when the regime has none).
         """
+
+    def continuous_policy(self, problem: RegimeProblem, state: dict[str, Array]) -> dict:
+        """The continuous actions at `state` for each discrete action (arrays with one
+        axis per discrete action): by default the best points of the action grids."""
+        return _on_grid.best_grid_points(problem, state)
+
+    def best_continuous_actions(
+        self, problem: RegimeProblem, state: dict[str, Array], discrete_action: dict
+    ) -> dict[str, Array]:
+        """The best continuous actions at `state` given the discrete actions, smooth in
+        the parameters where the solver can make them so (the likelihood of observed
+        continuous choices). By default the grid's best point, a single continuous
+        action refined to the vertex of the parabola through it and its neighbours."""
+        return _on_grid.refined_grid_actions(problem, state, discrete_action)
+
+    def choices_at(self, problem: RegimeProblem, state: dict[str, Array]) -> tuple[Array, dict]:
+        """`v_d` and the continuous actions of each discrete action at a grid node (the
+        forward distribution)."""
+        return _on_grid.choices_at(problem, state)
+
+    def choices_on_grid(self, problem: RegimeProblem) -> tuple[Array, dict] | None:
+        """`choices_at` at every node of the regime's state grid at once (axes: the
+        states, then the discrete actions), where the solver reads them faster so than
+        node by node; None (the default) to read them node by node."""
+        return None
+
+    def euler_variables(self) -> tuple[str, str] | None:
+        """The continuous state and action of the regime's Euler equation, where the
+        solver knows them (`lcm.euler_errors`' defaults)."""
+        return None
+
+    def borrowing_limit(self) -> Array:
+        """The lowest saving the Euler equation's regime allows (Euler errors)."""
+        return jnp.asarray(0.0)
+
+    def action_step(self, problem: RegimeProblem, action: str) -> Array:
+        """The resolution of the solver's continuous `action`: a saving within one step
+        of the borrowing limit counts as constrained (Euler errors)."""
+        names = [a.name for a in problem.action_axes]
+        return jnp.max(jnp.diff(problem.action_axes[names.index(action)].points))
+
+    def policy_reader(
+        self, plan: ModelPlan, target: str, policy: Any, params, period, age
+    ) -> ContinuationReader | None:
+        """How an earlier period's Euler equation reads regime `target` through this
+        solver's `policy` of `period`; None to read it through its choices on the action
+        grids."""
+        return None
 
 
 class AbstractPointwiseSolver(AbstractSolver):
@@ -130,153 +283,33 @@ class AbstractPointwiseSolver(AbstractSolver):
         return PeriodSolution(value, check, None)
 
 
-class GridSearch(AbstractPointwiseSolver):
-    """Evaluates every action on the action grids and takes the best.
-
-    With taste shocks, the continuous actions are maximised for each combination of
-    discrete actions (`v_d`), and the discrete ones are combined as
-    `scale * logsumexp(v_d / scale)`. Action axes with `batch_size > 0` are scanned in
-    chunks of that size.
-    """
-
-    def value(self, problem, state):
-        axes = problem.action_axes
-        n_discrete = len(problem.regime.discrete_actions)
-        scale = taste_shock_scale(problem)
-        aggregator = problem.aggregator
-        if aggregator is not None and aggregator.n_values > 1:
-            # Two values per point (no taste shocks): reduced together by the aggregator.
-            def best_pair(outputs):
-                values, violations = outputs
-                return aggregator.best(values), max_each(violations, (0,))
-
-            def reduce_pair(action: dict, depth: int):
-                if depth == len(axes):
-                    return problem.q_values(state, action)
-                axis = axes[depth]
-                return reduce_axis(
-                    lambda x: reduce_pair({**action, axis.name: x}, depth + 1),
-                    axis.points,
-                    axis.batch_size,
-                    best_pair,
-                )
-
-            return reduce_pair({}, 0)
-
-        def best(outputs, smooth: bool):
-            values, violations = outputs
-            violations = max_each(violations, (0,))
-            if smooth and scale is not None:  # a logsumexp of chunks' logsumexps
-                return scale * jax.nn.logsumexp(values / scale, axis=0), violations
-            return jnp.max(values, axis=0), violations
-
-        def reduce(action: dict, depth: int):
-            if depth == len(axes):
-                return problem.q(state, action)
-            axis = axes[depth]
-            smooth = scale is not None and depth < n_discrete
-            return reduce_axis(
-                lambda x: reduce({**action, axis.name: x}, depth + 1),
-                axis.points,
-                axis.batch_size,
-                lambda outputs: best(outputs, smooth),
-            )
-
-        return reduce({}, 0)
-
-    def discrete_values(self, problem, state):
-        # The best continuous action is located on the grid without derivatives
-        # (`stop_gradient`), then `q` is evaluated once more there: the same value as the
-        # max over the grid, and the same derivative (that of the maximising element),
-        # but reverse mode differentiates one point per discrete action instead of the
-        # whole continuous grid.
-        axes = problem.action_axes
-        n_discrete = len(problem.regime.discrete_actions)
-        continuous = axes[n_discrete:]
-
-        def grid(action: dict, depth: int):
-            if depth == len(axes):
-                return problem.q(state, action)[0]
-            axis = axes[depth]
-            return map_axis(
-                lambda x: grid({**action, axis.name: x}, depth + 1),
-                axis.points,
-                axis.batch_size,
-            )
-
-        def at_discrete(action: dict, depth: int):
-            if depth == n_discrete:
-                if not continuous:
-                    return problem.q(state, action)[0]
-                values = jax.lax.stop_gradient(grid(action, depth))
-                index = jnp.unravel_index(jnp.argmax(values.reshape(-1)), values.shape)
-                best = {a.name: a.points[i] for a, i in zip(continuous, index, strict=True)}
-                return problem.q(state, {**action, **best})[0]
-            axis = axes[depth]
-            return map_axis(
-                lambda x: at_discrete({**action, axis.name: x}, depth + 1),
-                axis.points,
-                axis.batch_size,
-            )
-
-        return at_discrete({}, 0)
-
-    def choose(self, problem, state, key):
-        axes = problem.action_axes
-        values = _q_on_action_grid(problem, state)  # axes: discrete..., continuous...
-        n_discrete = len(problem.regime.discrete_actions)
-        shape = values.shape
-        discrete_shape, continuous_shape = shape[:n_discrete], shape[n_discrete:]
-        per_discrete = values.reshape((*discrete_shape, -1))
-        best_continuous = jnp.argmax(per_discrete, axis=-1)
-        v_d = jnp.max(per_discrete, axis=-1)
-        scale = taste_shock_scale(problem)
-        if scale is not None:
-            assert key is not None
-            v_d = v_d + scale * jax.random.gumbel(key, v_d.shape, v_d.dtype)
-        flat_d = jnp.argmax(v_d.reshape(-1)) if n_discrete else jnp.asarray(0)
-        value = v_d.reshape(-1)[flat_d]
-        d_index = jnp.unravel_index(flat_d, discrete_shape) if n_discrete else ()
-        c_flat = best_continuous[d_index] if n_discrete else best_continuous
-        c_index = jnp.unravel_index(c_flat, continuous_shape) if continuous_shape else ()
-        chosen = {}
-        for axis, i in zip(axes, (*d_index, *c_index), strict=True):
-            chosen[axis.name] = axis.points[i]
-        return chosen, value
-
-
-def _q_on_action_grid(problem: RegimeProblem, state) -> Float[Array, "..."]:
-    def at(action: dict, depth: int):
-        if depth == len(problem.action_axes):
-            return problem.q(state, action)[0]
-        axis = problem.action_axes[depth]
-        return jax.vmap(lambda x: at({**action, axis.name: x}, depth + 1))(axis.points)
-
-    return at({}, 0)
-
-
 def taste_shock_scale(problem: RegimeProblem):
+    """The regime's taste-shock scale `λ`, or None without taste shocks."""
     if not problem.regime.taste_shocks:
         return None
     return problem.params[""]["taste_shock_scale"]
 
 
-def assign_solvers(plan: ModelPlan, regimes, default: AbstractSolver) -> dict[str, AbstractSolver]:
-    """The solver of each regime: its own `solver`, else the model's default.
-
-    A default that does not apply to a regime (`applies_to`, e.g. `DCEGM` on a terminal
-    regime) leaves it to `GridSearch`; a regime's own solver must fit it (`check` raises
-    `ModelInitializationError` otherwise).
-    """
-    solvers: dict[str, AbstractSolver] = {}
-    for name, regime_plan in plan.regimes.items():
-        own = regimes[name].solver
-        if own is not None:
-            solver = own
-        elif default.applies_to(regime_plan):
-            solver = default
+def solver_groups(
+    plan: ModelPlan, solvers: dict[str, AbstractSolver]
+) -> list[tuple[AbstractSolver, tuple[str, ...]]]:
+    """The model's regimes grouped by equal solver (in the order of their first regime):
+    the backward induction carries one state per group."""
+    groups: list[tuple[AbstractSolver, list[str]]] = []
+    for name in plan.regimes:
+        solver = solvers[name]
+        for representative, names in groups:
+            if representative is solver or (
+                type(representative) is type(solver)
+                and bool(eqx.tree_equal(representative, solver))
+            ):
+                names.append(name)
+                break
         else:
-            solver = GridSearch()
-        solver.check(plan, regime_plan)
-        solvers[name] = solver
-    return solvers
+            groups.append((solver, [name]))
+    return [(solver, tuple(names)) for solver, names in groups]
+
+
+def jax_tree_concatenate(parts: list) -> Any:
+    """Pytrees of one structure concatenated leaf by leaf along their leading axis."""
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)

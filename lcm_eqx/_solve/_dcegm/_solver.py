@@ -15,6 +15,12 @@ Marginal utility is `jax.grad` of the user's utility; its inverse is found by Ne
 method on `log u'(exp(x)) = log q`, which is linear in `x` for CRRA utility (one step is
 exact) and is differentiated by one final Newton step from the converged point (the
 implicit function theorem), not through the iterations.
+
+The folder, by role: this file (the class: its class check, the period's inversion and
+refinement, the queries), `_period.py` (the state the backward induction carries, the
+period step, what is computed after the loop), `_rows.py` (choices as rows of one pass),
+`_readers.py` (how earlier periods read its grids), `_envelope.py` (the upper envelope
+and the grids' reads).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -30,44 +36,50 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._errors import InvalidParamsError, ModelInitializationError
-from .._grids import AbstractContinuousGrid, AbstractProcessGrid
-from .._model._dag import Evaluator, transitive_inputs
-from .._model._plan import ModelPlan, RegimePlan
-from ._axes import map_axis
-from ._continuation import NEG_INF, settle, weighted
+from ..._errors import InvalidParamsError, ModelInitializationError
+from ..._grids import AbstractContinuousGrid
+from ..._model._dag import transitive_inputs
+from ..._model._plan import ModelPlan, RegimePlan
+from .._axes import lift, map_axis
+from .._continuation import NEG_INF
+from .._kernel import RegimeProblem
+from .._reading import (
+    REFERENCE_ACTION,
+    ContinuationReader,
+    expected_at_savings,
+    invert_marginal,
+    invert_marginals,
+    marginal_of,
+    smooth_max,
+)
+from .._reduce import one_kernel_reduce
+from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
+from .._static import constant_outputs
+from . import _period
 from ._envelope import (
-    INACTIVE,
     ORDINARY,
-    ZERO,
     AbstractUpperEnvelope,
     EndogenousGrid,
     ExactEnvelope,
     materialize,
-    one_kernel_reduce,
     read,
 )
-from ._kernel import RegimeProblem
-from ._solver import AbstractSolver, PeriodSolution, taste_shock_scale
-from ._static import constant_outputs
+from ._readers import endogenous_reader
+from ._rows import (
+    Block,
+    codes_of_rows,
+    euler_target,
+    lift_choices,
+    lift_with_readers,
+    map_choices,
+    materialized,
+    plus_discounted,
+    row_utility,
+)
 
-# The action value at which transitions are evaluated for a savings point `a`: the
-# state is `a + REFERENCE_ACTION`, so `state − action = a`. The class check verifies that
-# the result does not depend on this choice.
-REFERENCE_ACTION = 1.0
 # Consumption where the continuation's marginal value vanishes (after the last period):
 # the Euler equation has no finite solution, every point is credit constrained.
 CONSUMPTION_CAP = 1e8
-
-
-class _Block(NamedTuple):
-    """Consecutive rows of one regime in `DCEGM._refine_rows`: its utility and marginal
-    utility of a row's discrete codes (`DCEGM._utility`), the rows' codes (host arrays),
-    and how many rows."""
-
-    functions: Callable[[dict[str, Array]], tuple[Callable, Callable]]
-    codes: dict[str, np.ndarray]
-    size: int
 
 
 class DCEGM(AbstractSolver):
@@ -111,6 +123,12 @@ class DCEGM(AbstractSolver):
     upper_envelope: AbstractUpperEnvelope = ExactEnvelope()
     newton_steps: int = eqx.field(static=True, default=6)
     inverse_marginal_utility: Callable | None = eqx.field(static=True, default=None)
+
+    # It reads next period through readers of the targets' own solutions
+    # (`Period.read`), and nothing follows the model's last period: no Euler equation to
+    # invert there, no envelope (`_last_period_grid`).
+    reads_next_values: ClassVar[bool] = False
+    solves_last_period_apart: ClassVar[bool] = True
 
     def __check_init__(self):
         for name in ("state", "action"):
@@ -248,7 +266,7 @@ class DCEGM(AbstractSolver):
             "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
         }
 
-    def _choices_always_feasible(self, regime: RegimePlan) -> bool:
+    def choices_always_feasible(self, regime: RegimePlan) -> bool:
         """Whether every discrete choice of the regime is allowed in every period: no
         constraint is on its discrete variables alone (`EndogenousGrid.feasible` is then
         True throughout)."""
@@ -273,7 +291,7 @@ class DCEGM(AbstractSolver):
                 return self._last_period_grid(problem, continuation)
             raw = self._inverted(problem, discrete, continuation, savings)
             utility, marginal = self._utility(problem, discrete)
-            return self._refine(utility, marginal, _materialized(raw), savings)
+            return self._refine(utility, marginal, materialized(raw), savings)
 
         # Where every choice can move to the same subset of the targets, only those
         # are read (the choices of a splayed or sharded axis are not grouped).
@@ -298,7 +316,7 @@ class DCEGM(AbstractSolver):
         return {
             "nodes": jnp.broadcast_to(padding, (*lead, rows, 4)),
             "count": jnp.zeros(lead, jnp.int32),
-            "continuation0": _plus_discounted(0.0, beta, expected[..., 0]),
+            "continuation0": plus_discounted(0.0, beta, expected[..., 0]),
             "feasible": jnp.broadcast_to(continuation["feasible"], lead),
         }
 
@@ -331,9 +349,9 @@ class DCEGM(AbstractSolver):
                 )
                 return finish(continuation, discrete), violations
 
-            return _lift(at_choice, discrete_actions, {})
+            return lift_choices(at_choice, discrete_actions, {})
 
-        result, violations = _lift_with_readers(
+        result, violations = lift_with_readers(
             at_discrete_state, discrete_states, {}, problem.next_policies, problem
         )
         return result, violations, (*discrete_states, *discrete_actions)
@@ -396,7 +414,7 @@ class DCEGM(AbstractSolver):
 
         top = jnp.asarray(CONSUMPTION_CAP, savings.dtype)
         cap = jax.vmap(lambda d: self._utility(problem, d)[1](top), axis_size=size)(discrete)
-        return marginal, _euler_target(beta, continuation["marginal_expected"], cap[:, None])
+        return marginal, euler_target(beta, continuation["marginal_expected"], cap[:, None])
 
     def _inverted_rows(
         self, problem: RegimeProblem, continuation, codes, consumption: Array | None
@@ -436,7 +454,7 @@ class DCEGM(AbstractSolver):
 
         def probabilities(point):
             evaluate = problem.evaluator({**point, self.state: reference, self.action: reference})
-            return problem._regime_probabilities_and_id(evaluate)[0]
+            return problem.regime_probabilities_and_id(evaluate)[0]
 
         if codes:
             known = constant_outputs(jax.vmap(probabilities), codes)
@@ -478,9 +496,10 @@ class DCEGM(AbstractSolver):
         grid = self._grid(policy)
         values = self._regime_values(problem, grid, choice_values) if with_values else None
         position = regime.states.index(self.state)
-        shape = tuple(a.points.shape[0] for a in problem.state_axes)
+        # The same at every point of the continuous state: an axis of length 1 there,
+        # which the backward induction reduces as it is (a broadcast would be one XLA
+        # kernel more, and its reduction another).
         violations = jnp.expand_dims(violations, position)
-        violations = jnp.broadcast_to(violations, (*shape, violations.shape[-1]))
         return PeriodSolution(values, violations, grid)
 
     def _grid(self, policy: dict[str, Array]) -> EndogenousGrid:
@@ -510,7 +529,7 @@ class DCEGM(AbstractSolver):
             values = jnp.moveaxis(values, 0, -1)
         return jnp.moveaxis(values, -1, position)
 
-    def _batchable(self, regime: RegimePlan) -> bool:
+    def batchable(self, regime: RegimePlan) -> bool:
         """Whether the regime's choices can join other regimes' in one pass over rows:
         none of its discrete axes is splayed (the pass would hold every row at once)
         or sharded (rows of different regimes would be gathered across devices)."""
@@ -521,7 +540,7 @@ class DCEGM(AbstractSolver):
             if g.is_discrete
         )
 
-    def _solve_batched(
+    def solve_batched(
         self, problems: list[RegimeProblem], with_values: bool = True
     ) -> tuple[list[PeriodSolution], dict[str, Array]]:
         """`solve_period` of several regimes that this solver solves, in one pass; and
@@ -551,8 +570,8 @@ class DCEGM(AbstractSolver):
             def functions(codes, problem=problem):
                 return self._utility(problem, codes)
 
-            blocks.append(_Block(functions, codes, math.prod(shape)))
-        row_codes = _row_codes(blocks)
+            blocks.append(Block(functions, codes, math.prod(shape)))
+        row_codes = codes_of_rows(blocks)
         if problems[0].last_period:  # the same for every regime of a period
             grids = [self._last_period_grid(problem, c) for problem, c, _ in read]
             refined = {key: jnp.concatenate([g[key] for g in grids]) for key in grids[0]}
@@ -573,7 +592,7 @@ class DCEGM(AbstractSolver):
                 )
             ]
             rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
-            refined = self._refine_rows(blocks, row_codes, _materialized(rows), savings)
+            refined = self._refine_rows(blocks, row_codes, materialized(rows), savings)
         choice_values = (
             self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
             if with_values
@@ -595,7 +614,7 @@ class DCEGM(AbstractSolver):
         self,
         problems: list[RegimeProblem],
         shapes: list[tuple[int, ...]],
-        blocks: list[_Block],
+        blocks: list[Block],
         row_codes: tuple[Array, list[dict[str, Array]]],
         refined: dict[str, Array],
     ) -> list[Array | None]:
@@ -615,16 +634,16 @@ class DCEGM(AbstractSolver):
             for start, stop, shape in zip(offsets[:-1], offsets[1:], shapes, strict=True)
         ]
 
-    def _values_batched(
+    def values_batched(
         self,
         problems: list[RegimeProblem],
         grids: list[EndogenousGrid],
         refined: dict[str, Array] | None = None,
     ) -> list[Array]:
-        """The value arrays of regimes solved by `_solve_batched(..., with_values=False)`,
+        """The value arrays of regimes solved by `solve_batched(..., with_values=False)`,
         from their period's refined grids: one read of all their choices at the state
-        nodes, as `_solve_batched` does in the period (`refined`: the grids as
-        `_solve_batched`'s rows, where the caller has them)."""
+        nodes, as `solve_batched` does in the period (`refined`: the grids as
+        `solve_batched`'s rows, where the caller has them)."""
         shapes, blocks, rows = [], [], []
         for problem, grid in zip(problems, grids, strict=True):
             shape, codes = self._flat_choices(problem)
@@ -634,7 +653,7 @@ class DCEGM(AbstractSolver):
                 return self._utility(problem, codes)
 
             shapes.append(shape)
-            blocks.append(_Block(functions, codes, size))
+            blocks.append(Block(functions, codes, size))
             if refined is None:
                 policy = {
                     "nodes": grid.nodes,
@@ -645,7 +664,7 @@ class DCEGM(AbstractSolver):
                 rows.append(
                     {k: v.reshape((size, *v.shape[len(shape) :])) for k, v in policy.items()}
                 )
-        row_codes = _row_codes(blocks)
+        row_codes = codes_of_rows(blocks)
         if refined is None:
             refined = {key: jnp.concatenate([r[key] for r in rows]) for key in rows[0]}
         choice_values = self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
@@ -747,10 +766,10 @@ class DCEGM(AbstractSolver):
         utility, marginal = self._utility(problem, discrete)
         if consumption is None:
             cap = marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype))
-            target = _euler_target(beta, marginal_expected, cap)
+            target = euler_target(beta, marginal_expected, cap)
             consumption = self._invert(problem, discrete, marginal, target)
         m = savings + consumption
-        v = _plus_discounted(utility(consumption), beta, expected)
+        v = plus_discounted(utility(consumption), beta, expected)
         finite = jnp.isfinite(v) & jnp.isfinite(m)
         m = jnp.where(finite, m, jnp.inf)
         v = jnp.where(finite, v, NEG_INF)
@@ -759,7 +778,7 @@ class DCEGM(AbstractSolver):
             "c": consumption,
             "v": v,
             "mu": marginal(consumption),
-            "continuation0": _plus_discounted(0.0, beta, expected[0]),
+            "continuation0": plus_discounted(0.0, beta, expected[0]),
             "feasible": continuation["feasible"],
         }
         return raw
@@ -794,7 +813,7 @@ class DCEGM(AbstractSolver):
 
     def _refine_rows(
         self,
-        blocks: list[_Block],
+        blocks: list[Block],
         row_codes: tuple[Array, list[dict[str, Array]]],
         raw: dict[str, Array],
         savings,
@@ -805,7 +824,7 @@ class DCEGM(AbstractSolver):
         is evaluated in the same kernels and the row's own taken)."""
 
         def at_row(k, codes, raw, dominated):
-            utility, marginal = _row_utility(blocks, k, codes)
+            utility, marginal = row_utility(blocks, k, codes)
             return self._refine(utility, marginal, raw, savings, dominated)
 
         regime, codes = row_codes
@@ -816,7 +835,7 @@ class DCEGM(AbstractSolver):
 
     def _values_rows(
         self,
-        blocks: list[_Block],
+        blocks: list[Block],
         row_codes: tuple[Array, list[dict[str, Array]]],
         refined: dict[str, Array],
         nodes: Array,
@@ -826,7 +845,7 @@ class DCEGM(AbstractSolver):
         read with its regime's utility (see `_refine_rows`)."""
 
         def at_row(k, codes, grid, x):
-            utility, marginal = _row_utility(blocks, k, codes)
+            utility, marginal = row_utility(blocks, k, codes)
 
             def at(point):
                 _, v, _ = read(
@@ -852,7 +871,7 @@ class DCEGM(AbstractSolver):
             evaluate = problem.evaluator({**discrete, self.action: c, self.state: c})
             return jnp.asarray(evaluate(regime.utility))
 
-        return jnp.vectorize(utility), _marginal(utility)
+        return jnp.vectorize(utility), marginal_of(utility)
 
     def _invert(
         self,
@@ -962,635 +981,56 @@ class DCEGM(AbstractSolver):
         _, c_d = self.choice_values(problem, problem.policy, state[self.state], discrete_states)
         return c_d
 
+    # ------------------------------------------------------------------ the period loop
+    def defers_values(self, regime: RegimePlan) -> bool:
+        # The value arrays on the state grid are output only where no regime reads them
+        # next period (every regime that can move here reads the refined grids): read
+        # after the loop for all periods at once (`_period.postprocess`), not in every
+        # period. Not with a splayed state axis, whose period step bounds its memory.
+        return not any(0 < (g := regime.grids[s]).batch_size < g.n_points for s in regime.states)
 
-def expected_at_savings(
-    problem: RegimeProblem,
-    readers: dict[str, ContinuationReader],
-    state_name: str,
-    action: str,
-    discrete,
-    a,
-    checks=(),
-    targets=None,
-):
-    """`E[V']` and `E[R·V'_m]` at savings `a` (`state_name − action`), and the check
-    violations, for the discrete states and actions `discrete`.
+    def init(self, plan: ModelPlan, names: tuple[str, ...], dtype) -> _period.State:
+        return _period.initial_state(self, plan, names, dtype)
 
-    Next period's regimes are read through `readers` (`ContinuationReader`s): those in
-    `targets` (default: every regime this one can move to; a subset where the others
-    are known to have probability 0).
-    """
-    regime = problem.regime
-    c_ref = jnp.asarray(REFERENCE_ACTION, a.dtype)
-    point = {**discrete, state_name: a + c_ref, action: c_ref}
-    evaluate = problem.evaluator(point)
-    function = regime.state_transitions[state_name].function
-    assert function is not None
+    def enter(self, plan: ModelPlan, state: _period.State, active) -> _period.State:
+        return _period.regrouped(self, plan, state, active)
 
-    def next_state(m, c):
-        e = problem.evaluator({**discrete, state_name: m, action: c})
-        return jnp.asarray(e(function))
+    def step(self, problems, state, period: Period):
+        return _period.step(self, problems, state, period)
 
-    m_next, gross_return = jax.jvp(
-        next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.zeros_like(a))
-    )
-    regime_p, regime_code = problem._regime_probabilities_and_id(evaluate)
-    codes, probabilities = problem.next_states(evaluate)
-    for name, t in regime.state_transitions.items():
-        if t.is_markov and name not in probabilities:
-            if t.function is None:
-                probabilities[name] = problem.process_matrices[name][point[name]]
-            else:
-                probabilities[name] = jnp.asarray(evaluate(t.function))
-    violations: dict[str, Any] = dict(problem._period_violations)
-    if checks:
-        problem._record_violations(regime_p, codes, probabilities, violations)
-        _, along = jax.jvp(next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.ones_like(a)))
-        scale = 1.0 + jnp.abs(gross_return)
-        violations[f"next_{state_name}:savings"] = jnp.where(
-            jnp.abs(along) <= 1e-6 * scale, 0.0, jnp.abs(along)
+    def postprocess(self, emitted, segment: SegmentOutputs):
+        return _period.postprocess(self, emitted, segment)
+
+    def reader(self, target: str, state, period: Period, along: str) -> ContinuationReader:
+        return _period.reader(self, target, state, period)
+
+    # ------------------------------------------------------------------ estimation
+    def continuous_policy(self, problem, state):
+        return {self.action: self.policy(problem, state)}
+
+    def best_continuous_actions(self, problem, state, discrete_action):
+        consumption = self.policy(problem, state)
+        index = tuple(discrete_action[a] for a in problem.regime.discrete_actions)
+        return {self.action: consumption[index]}
+
+    def choices_on_grid(self, problem):
+        # Read off the endogenous grids for all discrete states at once.
+        axis = next(a for a in problem.state_axes if a.name == self.state)
+        v, c = lift(
+            lambda point: self.choice_values(problem, problem.policy, point[self.state]), (axis,)
         )
-    if checks and problem.index_checks:
-        # Parameter arrays read out of bounds (JAX would clamp): the utility and its
-        # helpers are evaluated here only for their checks; the transitions were above.
-        evaluate(regime.utility)
-        for key, failed in evaluate.index_errors.items():
-            if key not in problem.index_checks:
-                continue
-            if problem._is_transition(key):
-                failed = failed & problem._before_last_period()
-            check = problem.index_checks[key]
-            violations[check] = jnp.maximum(
-                violations.get(check, 0.0), jnp.asarray(failed, a.dtype)
-            )
-    expected = jnp.asarray(0.0, a.dtype)
-    marginal = jnp.asarray(0.0, a.dtype)
-    unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
-    for target in regime.targets if targets is None else targets:
-        target_id = problem.model.regimes[target].id
-        p = regime_p[target_id]
-        reader = readers[target]
-        value, slope = reader(m_next)  # arrays over the target's discrete states
-        target_plan = problem.model.regimes[target]
-        for state in reader.axes:
-            if state in probabilities:
-                value = jnp.sum(weighted(_front(probabilities[state], value), value), axis=0)
-                slope = jnp.sum(_front(probabilities[state], slope) * slope, axis=0)
-            else:
-                value, slope = value[codes[state]], slope[codes[state]]
-        value = settle(value) if target_plan.states else value
-        expected = expected + weighted(p, value)
-        marginal = marginal + p * slope
-    if unreachable:
-        blocked = jnp.any(regime_p[jnp.asarray(unreachable)] > 0)
-        expected = jnp.where(blocked, NEG_INF, expected)
-    del regime_code
-    diagnostics = (
-        jnp.stack([jnp.asarray(violations.get(c, 0.0), a.dtype) for c in checks])
-        if checks
-        else jnp.zeros((0,), a.dtype)
-    )
-    return settle(expected), gross_return * marginal, diagnostics
+        position = problem.regime.states.index(self.state)
+        return jnp.moveaxis(v, 0, position), {self.action: jnp.moveaxis(c, 0, position)}
 
+    def euler_variables(self) -> tuple[str, str]:
+        return self.state, self.action
 
-def _materialized(raw: dict[str, Array]) -> dict[str, Array]:
-    """`raw` with its endogenous points `(m, c, v, mu)` computed once, for all of them
-    together, rather than inside each of the envelope's kernels (see `materialize`)."""
-    keys = ("m", "c", "v", "mu")
-    return {**raw, **dict(zip(keys, materialize(*(raw[k] for k in keys)), strict=True))}
+    def borrowing_limit(self) -> Array:
+        return self.savings.to_jax()[0]
 
+    def action_step(self, problem, action) -> Array:
+        # The policy is continuous: only savings at the limit itself are constrained.
+        return jnp.asarray(1e-9)
 
-def _row_codes(blocks: list[_Block]) -> tuple[Array, list[dict[str, Array]]]:
-    """Each row's block, and for each block the codes of its regime's discrete
-    variables in every row: the row's own in the block's rows, 0 elsewhere (so that
-    each branch of `_switched` is evaluated at valid codes of its own grids)."""
-    sizes = [block.size for block in blocks]
-    codes = []
-    for b, block in enumerate(blocks):
-        codes.append(
-            {
-                name: jnp.asarray(
-                    np.concatenate(
-                        [
-                            own if c == b else np.zeros(size, np.int32)
-                            for c, size in enumerate(sizes)
-                        ]
-                    )
-                )
-                for name, own in block.codes.items()
-            }
-        )
-    regime = np.concatenate([np.full(size, b, np.int32) for b, size in enumerate(sizes)])
-    return jnp.asarray(regime), codes
-
-
-def _row_utility(blocks: list[_Block], k: Array, codes: list[dict[str, Array]]):
-    """The utility and marginal utility of a row of block `k`, each block's functions
-    at its own `codes` of that row."""
-    rows = [block.functions(own) for block, own in zip(blocks, codes, strict=True)]
-    return rows[0] if len(rows) == 1 else _switched(k, rows)
-
-
-def _switched(index: Array, rows: list[tuple[Callable, Callable]]) -> tuple[Callable, Callable]:
-    """The utility and marginal utility of `rows[index]` (under `vmap`, every branch is
-    evaluated and the row's own result selected, in the same XLA kernels)."""
-
-    def dispatch(functions):
-        return lambda x: jax.lax.switch(index, functions, x)
-
-    return dispatch([row[0] for row in rows]), dispatch([row[1] for row in rows])
-
-
-def solve_regimes(
-    solvers: dict[str, AbstractSolver],
-    problems: dict[str, RegimeProblem],
-    later: frozenset[str] = frozenset(),
-) -> tuple[dict[str, PeriodSolution], dict[tuple[str, ...], dict[str, Array]]]:
-    """The period solutions of DC-EGM regimes (`problems`, by name), and the refined
-    grids of each group solved together, as rows (by the group's names: see
-    `batch_groups`).
-
-    Regimes solved by equal `DCEGM`s whose discrete axes are neither splayed nor
-    sharded are solved together (`DCEGM._solve_batched`); the others on their own.
-    Where every regime of such a group is in `later`, their value arrays are left out
-    (`values` None): the caller reads them from the refined grids after the period loop,
-    for all periods at once (`regime_values`).
-    """
-    solutions: dict[str, PeriodSolution] = {}
-    rows: dict[tuple[str, ...], dict[str, Array]] = {}
-    for representative, names in _batches(solvers, problems):
-        if representative is None:
-            (name,) = names
-            solutions[name] = cast(DCEGM, solvers[name]).solve_period(problems[name])
-            continue
-        solved, rows[tuple(names)] = representative._solve_batched(
-            [problems[name] for name in names], with_values=not set(names) <= later
-        )
-        solutions.update(zip(names, solved, strict=True))
-    return solutions, rows
-
-
-def regime_values(
-    solvers: dict[str, AbstractSolver],
-    problems: dict[str, RegimeProblem],
-    grids: dict[str, EndogenousGrid],
-    rows: dict[tuple[str, ...], dict[str, Array]] | None = None,
-) -> dict[str, Array]:
-    """The value arrays that `solve_regimes` left out, from the period's refined grids
-    (the same batches, so the same reads as in the period; `rows`: a group's grids as
-    `solve_regimes` returned them, where the caller has them)."""
-    values: dict[str, Array] = {}
-    for representative, names in _batches(solvers, problems):
-        assert representative is not None
-        read = representative._values_batched(
-            [problems[name] for name in names],
-            [grids[name] for name in names],
-            (rows or {}).get(tuple(names)),
-        )
-        values.update(zip(names, read, strict=True))
-    return values
-
-
-def batch_groups(
-    model: ModelPlan, solvers: dict[str, AbstractSolver], names
-) -> list[tuple[str, ...]]:
-    """The groups of DC-EGM regimes among `names` (in their order) that `solve_regimes`
-    solves together: what the backward induction carries as one set of rows."""
-    problems = {name: model.regimes[name] for name in names if isinstance(solvers[name], DCEGM)}
-    return [tuple(group) for rep, group in _grouped(solvers, problems) if rep is not None]
-
-
-def _batches(
-    solvers: dict[str, AbstractSolver], problems: dict[str, RegimeProblem]
-) -> list[tuple[DCEGM | None, list[str]]]:
-    """The regimes of `problems` grouped by equal `DCEGM`s, the ones that cannot be
-    batched (`DCEGM._batchable`) each alone with representative None."""
-    return _grouped(solvers, {name: problem.regime for name, problem in problems.items()})
-
-
-def _grouped(
-    solvers: dict[str, AbstractSolver], regimes: dict[str, RegimePlan]
-) -> list[tuple[DCEGM | None, list[str]]]:
-    groups: list[tuple[DCEGM | None, list[str]]] = []
-    for name, regime in regimes.items():
-        solver = solvers[name]
-        assert isinstance(solver, DCEGM)
-        if not solver._batchable(regime):
-            groups.append((None, [name]))
-            continue
-        for representative, names in groups:
-            if representative is not None and (
-                representative is solver or bool(eqx.tree_equal(representative, solver))
-            ):
-                names.append(name)
-                break
-        else:
-            groups.append((solver, [name]))
-    return groups
-
-
-def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:
-    """`c > 0` with `marginal(c) = q`, by Newton's method in logs (`invert_marginals` of
-    one marginal utility)."""
-    return invert_marginals([(marginal, q)], steps)[0]
-
-
-def invert_marginals(
-    problems: list[tuple[Callable[[Array], Array], Array]], steps: int
-) -> list[Array]:
-    """For each `(marginal, q)`: `c > 0` with `marginal(c) = q`, by Newton's method in
-    logs.
-
-    The iterations run without derivatives, in a `fori_loop` (its step is traced once,
-    not once per iteration) that is unrolled when lowered: XLA then fuses the steps into
-    the kernels around them, where a loop ran two kernels per step (the step and its
-    counter): the steady solve takes 5 % less time. A last Newton step from the
-    converged point carries the derivative with respect to `q` and to whatever
-    `marginal` closes over (the implicit function theorem). It is also the second step:
-    where it moved no point of any problem by more than rounding (CRRA utility: the
-    first step is exact), it is the result, and the remaining steps are skipped (one
-    branch taken at run time for all the problems, e.g. all the regimes of a period; a
-    selection under `vmap`); otherwise they run from it, and the last step is taken
-    again from their end. (Three Newton steps per point were two: `model.solve` 0.945
-    of before, the same solution to the last bit on the retirement model.)
-    """
-
-    def newton(x, marginal, log_q):
-        def residual(x):
-            return jnp.log(marginal(jnp.exp(x))) - log_q
-
-        value, slope = jax.jvp(residual, (x,), (jnp.ones_like(x),))
-        slope = jnp.where(slope == 0, -1.0, slope)
-        return x - value / slope
-
-    if not problems:
-        return []
-    log_qs, steppers, xs = [], [], []
-    for marginal, q in problems:
-        log_q = jnp.log(q)
-        x = jax.lax.stop_gradient(-log_q)
-        # The loop sees no differentiable input (what `marginal` closes over is passed
-        # in, without derivative), so differentiating the solve does not carry tangents
-        # through it.
-        converted, closed = jax.closure_convert(marginal, x)
-        closed = jax.lax.stop_gradient(closed)
-        frozen_log_q = jax.lax.stop_gradient(log_q)
-
-        def step(_, x, converted=converted, closed=closed, frozen_log_q=frozen_log_q):
-            return newton(x, lambda c: converted(c, *closed), frozen_log_q)
-
-        log_qs.append(log_q)
-        steppers.append(step)
-        xs.append(x)
-
-    def rest(xs, start):
-        return tuple(
-            jax.lax.fori_loop(start, steps, step, x, unroll=True)
-            for step, x in zip(steppers, xs, strict=True)
-        )
-
-    def final(xs):
-        return tuple(
-            newton(x, marginal, log_q)
-            for x, (marginal, _), log_q in zip(xs, problems, log_qs, strict=True)
-        )
-
-    if steps <= 2:
-        return [jnp.exp(x) for x in final(rest(xs, 0))]
-    first = tuple(step(0, x) for step, x in zip(steppers, xs, strict=True))
-    second = final(first)
-    # A step smaller than this (relative to 1 + |x|) is rounding: converged.
-    moved = jnp.concatenate(
-        [
-            (jnp.abs(b - a) > 64 * jnp.finfo(b.dtype).eps * (1.0 + jnp.abs(b))).reshape(-1)
-            for a, b in zip(first, jax.lax.stop_gradient(second), strict=True)
-        ]
-    )
-    xs = jax.lax.cond(
-        one_kernel_reduce(jax.lax.bitwise_or, False, moved, 0),
-        lambda: final(rest(jax.lax.stop_gradient(second), 2)),
-        lambda: second,
-    )
-    return [jnp.exp(x) for x in xs]
-
-
-def _euler_target(beta, marginal_expected, cap) -> Array:
-    """`u'(c)` that the Euler equation asks for, `β·E[R·V'_m]`, floored at `cap` (`u'` at
-    the consumption cap, without derivative: where the continuation's marginal value is
-    0, the choice consumes the cap)."""
-    q = beta * marginal_expected
-    return jnp.maximum(q, jax.lax.stop_gradient(cap.astype(q.dtype)))
-
-
-def combine_values_and_slopes(values, slopes, scale) -> tuple[Array, Array]:
-    """The value over the discrete choices (last axis) and its marginal value: the best
-    choice's, or with taste shocks `λ·logsumexp(v / λ)` and the choice-probability
-    weighted slope."""
-    if scale is None:
-        if values.shape[-1] <= _UNROLL:
-            return _unrolled_best(values, slopes)
-        best = jnp.argmax(values, axis=-1)
-        slope = jnp.take_along_axis(slopes, best[..., None], axis=-1)[..., 0]
-        return jnp.max(values, axis=-1), slope
-    return smooth_max(values, scale), jnp.sum(choice_weights(values, scale) * slopes, axis=-1)
-
-
-# Up to this many discrete choices, their max is unrolled into elementwise operations
-# (each small reduction and gather would be an XLA kernel of its own).
-_UNROLL = 8
-
-
-def _unrolled_best(values, slopes) -> tuple[Array, Array]:
-    """`max(values, -1)` and the slope of the first best choice (`argmax`), as a chain of
-    elementwise comparisons over the (few) choices: the same results, NaN included (a
-    NaN is the max and its first occurrence is taken, like `argmax`)."""
-    best, slope = values[..., 0], slopes[..., 0]
-    for i in range(1, values.shape[-1]):
-        v = values[..., i]
-        better = (v > best) | (jnp.isnan(v) & ~jnp.isnan(best))
-        best = jnp.where(better, v, best)
-        slope = jnp.where(better, slopes[..., i], slope)
-    return best, slope
-
-
-def _plus_discounted(utility, beta, expected):
-    """`utility + beta * expected`, `-inf` where `expected` is, with a finite derivative."""
-    finite = jnp.isfinite(expected)
-    return jnp.where(finite, utility + beta * jnp.where(finite, expected, 0.0), NEG_INF)
-
-
-def smooth_max(values, scale):
-    """`scale · logsumexp(values / scale)` over the last axis.
-
-    `-inf` entries (infeasible choices) are left out through `logsumexp`'s weights rather
-    than divided by `scale`, whose derivative would be infinite there; a row of `-inf`
-    stays `-inf` with a zero derivative.
-    """
-    finite = jnp.isfinite(values)
-    any_finite = jnp.any(finite, axis=-1)
-    weights = jnp.where(any_finite[..., None], finite, True)
-    safe = jnp.where(finite, values, 0.0)
-    value = scale * jax.nn.logsumexp(safe / scale, axis=-1, b=weights)
-    return jnp.where(any_finite, value, NEG_INF)
-
-
-def choice_weights(values, scale):
-    """`softmax(values / scale)` over the last axis, with `-inf` entries weighted 0 and
-    a finite derivative (see `smooth_max`); a row of `-inf` gets weights 0."""
-    finite = jnp.isfinite(values)
-    safe = jnp.where(finite, values, 0.0)
-    top = jax.lax.stop_gradient(
-        jnp.max(jnp.where(finite, values, -jnp.finfo(values.dtype).max), axis=-1, keepdims=True)
-    )
-    exponent = jnp.where(finite, (safe - jnp.where(finite, top, 0.0)) / scale, 0.0)
-    mass = jnp.where(finite, jnp.exp(exponent), 0.0)
-    total = jnp.sum(mass, axis=-1, keepdims=True)
-    return mass / jnp.where(total > 0, total, 1.0)
-
-
-def _marginal(utility: Callable[[Array], Array]) -> Callable[[Array], Array]:
-    """`u'` of a scalar utility, applied elementwise."""
-    return jnp.vectorize(jax.grad(utility))
-
-
-def _front(p: Array, values: Array) -> Array:
-    """`p` (over the first axis of `values`) shaped to broadcast against `values`."""
-    return p.reshape((p.shape[0],) + (1,) * (values.ndim - 1))
-
-
-def _lift_with_readers(fn, axes, point, readers, problem: RegimeProblem):
-    """`fn(point, readers)` on the product of the discrete state `axes`.
-
-    A sharded state that never transitions is mapped jointly with the matching axis of
-    every reader's arrays, so each state point reads only its own slice of next period
-    and the sweep needs no communication between devices.
-    """
-    if not axes:
-        return fn(point, readers)
-    first, rest = axes[0], axes[1:]
-    joint = (
-        {t: r for t, r in readers.items() if first.name in r.axes}
-        if problem._stays_sharded(first.name)
-        else {}
-    )
-    leading = {t: r.leading(first.name) for t, r in joint.items()}
-
-    def inner(args):
-        code, slices = args
-        inner_readers = dict(readers)
-        for target, data in slices.items():
-            inner_readers[target] = joint[target].sliced(first.name, code, data)
-        return _lift_with_readers(fn, rest, {**point, first.name: code}, inner_readers, problem)
-
-    return map_axis(inner, (first.points, leading), first.batch_size)
-
-
-def _lift(fn, axes, point):
-    """`fn(point)` on the product of discrete `axes` (vmap, or splay by batch_size)."""
-    if not axes:
-        return fn(point)
-    first, rest = axes[0], axes[1:]
-    return map_axis(
-        lambda x: _lift(fn, rest, {**point, first.name: x}), first.points, first.batch_size
-    )
-
-
-def map_choices(fn, arrays, names: list[str]):
-    """`fn(codes, nodes, count, continuation0, feasible)` for every discrete state and
-    action on the leading axes (named `names`) of `arrays` (those four arrays of an
-    `EndogenousGrid`, or the grid itself): a vmap along each axis, so each call sees its
-    own slices without indexing (gathers) by code."""
-    if isinstance(arrays, EndogenousGrid):
-        arrays = (arrays.nodes, arrays.count, arrays.continuation0, arrays.feasible)
-
-    def over(depth, codes, nodes, count, continuation0, feasible):
-        if depth == len(names):
-            return fn(codes, nodes, count, continuation0, feasible)
-        size = count.shape[0]
-        return jax.vmap(lambda k, *arrays: over(depth + 1, {**codes, names[depth]: k}, *arrays))(
-            jnp.arange(size, dtype=jnp.int32), nodes, count, continuation0, feasible
-        )
-
-    return over(0, {}, *arrays)
-
-
-class ContinuationReader(eqx.Module):
-    """Reads one next regime at a next-period cash on hand `m'`: its value and marginal
-    value for each of its discrete states (axes `axes`, in its state order; `continuous`
-    left out).
-
-    The arrays it reads are `data` (leading axes `axes`), so that a sharded state that
-    never transitions can be mapped jointly with them (`sliced`): each state point then
-    reads only its own slice, on its own device, and `fixed` holds the codes taken.
-    """
-
-    continuous: str | None = eqx.field(static=True)
-    axes: tuple[str, ...] = eqx.field(static=True)
-    data: tuple[Array, ...]
-    fixed: dict[str, Array]
-    read_fn: Callable = eqx.field(static=True)
-
-    def __call__(self, m_next):
-        return self.read_fn(self.data, self.fixed, m_next)
-
-    def leading(self, name: str) -> tuple[Array, ...]:
-        """`data` with the axis of state `name` first."""
-        axis = self.axes.index(name)
-        return tuple(jnp.moveaxis(array, axis, 0) for array in self.data)
-
-    def sliced(self, name: str, code: Array, data: tuple[Array, ...]) -> ContinuationReader:
-        """The reader of one code of state `name`, given that slice of `leading(name)`."""
-        return ContinuationReader(
-            continuous=self.continuous,
-            axes=tuple(a for a in self.axes if a != name),
-            data=data,
-            fixed={**self.fixed, name: code},
-            read_fn=self.read_fn,
-        )
-
-
-def endogenous_reader(
-    model: ModelPlan,
-    target: str,
-    solver: DCEGM,
-    grid: EndogenousGrid,
-    params,
-    period,
-    age,
-) -> ContinuationReader:
-    """A reader of a DC-EGM regime's next-period `EndogenousGrid`."""
-    target_plan = model.regimes[target]
-    process_points = {}
-    for name in target_plan.states:
-        g = target_plan.grids[name]
-        if isinstance(g, AbstractProcessGrid):
-            process_points[name] = g.discretize(params.get(f"next_{name}", {}))[0]
-    discrete_actions = list(target_plan.discrete_actions)
-    scale = params[""]["taste_shock_scale"] if target_plan.taste_shocks else None
-    borrowing_limit, status = grid.borrowing_limit, grid.status
-
-    def read_fn(data, fixed, x):
-        axes = [s for s in target_plan.states if s != solver.state and s not in fixed]
-
-        def at(codes: dict, nodes, count, continuation0, feasible):
-            def utility(c):
-                inputs = {
-                    n: (process_points[n][k] if n in process_points else k)
-                    for n, k in {**fixed, **codes}.items()
-                }
-                inputs[solver.action] = c
-                inputs[solver.state] = c
-                inputs["period"] = period
-                inputs["age"] = age
-                return jnp.asarray(
-                    Evaluator(target_plan.helpers, inputs, params)(target_plan.utility)
-                )
-
-            _, v, mu = read(
-                nodes,
-                count,
-                continuation0,
-                borrowing_limit,
-                x,
-                jnp.vectorize(utility),
-                _marginal(utility),
-            )
-            return jnp.where(feasible, v, NEG_INF), jnp.where(feasible, mu, 0.0)
-
-        v, mu = map_choices(at, data, [*axes, *discrete_actions])
-        shape = data[1].shape
-        n_d = len(discrete_actions)
-        if n_d:
-            lead = shape[: len(shape) - n_d]
-            value, slope = combine_values_and_slopes(
-                v.reshape((*lead, -1)), mu.reshape((*lead, -1)), scale
-            )
-        else:
-            value, slope = v, mu
-        value = jnp.where(status == ZERO, 0.0, value)
-        value = jnp.where(status == INACTIVE, NEG_INF, value)
-        slope = jnp.where(status == ORDINARY, slope, 0.0)
-        return value, slope
-
-    return ContinuationReader(
-        continuous=solver.state,
-        axes=tuple(s for s in target_plan.states if s != solver.state),
-        data=(grid.nodes, grid.count, grid.continuation0, grid.feasible),
-        fixed={},
-        read_fn=read_fn,
-    )
-
-
-def zero_reader(model: ModelPlan, target: str, continuous: str, dtype) -> ContinuationReader:
-    """A reader of the period after the model's last: value and marginal value 0 at
-    every cash on hand, for each of the target's discrete states (no array is read)."""
-    target_plan = model.regimes[target]
-    axes = tuple(s for s in target_plan.states if s != continuous)
-    zeros = jnp.zeros(tuple(target_plan.grids[s].n_points for s in axes), dtype)
-
-    def constant(data, fixed, x):
-        return data[0], data[0]
-
-    return ContinuationReader(continuous=None, axes=axes, data=(zeros,), fixed={}, read_fn=constant)
-
-
-def array_reader(
-    model: ModelPlan, target: str, values: Array, continuous: str, points: Array | None = None
-) -> ContinuationReader:
-    """A reader of a value array on a regime's state grid (e.g. a `GridSearch` regime):
-    linear interpolation along `continuous` and the interpolant's slope. `points`: the
-    grid's points in the period read (for a grid whose bounds vary with age)."""
-    target_plan = model.regimes[target]
-    if continuous not in target_plan.states:
-
-        def constant(data, fixed, x):
-            return data[0], jnp.zeros_like(data[0])
-
-        return ContinuationReader(
-            continuous=None, axes=target_plan.states, data=(values,), fixed={}, read_fn=constant
-        )
-    axis = target_plan.states.index(continuous)
-    grid = target_plan.grids[continuous]
-    assert isinstance(grid, AbstractContinuousGrid)
-
-    nodes = grid.to_jax() if points is None else points
-
-    def linear(data, fixed, x):
-        moved = data[0]
-        lo, w = grid.interval(x, nodes)
-        low, high = moved[..., lo], moved[..., lo + 1]
-        value = settle(weighted(1 - w, low) + weighted(w, high))
-        slope = (high - low) / (nodes[lo + 1] - nodes[lo])
-        slope = jnp.where(jnp.isfinite(slope), slope, 0.0)
-        return value, slope
-
-    return ContinuationReader(
-        continuous=continuous,
-        axes=tuple(s for s in target_plan.states if s != continuous),
-        data=(jnp.moveaxis(values, axis, -1),),
-        fixed={},
-        read_fn=linear,
-    )
-
-
-def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> EndogenousGrid:
-    """The `EndogenousGrid` of the period after the last (value 0 everywhere)."""
-    plan = model.regimes[regime]
-    shape = tuple(
-        plan.grids[s].n_points for s in (*plan.states, *plan.discrete_actions) if s != solver.state
-    )
-    k = solver.upper_envelope.n_rows(solver.savings.n_points)
-    line = jnp.linspace(1.0, 2.0, k, dtype=dtype)
-    rows = jnp.stack([line, line, jnp.zeros_like(line), jnp.zeros_like(line)], axis=1)
-    return EndogenousGrid(
-        nodes=jnp.broadcast_to(rows, (*shape, k, 4)),
-        count=jnp.full(shape, k, jnp.int32),
-        continuation0=jnp.zeros(shape, dtype),
-        feasible=jnp.ones(shape, bool),
-        borrowing_limit=jnp.asarray(solver.savings.to_jax()[0], dtype),
-        status=jnp.asarray(ZERO, jnp.int32),
-    )
-
-
-def inactive_grid(grid: EndogenousGrid) -> EndogenousGrid:
-    return eqx.tree_at(lambda g: g.status, grid, jnp.asarray(INACTIVE, jnp.int32))
+    def policy_reader(self, plan, target, policy, params, period, age) -> ContinuationReader:
+        return endogenous_reader(plan, target, self, policy, params, period, age)

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .._reduce import one_kernel_reduce
+
 NEG_INF = -jnp.inf
 
 # `EndogenousGrid.status`: an ordinary grid, the zero continuation after the last period,
@@ -330,32 +332,6 @@ def materialize(*arrays: Array) -> tuple[Array, ...]:
 @materialize.defjvp
 def _materialize_jvp(primals, tangents):
     return materialize(*primals), tangents
-
-
-def reduce_pair(op: Callable, identity, x: Array, y: Array, axis: int) -> tuple[Array, Array]:
-    """`x` and `y` (same shape and dtype) reduced along `axis` by the associative `op`
-    (`jax.lax.add`, `jax.lax.max`, `jax.lax.bitwise_or`) in one XLA kernel (a variadic
-    reduction), without derivative (for counts, selections and check diagnostics).
-
-    XLA:CPU rewrites a reduction over more than 32 entries into two kernels (a
-    reduce-window, then a reduce), but leaves variadic reductions alone.
-    """
-    x, y = jax.lax.stop_gradient((x, y))
-    init = jnp.asarray(identity, x.dtype)
-    return jax.lax.reduce(
-        (x, y), (init, init), lambda a, b: (op(a[0], b[0]), op(a[1], b[1])), (axis % x.ndim,)
-    )
-
-
-def one_kernel_reduce(op: Callable, identity, x: Array, axis: int) -> Array:
-    """`x` reduced along `axis` by `op` in one XLA kernel with the computation of `x`,
-    without derivative: `reduce_pair` of `x` and a constant array of the identity, the
-    two results combined by `op` (XLA would drop an unused result; a second copy of `x`
-    would keep `x` in a kernel of its own). The same values as the plain reduction for an
-    exact `op` (integer sums, max, or)."""
-    filler = jnp.full(x.shape, identity, x.dtype)
-    first, second = reduce_pair(op, identity, x, filler, axis)
-    return op(first, second)
 
 
 def count_at_or_below(points: Array, x: Array) -> Array:

@@ -1,0 +1,6 @@
+"""The discrete-continuous endogenous grid method (`DCEGM`), its grids and envelopes."""
+
+from ._envelope import AbstractUpperEnvelope as AbstractUpperEnvelope
+from ._envelope import EndogenousGrid as EndogenousGrid
+from ._envelope import ExactEnvelope as ExactEnvelope
+from ._solver import DCEGM as DCEGM

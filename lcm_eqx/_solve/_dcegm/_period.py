@@ -1,0 +1,304 @@
+"""DC-EGM's period state: what the backward induction carries for the regimes one `DCEGM`
+solves (their refined grids), how a period steps it, and what is computed after the loop.
+
+The state is `(by regime, by group)`: the arrays of each regime's `EndogenousGrid` that
+change from period to period (`nodes`, `count`, `continuation0`, `feasible`), with the
+regimes solved together in one pass over rows (`groups`) carried as those rows, their
+choices one after the other, rather than a slice of them per regime (the slices would be
+kernels of every period). The borrowing limit is a constant and the status a function
+of the period (`grid_status`): constants in the loop's state would each be copied into
+it in every period, by XLA kernels ready when the period starts (see
+docs/architecture.md, "threads"). An always-true `feasible` is carried through
+unchanged and emitted as None.
+
+Two dictionaries, not one: JAX sorts a dictionary's keys, and names do not sort with
+tuples.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from ..._model._plan import ModelPlan, Segment
+from .._reading import zero_reader
+from .._solver import Period, PeriodSolution, SegmentOutputs
+from ._envelope import INACTIVE, ORDINARY, ZERO, EndogenousGrid
+from ._readers import endogenous_reader, inactive_grid, zero_grid
+
+if TYPE_CHECKING:
+    from .._kernel import RegimeProblem
+    from ._solver import DCEGM
+
+State = tuple[dict[str, tuple], dict[tuple[str, ...], tuple]]
+
+# How much of the refined grids the read of the values after the period loop batches at
+# once (`postprocess`): beyond, it reads chunks of periods.
+READ_VALUES_BYTES = 32 * 2**20
+
+
+def choice_shapes(solver: DCEGM, plan: ModelPlan, names) -> dict[str, tuple[int, ...]]:
+    """The shape of each regime's choices: its discrete states, then discrete actions."""
+    shapes = {}
+    for name in names:
+        regime = plan.regimes[name]
+        shapes[name] = tuple(
+            regime.grids[s].n_points
+            for s in (*regime.states, *regime.discrete_actions)
+            if s != solver.state
+        )
+    return shapes
+
+
+def members(state: State) -> tuple[str, ...]:
+    """The regimes a state holds, by regime and in groups."""
+    by_regime, by_group = state
+    return (*by_regime, *(name for group in by_group for name in group))
+
+
+def initial_state(solver: DCEGM, plan: ModelPlan, names, dtype) -> State:
+    """The state after the model's last period (V_T = 0), each regime on its own."""
+    grids = {name: zero_grid(plan, name, solver, dtype) for name in names}
+    return (
+        {name: (g.nodes, g.count, g.continuation0, g.feasible) for name, g in grids.items()},
+        {},
+    )
+
+
+def batch_groups(solver: DCEGM, plan: ModelPlan, names) -> list[tuple[str, ...]]:
+    """The regimes among `names` (in their order) solved together in one pass over rows
+    (`DCEGM.solve_batched`): those whose discrete axes are neither splayed nor sharded."""
+    group = tuple(name for name in names if solver.batchable(plan.regimes[name]))
+    return [group] if group else []
+
+
+def regrouped(solver: DCEGM, plan: ModelPlan, state: State, active) -> State:
+    """`state` with the regimes of a segment (`active`) that are solved together carried
+    as one set of rows, the others by regime."""
+    names = members(state)
+    shapes = choice_shapes(solver, plan, names)
+    by_regime = ungrouped(state, shapes)
+    groups = batch_groups(solver, plan, [n for n in names if n in active])
+    out: dict = {}
+    for group in groups:
+        out[group] = tuple(
+            jnp.concatenate(
+                [
+                    by_regime[name][i].reshape(
+                        (math.prod(shapes[name]), *by_regime[name][i].shape[len(shapes[name]) :])
+                    )
+                    for name in group
+                ]
+            )
+            for i in range(4)
+        )
+    grouped = {name for group in groups for name in group}
+    return {name: a for name, a in by_regime.items() if name not in grouped}, out
+
+
+def ungrouped(state: State, shapes: dict, leading: int = 0) -> dict[str, tuple]:
+    """The carried (or, with `leading` period axes, emitted) grids by regime: each
+    group's rows sliced back into its regimes' choices (`shapes`)."""
+    by_regime, by_group = state
+    out = dict(by_regime)
+    for key, arrays in by_group.items():
+        offset = 0
+        for name in key:
+            shape = shapes[name]
+            size = math.prod(shape)
+            out[name] = tuple(
+                jax.lax.slice_in_dim(a, offset, offset + size, axis=leading).reshape(
+                    (*a.shape[:leading], *shape, *a.shape[leading + 1 :])
+                )
+                for a in arrays
+            )
+            offset += size
+    return out
+
+
+def grid_status(name: str, segment: Segment, following: frozenset[str] | None, period) -> Array:
+    """The status of the grid of regime `name` that `period` of `segment` reads (that of
+    period + 1): `ZERO` after the last period, `ORDINARY` where the regime is active
+    then, `INACTIVE` where not. Only the segment's last period reads the next segment
+    (`following`: its regimes; None after the last period)."""
+    inside = ORDINARY if name in segment.regimes else INACTIVE
+    edge = ZERO if following is None else (ORDINARY if name in following else INACTIVE)
+    if edge == inside:
+        return jnp.asarray(inside, jnp.int32)
+    return jnp.where(period == segment.stop - 1, edge, inside).astype(jnp.int32)
+
+
+def reader(solver: DCEGM, target: str, state: State, period: Period):
+    """How `period` reads regime `target` of `state`: its refined grids of next period."""
+    plan = period.plan
+    arrays = ungrouped(state, choice_shapes(solver, plan, members(state)))[target]
+    grid = EndogenousGrid(
+        *arrays,
+        borrowing_limit=jnp.asarray(solver.savings.to_jax()[0], arrays[2].dtype),
+        status=grid_status(target, period.segment, period.following, period.period),
+    )
+    return endogenous_reader(
+        plan, target, solver, grid, period.resolved[target], period.period + 1, period.next_age
+    )
+
+
+def step(
+    solver: DCEGM, problems: dict[str, RegimeProblem], state: State, period: Period
+) -> tuple[dict[str, PeriodSolution], State, Any]:
+    """One period of the regimes `problems` (those of `state` active in it): their
+    period solutions, the new state, and what the period emits (the changing arrays)."""
+    plan = period.plan
+    dtype = jnp.zeros(()).dtype
+    with_readers = {}
+    for name, problem in problems.items():
+        targets = plan.regimes[name].targets
+        if period.last:
+            readers = {t: zero_reader(plan, t, solver.state, dtype) for t in targets}
+        else:
+            readers = {t: period.read(t, solver.state) for t in targets}
+        with_readers[name] = problem.replace(next_policies=readers)
+    solutions, rows = solve_regimes(solver, with_readers, period.values_later)
+    names = members(state)
+    always = {n for n in names if solver.choices_always_feasible(plan.regimes[n])}
+    carried_out: tuple[dict, dict] = ({}, {})
+    emitted: tuple[dict, dict] = ({}, {})
+    for by_key, out, emit in zip(state, carried_out, emitted, strict=True):
+        for key, arrays in by_key.items():
+            through = all(name in always for name in (key if isinstance(key, tuple) else (key,)))
+            if isinstance(key, tuple):
+                group = rows[key]
+                changing = (group["nodes"], group["count"], group["continuation0"])
+                feasible = group["feasible"]
+            else:
+                grid = (
+                    solutions[key].policy
+                    if key in solutions
+                    else inactive_grid(zero_grid(plan, key, solver, dtype))
+                )
+                changing = (grid.nodes, grid.count, grid.continuation0)
+                feasible = grid.feasible
+            out[key] = (*changing, arrays[3] if through else feasible)
+            emit[key] = (*changing, None if through else feasible)
+    return solutions, carried_out, emitted
+
+
+def solve_regimes(
+    solver: DCEGM, problems: dict[str, RegimeProblem], later: frozenset[str] = frozenset()
+) -> tuple[dict[str, PeriodSolution], dict[tuple[str, ...], dict[str, Array]]]:
+    """The period solutions of `problems` (by name), and the refined grids of the group
+    solved together, as rows (by the group's names: see `batch_groups`).
+
+    Where every regime of the group is in `later`, their value arrays are left out
+    (`values` None): the backward induction reads them after the period loop, for all
+    periods at once (`postprocess`).
+    """
+    solutions: dict[str, PeriodSolution] = {}
+    rows: dict[tuple[str, ...], dict[str, Array]] = {}
+    plan = next(iter(problems.values())).model if problems else None
+    groups = batch_groups(solver, plan, problems) if plan is not None else []
+    grouped = {name for group in groups for name in group}
+    for name, problem in problems.items():
+        if name not in grouped:
+            solutions[name] = solver.solve_period(problem)
+    for group in groups:
+        solved, rows[group] = solver.solve_batched(
+            [problems[name] for name in group], with_values=not set(group) <= later
+        )
+        solutions.update(zip(group, solved, strict=True))
+    return solutions, rows
+
+
+def postprocess(
+    solver: DCEGM, emitted, segment: SegmentOutputs
+) -> tuple[dict[str, Array], dict[str, EndogenousGrid]]:
+    """After the loop over a segment's periods: the value arrays its steps left out
+    (`segment.deferred`, leading axis the periods) and each regime's refined grids of
+    every period (`Solution.policies`)."""
+    plan = segment.plan
+    by_regime, by_group = emitted
+    rows = (_feasible_put_back(by_regime), _feasible_put_back(by_group))
+    names = members(rows)
+    shapes = choice_shapes(solver, plan, names)
+    arrays = ungrouped(rows, shapes, leading=1)
+    length = segment.segment.stop - segment.segment.start
+    limit = jnp.asarray(solver.savings.to_jax()[0], jnp.zeros(()).dtype)
+    policies = {}
+    for name in names:
+        nodes, count, continuation0, feasible = arrays[name]
+        status = ORDINARY if name in segment.segment.regimes else INACTIVE
+        policies[name] = EndogenousGrid(
+            nodes=nodes,
+            count=count,
+            continuation0=continuation0,
+            feasible=feasible,
+            borrowing_limit=jnp.broadcast_to(limit, (length,)),
+            status=jnp.full((length,), status, jnp.int32),
+        )
+    deferred = [name for name in names if name in segment.deferred]
+    if not deferred:
+        return {}, policies
+    values = _read_values(
+        solver,
+        segment,
+        {name: arrays[name] for name in deferred},
+        {key: r for key, r in rows[1].items() if set(key) <= set(deferred)},
+        limit,
+    )
+    return values, policies
+
+
+def _feasible_put_back(emitted: dict) -> dict:
+    """The scan's emitted grids with an always-true `feasible` (emitted as None) put
+    back."""
+    return {
+        key: (*arrays, jnp.ones(arrays[1].shape, bool) if feasible is None else feasible)
+        for key, (*arrays, feasible) in emitted.items()
+    }
+
+
+def _read_values(
+    solver: DCEGM, segment: SegmentOutputs, policies, rows, borrowing_limit
+) -> dict[str, Array]:
+    """The value arrays of the regimes of `policies` in every period of a segment
+    (leading axis), read from their refined grids: the reads the period step left out.
+    All periods at once where their grids take at most `READ_VALUES_BYTES` (the batched
+    read holds a copy of them), else in chunks of periods that do."""
+
+    def at(inputs, policies, rows):
+        problems = segment.problems(inputs, tuple(policies))
+        grids = {
+            name: EndogenousGrid(
+                nodes,
+                count,
+                continuation0,
+                feasible,
+                borrowing_limit,
+                jnp.asarray(ORDINARY, jnp.int32),
+            )
+            for name, (nodes, count, continuation0, feasible) in policies.items()
+        }
+        refined: dict[tuple[str, ...], dict[str, Array]] = {
+            key: dict(zip(("nodes", "count", "continuation0", "feasible"), arrays, strict=True))
+            for key, arrays in rows.items()
+        }
+        values: dict[str, Array] = {}
+        grouped = {name for group in refined for name in group}
+        for group in [*refined, *((n,) for n in problems if n not in grouped)]:
+            read = solver.values_batched(
+                [problems[name] for name in group],
+                [grids[name] for name in group],
+                refined.get(group),
+            )
+            values.update(zip(group, read, strict=True))
+        return values
+
+    per_period = sum(math.prod(a.shape[1:]) * a.dtype.itemsize for a in jax.tree.leaves(policies))
+    length = jax.tree.leaves(policies)[0].shape[0]
+    chunk = max(1, READ_VALUES_BYTES // max(per_period, 1))
+    if chunk >= length:
+        return jax.vmap(at)(segment.inputs, policies, rows)
+    return jax.lax.map(lambda xs: at(*xs), (segment.inputs, policies, rows), batch_size=chunk)
