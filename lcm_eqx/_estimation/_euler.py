@@ -22,7 +22,6 @@ from .._model._dag import Evaluator
 from .._model._params import resolve_params
 from .._solve._backward import age_of
 from .._solve._kernel import RegimeProblem
-from .._solve._on_grid import q_on_action_grid
 from .._solve._reading import (
     ContinuationReader,
     combine_values_and_slopes,
@@ -209,7 +208,7 @@ def _readers(model, resolved, regime, action, next_period, values, policies):
 
 
 def _policy_reader(model, resolved, target, action, period, values, policies):
-    """A `GridSearch` regime read at `m'` through its own choices there."""
+    """A regime read at `m'` through its own choices there (its solver's queries)."""
     plan = model.plan
     target_plan = plan.regimes[target]
     continuous = [s for s in target_plan.states if not target_plan.grids[s].is_discrete]
@@ -233,15 +232,14 @@ def _policy_reader(model, resolved, target, action, period, values, policies):
     problem = regime_problem(model, resolved, target, period, values, policies)
     discrete_states = [a for a in problem.state_axes if a.name != name]
     n_d = len(target_plan.discrete_actions)
-    names = [a.name for a in problem.action_axes]
-    grid = problem.action_axes[names.index(action)].points
     scale = taste_shock_scale(problem)
+    solver = model.solvers[target]
 
     def at_z(z, x):
+        # The target's own choices at `m'` (its solver's queries), without derivative.
         point = {**z, name: x}
-        q = jax.lax.stop_gradient(q_on_action_grid(problem, point))
-        c = grid[jnp.argmax(q, axis=-1)]
-        v = jnp.max(q, axis=-1)
+        c = jax.lax.stop_gradient(solver.continuous_policy(problem, point)[action])
+        v = jax.lax.stop_gradient(solver.discrete_values(problem, point))
 
         def marginal_at(codes, c_d):
             d = dict(zip(target_plan.discrete_actions, codes, strict=True))
