@@ -150,6 +150,7 @@ def aggregator_checks(regime: RegimePlan) -> tuple[str, ...]:
     names = tuple(aggregator_check(aggregator, p) for p in aggregator.parameters)
     # An aggregator that needs positive utility transforms the values it reads (a power):
     # the transformed values must stay within `reach` (see `_continuation.py`).
+    names = (*names, *aggregator.value_checks)
     return (*names, "utility:positive", "value:range") if aggregator.positive_utility else names
 
 
@@ -237,6 +238,13 @@ class RegimeProblem:
         self.continuations: dict[str, tuple[Array, Layout]] = {}
         self.target_points: dict[str, dict[str, Array]] = {}
         self.aggregator = regime.aggregator
+        # Per target, a transform of each interpolated next value before any expectation
+        # (then no expectation is taken once per period: see `_prepare`).
+        self.node_transforms: dict[str, Any] = {}
+        self.per_node = (
+            self.aggregator is not None
+            and self.aggregator.node_transform(params[""], terminal=False) is not None
+        )
         if not regime.is_terminal:
             self._register_checks()
             if self.aggregator is not None:
@@ -254,10 +262,28 @@ class RegimeProblem:
                         terminal=model.regimes[target].is_terminal,
                         has_future=self.has_future(),
                     )
+                    # An aggregator that transforms each interpolated node (EpsteinZin's
+                    # `interpolate="values"`): the transform the kernel applies.
+                    transform = self.aggregator.node_transform(
+                        params[""], terminal=model.regimes[target].is_terminal
+                    )
+                    if transform is not None:
+                        self.node_transforms[target] = transform
+                    for check, failed in self.aggregator.value_violations(
+                        next_values[target],
+                        params[""],
+                        terminal=model.regimes[target].is_terminal,
+                        has_future=self.has_future(),
+                    ).items():
+                        if check in self.checks:
+                            self._period_violations[check] = jnp.maximum(
+                                self._period_violations.get(check, 0.0), failed
+                            )
                     if "value:range" in self.checks:
                         # A finite value whose transform the kernel would read as -inf.
+                        probe = values if transform is None else transform(values)
                         beyond = jnp.isfinite(next_values[target]) & ~(
-                            jnp.abs(values) < reach(values.dtype)
+                            jnp.abs(probe) < reach(values.dtype)
                         )
                         self._period_violations["value:range"] = jnp.maximum(
                             self._period_violations.get("value:range", 0.0),
@@ -407,7 +433,7 @@ class RegimeProblem:
             transition = self.regime.state_transitions[state]
             if state in staying:
                 continue
-            if transition.is_markov and transition.precontract is not None:
+            if transition.is_markov and transition.precontract is not None and not self.per_node:
                 probabilities = self._precontract_probabilities(state)
                 deps = [f"cur:{d}" for d in transition.precontract]
                 shards, place = 1, None
@@ -688,7 +714,9 @@ class RegimeProblem:
         states with a per-target law of motion are in `target_next_states`)."""
         values, probabilities = {}, {}
         for name, transition in self.regime.state_transitions.items():
-            if transition.function is None or transition.precontract is not None:
+            if transition.function is None or (
+                transition.precontract is not None and not self.per_node
+            ):
                 continue
             result = jnp.asarray(evaluate(transition.function))
             grid = self.model.state_grid(name)
@@ -722,6 +750,11 @@ class RegimeProblem:
         regime_probabilities, next_regime_id = self._regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
         by_target = self.target_next_states(evaluate)
+        if self.per_node:
+            # Nothing is contracted once per period: a process state's row, in the kernel.
+            for name in self.process_matrices:
+                code = self.local_code(name, state[name])
+                next_probabilities[name] = self.process_matrices[name][code]
         if self.validate:
             self._record_violations(
                 regime_probabilities,
@@ -785,6 +818,7 @@ class RegimeProblem:
                 # With a stochastic transition, the regimes' sums are weighted and
                 # settled once, below.
                 settled=deterministic,
+                transform=self.node_transforms.get(target),
             )
             if split:
                 terminal = self.model.regimes[target].is_terminal
