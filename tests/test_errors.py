@@ -395,7 +395,7 @@ def _dcegm_not_through_savings():
 
 def _ez_regimes(aggregator=None, utility=None, **overrides):
     """`working` and `retired` with an aggregator and a positive utility (consumption)."""
-    aggregator = lcm.EpsteinZin() if aggregator is None else aggregator
+    aggregator = lcm.EpsteinZin(terminal="time_aggregator") if aggregator is None else aggregator
     positive = utility or {"utility": lambda consumption: consumption}
     working = working_regime(
         aggregator=aggregator, functions={**positive, "labor_income": labor_income}
