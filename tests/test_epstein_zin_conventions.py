@@ -217,3 +217,105 @@ def test_unknown_conventions_are_model_errors():
         lcm.EpsteinZin(interpolate="levels")
     with pytest.raises(lcm.ModelInitializationError, match="LinearExpectation"):
         lcm.EpsteinZin(certainty_equivalent=None)
+
+
+# ------------------------------------------------------- per-target MarkovTransition
+def test_a_per_target_markov_transition_into_the_only_regime_with_the_state():
+    """pylcm's spelling `{"alive": MarkovTransition(f)}` (dead has no health) is the plain
+    `MarkovTransition(f)`: under both interpolations (the per-node one reads it in the
+    kernel, the default contracts it once per period)."""
+    for interpolate in ("transformed", "values"):
+        aggregator = lcm.EpsteinZin(interpolate=interpolate)
+        plain = build(RICHER, aggregator).solve(params(RICHER))
+        per_target = build(RICHER, aggregator, per_target=True).solve(params(RICHER))
+        np.testing.assert_allclose(per_target.values["alive"], plain.values["alive"], rtol=1e-12)
+
+
+A = np.array([[0.7, 0.3], [0.2, 0.8]])  # health law when working on
+B = np.array([[0.4, 0.6], [0.05, 0.95]])  # health law when retiring
+
+
+def _two_laws(per_target: bool):
+    """Working (labor: 0 work, 1 retire) or retired; health's law depends on the regime
+    moved to: per target, or written by hand on the choice that decides the regime."""
+    if per_target:
+        health = {
+            "working": lcm.MarkovTransition(lambda health: jnp.asarray(A)[health]),
+            "retired": lcm.MarkovTransition(lambda health: jnp.asarray(B)[health]),
+        }
+    else:
+        health = lcm.MarkovTransition(
+            lambda health, labor: jnp.where(labor == 1, jnp.asarray(B)[health], jnp.asarray(A)[health])
+        )  # fmt: skip
+    retired_health = lcm.MarkovTransition(lambda health: jnp.asarray(B)[health])
+    wealth = lcm.LinSpacedGrid(1.0, 8.0, 5)
+    states = {"wealth": wealth, "health": lcm.DiscreteGrid(["bad", "good"])}
+    consumption = lcm.LinSpacedGrid(0.5, 7.5, 6)
+
+    def next_wealth(wealth, consumption, income):
+        return 1.02 * (wealth - consumption) + income
+
+    working = lcm.Regime(
+        states=states,
+        actions={"labor": lcm.DiscreteGrid(["work", "retire"]), "consumption": consumption},
+        functions={
+            "utility": lambda consumption, labor, health: jnp.log(consumption) - 0.4 * (labor == 0) + 0.2 * health,
+            "income": lambda labor: jnp.where(labor == 0, 1.5, 0.0),
+        },
+        state_transitions={"wealth": next_wealth, "health": health},
+        transition=lambda labor: jnp.where(labor == 1, 1, 0),
+        constraints={"budget": lambda consumption, wealth: consumption <= wealth},
+    )  # fmt: skip
+    retired = lcm.Regime(
+        states=states,
+        actions={"consumption": consumption},
+        functions={"utility": lambda consumption, health: jnp.log(consumption) + 0.2 * health},
+        state_transitions={"wealth": lambda wealth, consumption: 1.02 * (wealth - consumption) + 0.5,
+                           "health": retired_health},
+        transition=lambda: 1,
+        constraints={"budget": lambda consumption, wealth: consumption <= wealth},
+    )  # fmt: skip
+    return lcm.Model(regimes={"working": working, "retired": retired}, n_periods=4)
+
+
+def test_per_target_markov_transitions_equal_the_law_written_on_the_choice():
+    p = {"discount_factor": 0.95}
+    per_target, by_hand = _two_laws(True), _two_laws(False)
+    a, b = per_target.solve(p), by_hand.solve(p)
+    for regime in ("working", "retired"):
+        np.testing.assert_allclose(a.values[regime], b.values[regime], rtol=1e-12, atol=1e-12)
+    initial = {"regime": ["working"] * 6, "wealth": np.linspace(1.0, 8.0, 6), "health": [0, 1] * 3}
+    sim_a = per_target.simulate(p, initial, a, key=jax.random.key(3)).to_dataframe()
+    sim_b = by_hand.simulate(p, initial, b, key=jax.random.key(3)).to_dataframe()
+    assert sim_a.equals(sim_b)
+    dist_a, dist_b = per_target.distribution(p, initial, a), by_hand.distribution(p, initial, b)
+    for regime in ("working", "retired"):
+        np.testing.assert_allclose(dist_a.mass[regime], dist_b.mass[regime], atol=1e-12)
+
+
+def test_bad_per_target_probabilities_are_caught_where_the_target_is_reached():
+    model = _two_laws(True)
+    bad = model.regimes["working"].replace(
+        state_transitions={
+            **model.regimes["working"].state_transitions,
+            "health": {
+                "working": lcm.MarkovTransition(lambda health: jnp.asarray(A)[health]),
+                "retired": lcm.MarkovTransition(lambda: jnp.array([0.5, 0.49])),
+            },
+        }
+    )
+    broken = lcm.Model(regimes={"working": bad, "retired": model.regimes["retired"]}, n_periods=4)
+    with pytest.raises(lcm.InvalidTransitionProbabilitiesError, match="'working'.*next_health"):
+        broken.solve({"discount_factor": 0.95})
+
+
+def test_a_per_target_markov_transition_of_a_continuous_state_is_a_model_error():
+    alive = build(PYLCM, lcm.EpsteinZin()).regimes["alive"]
+    wrong = alive.replace(
+        state_transitions={
+            **alive.state_transitions,
+            "wealth": {"alive": lcm.MarkovTransition(lambda: jnp.ones(6) / 6)},
+        }
+    )
+    with pytest.raises(lcm.ModelInitializationError, match="'alive'.*'wealth'.*continuous"):
+        lcm.Model(regimes={"alive": wrong, "dead": build(PYLCM, None).regimes["dead"]}, n_periods=4)

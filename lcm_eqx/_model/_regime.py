@@ -119,10 +119,10 @@ class Regime(eqx.Module):
                         f"Regime: the keys of state_transitions[{state!r}] must be regime "
                         f"names, got {target!r}."
                     )
-                if isinstance(fn, MarkovTransition) or not callable(fn):
+                if not (isinstance(fn, MarkovTransition) or callable(fn)):
                     raise ModelInitializationError(
                         f"Regime: state_transitions[{state!r}][{target!r}] must be a function "
-                        f"(per-target laws of motion are deterministic), got {fn!r}."
+                        f"or a MarkovTransition, got {fn!r}."
                     )
         for group in ("functions", "state_transitions", "constraints"):
             for name, fn in getattr(self, group).items():

@@ -450,7 +450,7 @@ class RegimeProblem:
                     shards=shards,
                     place=place,
                 )
-            elif transition.is_markov:
+            elif transition.is_markov or target in transition.per_target_markov:
                 stochastic.append(state)
             elif target_plan.grids[state].is_discrete:
                 discrete.append(state)
@@ -735,7 +735,7 @@ class RegimeProblem:
         for name, transition in self.regime.state_transitions.items():
             grid = self.model.state_grid(name)
             for target, function in transition.per_target.items():
-                if target not in self.regime.targets:
+                if target not in self.regime.targets or target in transition.per_target_markov:
                     continue
                 result = jnp.asarray(evaluate(function))
                 self._check_shape(f"next_{name}", result.shape, ())
@@ -744,12 +744,27 @@ class RegimeProblem:
                 )
         return values
 
+    def target_next_probabilities(self, evaluate: Evaluator) -> dict[str, dict[str, Array]]:
+        """The probability vectors of the states with a per-target `MarkovTransition`,
+        `{target: {state: probabilities}}`, for every regime this one can move to."""
+        probabilities: dict[str, dict[str, Array]] = {}
+        for name, transition in self.regime.state_transitions.items():
+            n_points = self.model.state_grid(name).n_points
+            for target in transition.per_target_markov:
+                if target not in self.regime.targets:
+                    continue
+                result = jnp.asarray(evaluate(transition.per_target[target]))
+                self._check_shape(f"next_{name}", result.shape, (n_points,))
+                probabilities.setdefault(target, {})[name] = result
+        return probabilities
+
     def _expected_value(self, evaluate, state, violations, split: bool = False):
         """`Σ_r' P(r' | s, a)·E[prepared V_r'(s')]` at one point; with `split`, the sums
         over non-terminal and terminal regimes apart (a `Continuation`)."""
         regime_probabilities, next_regime_id = self._regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
         by_target = self.target_next_states(evaluate)
+        target_probabilities = self.target_next_probabilities(evaluate)
         if self.per_node:
             # Nothing is contracted once per period: a process state's row, in the kernel.
             for name in self.process_matrices:
@@ -763,6 +778,7 @@ class RegimeProblem:
                 violations,
                 next_regime_id,
                 by_target=by_target,
+                target_probabilities=target_probabilities,
             )
         deterministic = not self.regime.next_regime_is_markov
         # Mass on a regime this one cannot reach (its states are not all produced) has no
@@ -813,7 +829,7 @@ class RegimeProblem:
                 current={s: self.local_code(s, state[s]) for s in layout.current},
                 discrete={s: next_values_here[s] for s in layout.discrete},
                 intervals=intervals,
-                probabilities=next_probabilities,
+                probabilities={**next_probabilities, **target_probabilities.get(target, {})},
                 regime_index=regime_index,
                 # With a stochastic transition, the regimes' sums are weighted and
                 # settled once, below.
@@ -877,6 +893,7 @@ class RegimeProblem:
         next_regime_id: Array | None = None,
         *,
         by_target: dict[str, dict[str, Array]] | None = None,
+        target_probabilities: dict[str, dict[str, Array]] | None = None,
     ) -> None:
         targets = self.regime.targets
         unreachable = [r.id for name, r in self.model.regimes.items() if name not in targets]
@@ -916,4 +933,13 @@ class RegimeProblem:
                     check, bad = f"next_{name}:finite", ~jnp.isfinite(code)
                 violations[check] = jnp.maximum(
                     violations.get(check, 0.0), jnp.where(reached & bad, 1.0, 0.0)
+                )
+        # So is a per-target probability vector.
+        for target, vectors in (target_probabilities or {}).items():
+            reached = regime_probabilities[self.model.regimes[target].id] > 0
+            for name, p in vectors.items():
+                check = f"next_{name}"
+                violations[check] = jnp.maximum(
+                    violations.get(check, 0.0),
+                    jnp.where(reached, probability_violation(p, self.tolerance), 0.0),
                 )
