@@ -3,7 +3,8 @@
 A consumer with wealth (cash on hand) and a two-state Markov income (low, high) chooses
 consumption for 6 periods and survives each period with probability 0.97 (death is the
 terminal regime "dead", utility 0). Preferences are Epstein–Zin
-(`aggregator=lcm.EpsteinZin()`): `risk_aversion` γ and the elasticity of intertemporal
+(`aggregator=lcm.EpsteinZin(terminal="time_aggregator")`, death entering the time
+aggregator): `risk_aversion` γ and the elasticity of intertemporal
 substitution `eis` ψ are separate parameters.
 
 Solves the model once (compiled once, reused for every parameter pair) for a few (γ, ψ)
@@ -65,7 +66,9 @@ alive = lcm.Regime(
     state_transitions={"wealth": next_wealth, "income": lcm.MarkovTransition(next_income)},
     transition=lcm.MarkovTransition(next_regime),
     constraints={"borrowing": borrowing},
-    aggregator=lcm.EpsteinZin(),
+    # Death has utility 0: it enters the time aggregator (survival discounting). Inside
+    # the certainty equivalent (the default) a value of 0 with γ > 1 would give CE = 0.
+    aggregator=lcm.EpsteinZin(terminal="time_aggregator"),
 )
 dead = lcm.Regime(functions={"utility": lambda: 0.0})
 model = lcm.Model(regimes={"alive": alive, "dead": dead}, n_periods=6)

@@ -50,6 +50,7 @@ from ._model._aggregator import (  # noqa: E402
     AbstractCertaintyEquivalent as AbstractCertaintyEquivalent,
 )
 from ._model._aggregator import EpsteinZin as EpsteinZin  # noqa: E402
+from ._model._aggregator import LinearExpectation as LinearExpectation  # noqa: E402
 from ._model._aggregator import PowerMean as PowerMean  # noqa: E402
 from ._model._aggregator import PresentBias as PresentBias  # noqa: E402
 from ._model._markov import ExtremeValueShocks as ExtremeValueShocks  # noqa: E402

@@ -119,7 +119,10 @@ def _describe_fixed(tree) -> dict:
 def _describe_regime(regime) -> dict:
     def transition_kind(transition):
         if transition.per_target:
-            return {target: "deterministic" for target in sorted(transition.per_target)}
+            return {
+                target: "markov" if target in transition.per_target_markov else "deterministic"
+                for target in sorted(transition.per_target)
+            }
         if transition.function is None:
             return "process"
         return "markov" if transition.is_markov else "deterministic"

@@ -189,6 +189,19 @@ def _range(f: Failure) -> str:
     )
 
 
+def _terminal(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, period {f.period}: a terminal regime it can move to has a "
+        "value < 0 on its grid (or 0 with risk_aversion > 1), but "
+        "EpsteinZin(terminal='certainty_equivalent') reads the terminal values inside the "
+        "certainty equivalent, as V^(1-γ), which is then undefined or infinite (CE = 0 "
+        "whatever the survival probability). Give the terminal regime a positive value on "
+        "its whole grid (a bequest; a grid that starts above 0) or use "
+        "EpsteinZin(terminal='time_aggregator'), where zero-utility death is survival "
+        "discounting."
+    )
+
+
 CHECKS: dict[str, CheckKind] = {
     "": CheckKind(InvalidTransitionProbabilitiesError, _transition),
     "unreachable": CheckKind(InvalidTransitionProbabilitiesError, _unreachable),
@@ -201,6 +214,7 @@ CHECKS: dict[str, CheckKind] = {
     "aggregator": CheckKind(InvalidParamsError, _aggregator),  # an aggregator parameter
     "positive": CheckKind(ModelInitializationError, _positive),  # utility under EpsteinZin
     "range": CheckKind(NaNError, _range),  # transformed values under EpsteinZin
+    "terminal": CheckKind(ModelInitializationError, _terminal),  # death inside EZ's CE
     # A check whose message is fixed when it is traced (passed to `enforce` as `texts`).
     "initial": CheckKind(InvalidInitialConditionsError, lambda f: f.check),
 }

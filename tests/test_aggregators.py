@@ -125,7 +125,10 @@ def ez_oracle(beta, gamma, psi, *, mortality=True):
 
 @functools.cache
 def ez_model(mortality=True):
-    return build(lcm.EpsteinZin(), lambda consumption: consumption, mortality=mortality)
+    # Zero-utility death in the time aggregator, as the oracle writes it (inside the
+    # certainty equivalent, the default, a value of 0 with γ > 1 is an error).
+    aggregator = lcm.EpsteinZin(terminal="time_aggregator")
+    return build(aggregator, lambda consumption: consumption, mortality=mortality)
 
 
 def ez_params(**changes):
@@ -454,7 +457,9 @@ def test_stochastic_transition_between_two_epstein_zin_regimes():
 def test_transformed_values_beyond_the_readable_range_raise():
     """V'^(1-γ) of values near 0 with a large γ overflows what the kernel can tell from
     an infeasible state (1e150 in float64): a named error, never values read as -inf."""
-    tiny = build(lcm.EpsteinZin(), lambda consumption: 1e-20 * consumption)
+    tiny = build(
+        lcm.EpsteinZin(terminal="time_aggregator"), lambda consumption: 1e-20 * consumption
+    )
     with pytest.raises(lcm.NaNError, match=r"Epstein–Zin transform .* float64"):
         tiny.solve(ez_params(risk_aversion=10.0, eis=1.5))
     # The same model with utility in sensible units solves.

@@ -21,6 +21,7 @@ variable concerned, quoted as `repr` does, wherever those exist.
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from enum import Enum, IntEnum
 
@@ -395,7 +396,7 @@ def _dcegm_not_through_savings():
 
 def _ez_regimes(aggregator=None, utility=None, **overrides):
     """`working` and `retired` with an aggregator and a positive utility (consumption)."""
-    aggregator = lcm.EpsteinZin() if aggregator is None else aggregator
+    aggregator = lcm.EpsteinZin(terminal="time_aggregator") if aggregator is None else aggregator
     positive = utility or {"utility": lambda consumption: consumption}
     working = working_regime(
         aggregator=aggregator, functions={**positive, "labor_income": labor_income}
@@ -413,6 +414,19 @@ def _working_only(params, **bad):
     params = dict(params)
     good = {name: params.pop(name) for name in bad}
     return {**params, "working": bad, "retired": good}
+
+
+def _ez_zero_death():
+    """The failing call: `working` (EpsteinZin, death inside the certainty equivalent by
+    default) can reach a terminal `retired` whose value is 0, with risk aversion 4."""
+    working = working_regime(
+        aggregator=lcm.EpsteinZin(),
+        functions={"utility": lambda consumption: consumption, "labor_income": labor_income},
+    )
+    retired = retired_regime(
+        transition=None, state_transitions={}, functions={"utility": lambda: 0.0}
+    )
+    return solve(EZ_PARAMS, lcm.Model(**model_kwargs(working=working, retired=retired)))
 
 
 def _aggregator_solve(params, aggregator=None, utility=None):
@@ -1587,8 +1601,8 @@ CASES = [
         id="model-per-target-into-a-regime-without-the-state",
     ),
     pytest.param(
-        lambda: (
-            lambda: working_regime(
+        lambda: build_model(
+            working=working_regime(
                 state_transitions={
                     "wealth": {"working": lcm.MarkovTransition(next_health)},
                     "health": lcm.MarkovTransition(next_health),
@@ -1596,8 +1610,26 @@ CASES = [
             )
         ),
         M,
-        ["state_transitions['wealth']['working']", "deterministic"],
-        id="regime-per-target-markov",
+        ["'working'", "state_transitions['wealth']['working']", "continuous"],
+        id="model-per-target-markov-of-a-continuous-state",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.EpsteinZin(terminal="bequest"),
+        M,
+        ["EpsteinZin", "terminal", "'bequest'", "'time_aggregator'"],
+        id="regime-epstein-zin-unknown-terminal",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.EpsteinZin(interpolate="levels"),
+        M,
+        ["EpsteinZin", "interpolate", "'levels'", "'values'"],
+        id="regime-epstein-zin-unknown-interpolate",
+    ),
+    pytest.param(
+        lambda: _ez_zero_death(),
+        M,
+        ["Regime 'working'", "terminal regime", "certainty_equivalent", "time_aggregator"],
+        id="solve-epstein-zin-zero-terminal-value-in-the-certainty-equivalent",
     ),
     pytest.param(
         lambda: (
@@ -1678,6 +1710,21 @@ def test_bad_input_raises(case, error, substrings):
     message = str(info.value)
     missing = [s for s in substrings if s not in message]
     assert not missing, f"message lacks {missing}: {message}"
+    # Every message names its regime (no empty name; see `_EMPTY_REGIME_NAME`).
+    assert not _EMPTY_REGIME_NAME.search(message), message
+
+
+# A regime named in a message: `Regime 'name'` (or `regimes['name']`), never an empty
+# name. Only `Regime(...)` itself, which runs before the regime has a name (the key it
+# gets in `Model(regimes={...})`), says `Regime(...)`: the constructor call that failed.
+_EMPTY_REGIME_NAME = re.compile(r"Regime(?!\(\.\.\.\)|\.replace)(\s*:|\s+''|\s+\"\"|\s+,)")
+
+
+def test_the_empty_regime_name_pattern():
+    assert _EMPTY_REGIME_NAME.search("Regime: state_transitions['health'] is bad")
+    assert _EMPTY_REGIME_NAME.search("Regime '', function 'utility'")
+    assert not _EMPTY_REGIME_NAME.search("Regime(...): state_transitions['health'] is bad")
+    assert not _EMPTY_REGIME_NAME.search("Regime 'working': state_transitions['health']")
 
 
 def test_table_is_large_enough():

@@ -602,6 +602,7 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
         regime_p = problem.regime_probabilities(evaluate)
         shared, stochastic = problem.next_states(evaluate)
         by_target = problem.target_next_states(evaluate)
+        target_probabilities = problem.target_next_probabilities(evaluate)
         flows = {}
         for target in targets:
             target_plan = plan.regimes[target]
@@ -610,7 +611,12 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
             for s in target_plan.states:
                 transition = regime.state_transitions[s]
                 grid = target_plan.grids[s]
-                if transition.is_markov:
+                if target in transition.per_target_markov:
+                    probabilities = target_probabilities[target][s]
+                    dims.append(
+                        (jnp.arange(grid.n_points, dtype=jnp.int32)[None], probabilities[None])
+                    )
+                elif transition.is_markov:
                     if s in stochastic:
                         probabilities = stochastic[s]
                     elif transition.function is None:

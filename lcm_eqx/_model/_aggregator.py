@@ -19,6 +19,7 @@ parameters looked up like `discount_factor` (`params[regime]` or `params`).
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import ClassVar, Literal, NamedTuple
 
 import equinox as eqx
@@ -104,6 +105,26 @@ class PowerMean(AbstractCertaintyEquivalent):
         return {"risk_aversion": jnp.where((gamma > 0) & (gamma != 1), 0.0, 1.0)}
 
 
+class LinearExpectation(AbstractCertaintyEquivalent):
+    """The linear certainty equivalent `E[V']`: risk neutral in the value's own units.
+
+    With `EpsteinZin` this is the CES time aggregator over the expected next value,
+    `V = ((1−β)·u^(1−1/ψ) + β·E[V']^(1−1/ψ))^(1/(1−1/ψ))` (pylcm's
+    `certainty_equivalent=None`). It reads no parameter (no `risk_aversion`).
+
+    Example:
+        >>> lcm.EpsteinZin(certainty_equivalent=lcm.LinearExpectation())
+    """
+
+    parameters: ClassVar[tuple[str, ...]] = ()
+
+    def transform(self, values, params):
+        return values
+
+    def invert(self, mean, params):
+        return jnp.maximum(mean, jnp.finfo(mean.dtype).tiny)
+
+
 class AbstractAggregator(eqx.Module):
     """How a regime aggregates this period's utility with the continuation.
 
@@ -155,6 +176,25 @@ class AbstractAggregator(eqx.Module):
         where the continuation is absent.
         """
 
+    def node_transform(
+        self, params: dict[str, Array], *, terminal: bool
+    ) -> Callable[[Array], Array] | None:
+        """A transform the kernel applies to each interpolated next value, before any
+        expectation (then `prepare` leaves the arrays untransformed); None by default:
+        the engine's expectation is linear in the prepared arrays."""
+        return None
+
+    @property
+    def value_checks(self) -> tuple[str, ...]:
+        """The checks of next period's value arrays (`value:<kind>`) beyond `value:range`."""
+        return ()
+
+    def value_violations(
+        self, values: Array, params: dict[str, Array], *, terminal: bool, has_future: Array
+    ) -> dict[str, Array]:
+        """The `value_checks` of one target regime's value array (0 when valid)."""
+        return {}
+
     def best(self, values: tuple[Array, ...]) -> tuple[Array, ...]:
         """Reduce the values over the leading (action) axis: the max by default."""
         return tuple(jnp.max(v, axis=0) for v in values)
@@ -188,29 +228,47 @@ class EpsteinZin(AbstractAggregator):
     the parameter `eis` (`ψ > 0`, `ψ ≠ 1`).
 
     - **Last period**: there is no `CE` term: `V = (1−β)^(1/(1−1/ψ))·u`.
-    - **Terminal regimes** (death, with a bequest or with utility 0) enter through the
-      time aggregator, not the certainty equivalent:
-      `β·(P_alive·CE_alive^(1−1/ψ) + Σ_terminal P(r')·V_r'^(1−1/ψ))`, where `CE_alive`
-      is the certainty equivalent conditional on reaching a non-terminal regime and
-      `0^(1−1/ψ)` is read as 0. With zero-utility death this is survival discounting.
-      (Inside the certainty equivalent, a value of 0 with `γ > 1` would make `CE = 0`
-      whatever the survival probability.)
-    - **Interpolation**: the next values are transformed once per period
-      (`V'^(1−γ)`) and the transformed arrays are interpolated, so with `γ = 1/ψ` the
-      model is exactly the additive CRRA model `c^(1−γ)/(1−γ)` after the monotone
-      transform `V^(1−γ)/((1−β)(1−γ))`, interpolation included.
+    - **Terminal regimes** (death, with a bequest or with utility 0), `terminal=`:
+      - `"certainty_equivalent"` (the default; pylcm's and most of the recursive-utility
+        literature's form: mortality risk is risk): the expectation in `CE` runs over
+        every next regime, terminal ones included,
+        `CE = (Σ_alive P(r')·E[V_r'^(1−γ)] + Σ_terminal P(r')·E[B_r'^(1−γ)])^(1/(1−γ))`
+        with `B` the terminal regime's value. A terminal value must then be positive
+        where `γ > 1` (`0^(1−γ)` is infinite: `CE = 0` whatever the survival
+        probability); a value `≤ 0` on a terminal regime's grid is an error at `solve`.
+      - `"time_aggregator"`: terminal regimes enter the time aggregator,
+        `β·(P_alive·CE_alive^(1−1/ψ) + Σ_terminal P(r')·V_r'^(1−1/ψ))`, where `CE_alive`
+        is the certainty equivalent conditional on reaching a non-terminal regime and
+        `0^(1−1/ψ)` is read as 0. With zero-utility death this is survival discounting.
+    - **Interpolation** on the continuous states, `interpolate=`:
+      - `"transformed"` (the default): the next values are transformed once per period
+        (`V'^(1−γ)`) and the transformed arrays are interpolated, so with `γ = 1/ψ` the
+        model is exactly the additive CRRA model `c^(1−γ)/(1−γ)` after the monotone
+        transform `V^(1−γ)/((1−β)(1−γ))`, interpolation included;
+      - `"values"` (pylcm's): `V'` is interpolated and the interpolated value transformed
+        at each node of the expectation (every expectation over a stochastic state then
+        happens per state-action point, none once per period).
     - The regimes a non-terminal Epstein–Zin regime can reach are terminal or
       Epstein–Zin regimes themselves. Not with taste shocks or `DCEGM`.
 
     Args:
-        certainty_equivalent: the certainty equivalent; `PowerMean()` by default.
+        certainty_equivalent: the certainty equivalent; `PowerMean()` by default,
+            `LinearExpectation()` for `E[V']`.
+        terminal: where terminal regimes enter: `"certainty_equivalent"` or
+            `"time_aggregator"`.
+        interpolate: what is interpolated: `"transformed"` values or `"values"`.
 
     Example:
         >>> alive = lcm.Regime(..., aggregator=lcm.EpsteinZin())
         >>> params = {"discount_factor": 0.95, "risk_aversion": 5.0, "eis": 0.5, ...}
+        >>> pylcm = lcm.EpsteinZin(interpolate="values")  # pylcm's conventions
     """
 
     certainty_equivalent: AbstractCertaintyEquivalent = PowerMean()
+    terminal: Literal["certainty_equivalent", "time_aggregator"] = eqx.field(
+        static=True, default="certainty_equivalent"
+    )
+    interpolate: Literal["transformed", "values"] = eqx.field(static=True, default="transformed")
     n_values: ClassVar[int] = 1
     splits_terminal: ClassVar[bool] = True
     positive_utility: ClassVar[bool] = True
@@ -219,20 +277,59 @@ class EpsteinZin(AbstractAggregator):
         if not isinstance(self.certainty_equivalent, AbstractCertaintyEquivalent):
             raise ModelInitializationError(
                 "EpsteinZin: certainty_equivalent must be an AbstractCertaintyEquivalent "
-                f"such as PowerMean(), got {self.certainty_equivalent!r}."
+                "such as PowerMean() or LinearExpectation() (pylcm's None), got "
+                f"{self.certainty_equivalent!r}."
+            )
+        if self.terminal not in ("certainty_equivalent", "time_aggregator"):
+            raise ModelInitializationError(
+                "EpsteinZin: terminal must be 'certainty_equivalent' or 'time_aggregator', "
+                f"got {self.terminal!r}."
+            )
+        if self.interpolate not in ("transformed", "values"):
+            raise ModelInitializationError(
+                f"EpsteinZin: interpolate must be 'transformed' or 'values', got "
+                f"{self.interpolate!r}."
             )
 
     @property
     def parameters(self) -> tuple[str, ...]:
         return (*self.certainty_equivalent.parameters, "eis")
 
+    def _transform(self, values: Array, params: dict[str, Array], terminal: bool) -> Array:
+        """`f(V)` of a next value: `V^(1−1/ψ)` for a terminal regime in the time
+        aggregator, the certainty equivalent's transform otherwise."""
+        if terminal and self.terminal == "time_aggregator":
+            return _power(values, 1.0 - 1.0 / params["eis"])
+        return self.certainty_equivalent.transform(values, params)
+
     def prepare(self, values, params, *, terminal, has_future):
         # In the last period the continuation is absent (`combine` drops it); a value of 1
         # keeps the transform finite there, and so its derivatives.
         values = jnp.where(has_future, values, 1.0)
-        if terminal:
-            return _power(values, 1.0 - 1.0 / params["eis"])
-        return self.certainty_equivalent.transform(values, params)
+        if self.interpolate == "values":
+            return values
+        return self._transform(values, params, terminal)
+
+    def node_transform(self, params, *, terminal):
+        if self.interpolate == "transformed":
+            return None
+        return lambda values: self._transform(values, params, terminal)
+
+    @property
+    def value_checks(self) -> tuple[str, ...]:
+        return ("value:terminal",) if self.terminal == "certainty_equivalent" else ()
+
+    def value_violations(self, values, params, *, terminal, has_future):
+        if not terminal or self.terminal != "certainty_equivalent":
+            return {}
+        # A negative value has no power; 0 has an infinite one where the exponent is
+        # negative (`γ > 1` under `PowerMean`). (LinearExpectation reads no parameter.)
+        gamma = params.get("risk_aversion", 0.0)
+        bad = (values < 0) | ((values == 0) & (gamma > 1))
+        if isinstance(self.certainty_equivalent, LinearExpectation):
+            bad = values < 0
+        failed = jnp.any(jnp.isfinite(values) & bad) & has_future
+        return {"value:terminal": failed.astype(values.dtype)}
 
     def combine(self, utility, continuation, params, has_future):
         assert isinstance(continuation, Continuation)
@@ -240,11 +337,17 @@ class EpsteinZin(AbstractAggregator):
         rho = 1.0 - 1.0 / params["eis"]
         alive_sum, alive_mass, terminal_sum = continuation
         infeasible = jnp.isneginf(alive_sum) | jnp.isneginf(terminal_sum)
-        reached = (alive_mass > 0) & ~infeasible
-        mean = jnp.where(reached, alive_sum, 1.0) / jnp.where(reached, alive_mass, 1.0)
-        equivalent = self.certainty_equivalent.invert(mean, params)
-        future = jnp.where(reached, alive_mass * equivalent**rho, 0.0)
-        future = future + jnp.where(infeasible, 0.0, terminal_sum)
+        if self.terminal == "certainty_equivalent":
+            # Every regime in the one expectation (its probabilities sum to 1).
+            mean = jnp.where(infeasible, 1.0, alive_sum + terminal_sum)
+            equivalent = self.certainty_equivalent.invert(mean, params)
+            future = jnp.where(infeasible, 0.0, equivalent**rho)
+        else:
+            reached = (alive_mass > 0) & ~infeasible
+            mean = jnp.where(reached, alive_sum, 1.0) / jnp.where(reached, alive_mass, 1.0)
+            equivalent = self.certainty_equivalent.invert(mean, params)
+            future = jnp.where(reached, alive_mass * equivalent**rho, 0.0)
+            future = future + jnp.where(infeasible, 0.0, terminal_sum)
         future = jnp.where(has_future, future, 0.0)
         safe_utility = jnp.where(utility > 0, utility, 1.0)
         value = ((1.0 - beta) * safe_utility**rho + beta * future) ** (1.0 / rho)

@@ -49,6 +49,9 @@ class StateTransition:
     is_markov: bool
     precontract: tuple[str, ...] | None
     per_target: Mapping[str, ResolvedFunction] = dataclasses.field(default_factory=dict)
+    # The targets whose per-target law is a `MarkovTransition` (its function returns the
+    # probabilities over the state's points, read in the kernel where it is reached).
+    per_target_markov: frozenset[str] = frozenset()
 
     @property
     def is_process(self) -> bool:
@@ -368,7 +371,7 @@ def _regime_plan(
                     raise ModelInitializationError(
                         f"Regime {name!r}: state_transitions[{state!r}] is a dict by target "
                         f"regime, but {state!r} is a {type(target_grid).__name__}, whose "
-                        "transitions are Markov; per-target laws of motion are deterministic."
+                        "transition is its own Markov chain; remove the entry."
                     )
                 state_transitions[state] = _per_target(name, state, fn, regimes, _resolve)
                 continue
@@ -502,8 +505,9 @@ def _check_aggregators(plans: Mapping[str, RegimePlan]) -> None:
 
 
 def _per_target(name, state, by_target, regimes, resolve_function) -> StateTransition:
-    """A law of motion of `state` that depends on the regime moved to."""
-    resolved = {}
+    """A law of motion of `state` that depends on the regime moved to (a function, or a
+    `MarkovTransition`, by target regime)."""
+    resolved, markov = {}, set()
     for target, fn in by_target.items():
         if target not in regimes:
             raise ModelInitializationError(
@@ -516,8 +520,17 @@ def _per_target(name, state, by_target, regimes, resolve_function) -> StateTrans
                 f"motion into regime {target!r}, which has no state {state!r} (its states: "
                 f"{list(regimes[target].states)})."
             )
+        if isinstance(fn, MarkovTransition):
+            if not regimes[target].states[state].is_discrete:
+                raise ModelInitializationError(
+                    f"Regime {name!r}: state_transitions[{state!r}][{target!r}] is a "
+                    f"MarkovTransition, but {state!r} is continuous in regime {target!r}; "
+                    "stochastic transitions need a discrete grid."
+                )
+            markov.add(target)
+            fn = fn.fn
         resolved[target] = resolve_function(fn, f"next_{state}")
-    return StateTransition(state, None, False, None, resolved)
+    return StateTransition(state, None, False, None, resolved, frozenset(markov))
 
 
 def _grid_of(regimes: Mapping[str, Regime], state: str) -> AbstractGrid:

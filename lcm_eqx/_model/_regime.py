@@ -90,7 +90,7 @@ class Regime(eqx.Module):
                 active = tuple(sorted(int(p) for p in active))
             except (TypeError, ValueError) as error:
                 raise ModelInitializationError(
-                    "Regime: active must be None, an iterable of periods or a function of "
+                    "Regime(...): active must be None, an iterable of periods or a function of "
                     f"period and/or age returning a bool, got {active!r}."
                 ) from error
         self.active = active
@@ -101,7 +101,7 @@ class Regime(eqx.Module):
     def __check_init__(self):
         if "utility" not in self.functions:
             raise ModelInitializationError(
-                "Regime: functions must contain 'utility'; got functions "
+                "Regime(...): functions must contain 'utility'; got functions "
                 f"{sorted(self.functions)} (states {sorted(self.states)}, "
                 f"actions {sorted(self.actions)})."
             )
@@ -110,19 +110,19 @@ class Regime(eqx.Module):
                 continue
             if not by_target:
                 raise ModelInitializationError(
-                    f"Regime: state_transitions[{state!r}] is an empty dict; give "
+                    f"Regime(...): state_transitions[{state!r}] is an empty dict; give "
                     "{target regime: function} or one function."
                 )
             for target, fn in by_target.items():
                 if not isinstance(target, str):
                     raise ModelInitializationError(
-                        f"Regime: the keys of state_transitions[{state!r}] must be regime "
+                        f"Regime(...): the keys of state_transitions[{state!r}] must be regime "
                         f"names, got {target!r}."
                     )
-                if isinstance(fn, MarkovTransition) or not callable(fn):
+                if not (isinstance(fn, MarkovTransition) or callable(fn)):
                     raise ModelInitializationError(
-                        f"Regime: state_transitions[{state!r}][{target!r}] must be a function "
-                        f"(per-target laws of motion are deterministic), got {fn!r}."
+                        f"Regime(...): state_transitions[{state!r}][{target!r}] must be a function "
+                        f"or a MarkovTransition, got {fn!r}."
                     )
         for group in ("functions", "state_transitions", "constraints"):
             for name, fn in getattr(self, group).items():
@@ -130,42 +130,42 @@ class Regime(eqx.Module):
                     continue
                 if not (callable(fn) or isinstance(fn, MarkovTransition)):
                     raise ModelInitializationError(
-                        f"Regime: {group}[{name!r}] must be a function, got {fn!r}."
+                        f"Regime(...): {group}[{name!r}] must be a function, got {fn!r}."
                     )
         for group in ("states", "actions"):
             for name, grid in getattr(self, group).items():
                 if not isinstance(grid, AbstractGrid):
                     raise ModelInitializationError(
-                        f"Regime: {group}[{name!r}] must be an lcm_eqx grid, got {grid!r}."
+                        f"Regime(...): {group}[{name!r}] must be an lcm_eqx grid, got {grid!r}."
                     )
         for name, fn in self.functions.items():
             if isinstance(fn, MarkovTransition):
                 raise ModelInitializationError(
-                    f"Regime: functions[{name!r}] is a MarkovTransition; those belong in "
+                    f"Regime(...): functions[{name!r}] is a MarkovTransition; those belong in "
                     "state_transitions or transition."
                 )
         if self.transition is not None and not (
             callable(self.transition) or isinstance(self.transition, MarkovTransition)
         ):
             raise ModelInitializationError(
-                f"Regime: transition must be a function, a MarkovTransition or None, "
+                f"Regime(...): transition must be a function, a MarkovTransition or None, "
                 f"got {self.transition!r}."
             )
         from .._solve._solver import AbstractSolver  # the solvers import the model plan
 
         if self.solver is not None and not isinstance(self.solver, AbstractSolver):
             raise ModelInitializationError(
-                f"Regime: solver must be None or an lcm_eqx solver such as GridSearch() or "
+                f"Regime(...): solver must be None or an lcm_eqx solver such as GridSearch() or "
                 f"DCEGM(...), got {self.solver!r}."
             )
         if self.aggregator is not None and not isinstance(self.aggregator, AbstractAggregator):
             raise ModelInitializationError(
-                "Regime: aggregator must be None or an lcm_eqx aggregator such as "
+                "Regime(...): aggregator must be None or an lcm_eqx aggregator such as "
                 f"EpsteinZin() or PresentBias(kind='naive'), got {self.aggregator!r}."
             )
         if self.taste_shocks is not None and not isinstance(self.taste_shocks, ExtremeValueShocks):
             raise ModelInitializationError(
-                "Regime: taste_shocks must be None or ExtremeValueShocks(), got "
+                "Regime(...): taste_shocks must be None or ExtremeValueShocks(), got "
                 f"{self.taste_shocks!r}."
             )
 
@@ -196,11 +196,11 @@ def _as_dict(value, argument: str) -> dict:
         return {}
     if not isinstance(value, Mapping):
         raise ModelInitializationError(
-            f"Regime: {argument} must be a dict by name, got {type(value).__name__}."
+            f"Regime(...): {argument} must be a dict by name, got {type(value).__name__}."
         )
     for key in value:
         if not isinstance(key, str) or not key.isidentifier():
             raise ModelInitializationError(
-                f"Regime: the keys of {argument} must be valid Python identifiers, got {key!r}."
+                f"Regime(...): the keys of {argument} must be valid Python identifiers, got {key!r}."
             )
     return dict(value)

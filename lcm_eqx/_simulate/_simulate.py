@@ -379,6 +379,7 @@ def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> 
         stochastic,
         violations,
         by_target=problem.target_next_states(evaluate),
+        target_probabilities=problem.target_next_probabilities(evaluate),
     )
     for name, p in markov.items():
         violations[f"next_{name}"] = probability_violation(p, problem.tolerance)
@@ -428,6 +429,14 @@ def _simulate_subject(
         markov[name] = p
         state_key = jax.random.fold_in(jax.random.fold_in(key, _STATE), i)
         moved_states[name] = jax.random.categorical(state_key, jnp.log(p)).astype(jnp.int32)
+    # A per-target MarkovTransition: a draw from the law of the regime moved to.
+    names = list(regime.state_transitions)
+    for target, vectors in problem.target_next_probabilities(evaluate).items():
+        reached = moved_to == plan.regimes[target].id
+        for name, p in vectors.items():
+            state_key = jax.random.fold_in(jax.random.fold_in(key, _STATE), names.index(name))
+            draw = jax.random.categorical(state_key, jnp.log(p)).astype(jnp.int32)
+            moved_states[name] = jnp.where(reached, draw, moved_states.get(name, draw))
     checks = (
         _draw_violations(problem, evaluate, probabilities, value, markov) if validate else no_checks
     )

@@ -190,6 +190,7 @@ def continuation_at(
     probabilities: dict[str, Array],
     regime_index: Array | None = None,
     settled: bool = True,
+    transform: Callable[[Array], Array] | None = None,
 ) -> Array:
     """Expected next-period value at one point.
 
@@ -200,7 +201,9 @@ def continuation_at(
     `RegimeProblem.q` makes the whole period NaN when a continuation holds one.
     `regime_index` selects the target along a leading axis of stacked targets (placed
     after the stochastic axes). With `settled=False` the sum is returned before
-    `settle_masked` (for a caller that adds several and settles once).
+    `settle_masked` (for a caller that adds several and settles once). With `transform`,
+    each stochastic node's interpolated value `v` enters the expectation as
+    `transform(v)` (`-inf` stays `-inf`): `E[f(interpolated V)]`, not `E[interpolated f(V)]`.
 
     The indexed discrete axes and the first continuous axis are merged into one axis,
     so on the common layouts a point's nodes are two gathers with one index each (the
@@ -272,6 +275,19 @@ def continuation_at(
         p = probabilities[name]
         joint = p if joint is None else joint[..., None] * p
     finish = settle_masked if settled else (lambda total: total)
+    if transform is not None:
+        # Interpolate each stochastic node, transform it, then take the expectation.
+        nodes = block
+        if layout.continuous:
+            nodes = cast(Array, 0.0)
+            for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
+                weight = 1.0
+                for name, upper in zip(layout.continuous, corner, strict=True):
+                    w = intervals[name][1]
+                    weight = weight * (w if upper else 1.0 - w)
+                nodes = nodes + weight * block[(Ellipsis, *corner)]
+        nodes = mask_neg_inf(transform(settle_masked(nodes)))
+        return finish(nodes if joint is None else jnp.sum(joint * nodes))
     if not layout.continuous:
         return finish(block if joint is None else jnp.sum(joint * block))
     total = cast(Array, 0.0)  # a weakly typed zero; an Array from the first corner on

@@ -150,6 +150,7 @@ def aggregator_checks(regime: RegimePlan) -> tuple[str, ...]:
     names = tuple(aggregator_check(aggregator, p) for p in aggregator.parameters)
     # An aggregator that needs positive utility transforms the values it reads (a power):
     # the transformed values must stay within `reach` (see `_continuation.py`).
+    names = (*names, *aggregator.value_checks)
     return (*names, "utility:positive", "value:range") if aggregator.positive_utility else names
 
 
@@ -240,6 +241,13 @@ class RegimeProblem:
         self.continuations: dict[str, tuple[Array, Layout]] = {}
         self.target_points: dict[str, dict[str, Array]] = {}
         self.aggregator = regime.aggregator
+        # Per target, a transform of each interpolated next value before any expectation
+        # (then no expectation is taken once per period: see `_prepare`).
+        self.node_transforms: dict[str, Any] = {}
+        self.per_node = (
+            self.aggregator is not None
+            and self.aggregator.node_transform(params[""], terminal=False) is not None
+        )
         if not regime.is_terminal:
             self._register_checks()
             if self.aggregator is not None:
@@ -257,10 +265,28 @@ class RegimeProblem:
                         terminal=model.regimes[target].is_terminal,
                         has_future=self.has_future(),
                     )
+                    # An aggregator that transforms each interpolated node (EpsteinZin's
+                    # `interpolate="values"`): the transform the kernel applies.
+                    transform = self.aggregator.node_transform(
+                        params[""], terminal=model.regimes[target].is_terminal
+                    )
+                    if transform is not None:
+                        self.node_transforms[target] = transform
+                    for check, failed in self.aggregator.value_violations(
+                        next_values[target],
+                        params[""],
+                        terminal=model.regimes[target].is_terminal,
+                        has_future=self.has_future(),
+                    ).items():
+                        if check in self.checks:
+                            self._period_violations[check] = jnp.maximum(
+                                self._period_violations.get(check, 0.0), failed
+                            )
                     if "value:range" in self.checks:
                         # A finite value whose transform the kernel would read as -inf.
+                        probe = values if transform is None else transform(values)
                         beyond = jnp.isfinite(next_values[target]) & ~(
-                            jnp.abs(values) < reach(values.dtype)
+                            jnp.abs(probe) < reach(values.dtype)
                         )
                         self.period_violations["value:range"] = jnp.maximum(
                             self.period_violations.get("value:range", 0.0),
@@ -430,7 +456,7 @@ class RegimeProblem:
             transition = self.regime.state_transitions[state]
             if state in staying:
                 continue
-            if transition.is_markov and transition.precontract is not None:
+            if transition.is_markov and transition.precontract is not None and not self.per_node:
                 probabilities = self._precontract_probabilities(state)
                 deps = [f"cur:{d}" for d in transition.precontract]
                 shards, place = 1, None
@@ -447,7 +473,7 @@ class RegimeProblem:
                     shards=shards,
                     place=place,
                 )
-            elif transition.is_markov:
+            elif transition.is_markov or target in transition.per_target_markov:
                 stochastic.append(state)
             elif target_plan.grids[state].is_discrete:
                 discrete.append(state)
@@ -711,7 +737,9 @@ class RegimeProblem:
         states with a per-target law of motion are in `target_next_states`)."""
         values, probabilities = {}, {}
         for name, transition in self.regime.state_transitions.items():
-            if transition.function is None or transition.precontract is not None:
+            if transition.function is None or (
+                transition.precontract is not None and not self.per_node
+            ):
                 continue
             result = jnp.asarray(evaluate(transition.function))
             grid = self.model.state_grid(name)
@@ -730,7 +758,7 @@ class RegimeProblem:
         for name, transition in self.regime.state_transitions.items():
             grid = self.model.state_grid(name)
             for target, function in transition.per_target.items():
-                if target not in self.regime.targets:
+                if target not in self.regime.targets or target in transition.per_target_markov:
                     continue
                 result = jnp.asarray(evaluate(function))
                 self._check_shape(f"next_{name}", result.shape, ())
@@ -739,12 +767,32 @@ class RegimeProblem:
                 )
         return values
 
+    def target_next_probabilities(self, evaluate: Evaluator) -> dict[str, dict[str, Array]]:
+        """The probability vectors of the states with a per-target `MarkovTransition`,
+        `{target: {state: probabilities}}`, for every regime this one can move to."""
+        probabilities: dict[str, dict[str, Array]] = {}
+        for name, transition in self.regime.state_transitions.items():
+            n_points = self.model.state_grid(name).n_points
+            for target in transition.per_target_markov:
+                if target not in self.regime.targets:
+                    continue
+                result = jnp.asarray(evaluate(transition.per_target[target]))
+                self._check_shape(f"next_{name}", result.shape, (n_points,))
+                probabilities.setdefault(target, {})[name] = result
+        return probabilities
+
     def _expected_value(self, evaluate, state, violations, split: bool = False):
         """`Σ_r' P(r' | s, a)·E[prepared V_r'(s')]` at one point; with `split`, the sums
         over non-terminal and terminal regimes apart (a `Continuation`)."""
         regime_probabilities, next_regime_id = self.regime_probabilities_and_id(evaluate)
         next_values, next_probabilities = self.next_states(evaluate)
         by_target = self.target_next_states(evaluate)
+        target_probabilities = self.target_next_probabilities(evaluate)
+        if self.per_node:
+            # Nothing is contracted once per period: a process state's row, in the kernel.
+            for name in self.process_matrices:
+                code = self.local_code(name, state[name])
+                next_probabilities[name] = self.process_matrices[name][code]
         if self.validate:
             self.record_violations(
                 regime_probabilities,
@@ -753,6 +801,7 @@ class RegimeProblem:
                 violations,
                 next_regime_id,
                 by_target=by_target,
+                target_probabilities=target_probabilities,
             )
         deterministic = not self.regime.next_regime_is_markov
         # Mass on a regime this one cannot reach (its states are not all produced) has no
@@ -803,11 +852,12 @@ class RegimeProblem:
                 current={s: self.local_code(s, state[s]) for s in layout.current},
                 discrete={s: next_values_here[s] for s in layout.discrete},
                 intervals=intervals,
-                probabilities=next_probabilities,
+                probabilities={**next_probabilities, **target_probabilities.get(target, {})},
                 regime_index=regime_index,
                 # With a stochastic transition, the regimes' sums are weighted and
                 # settled once, below.
                 settled=deterministic,
+                transform=self.node_transforms.get(target),
             )
             if split:
                 terminal = self.model.regimes[target].is_terminal
@@ -866,6 +916,7 @@ class RegimeProblem:
         next_regime_id: Array | None = None,
         *,
         by_target: dict[str, dict[str, Array]] | None = None,
+        target_probabilities: dict[str, dict[str, Array]] | None = None,
     ) -> None:
         targets = self.regime.targets
         unreachable = [r.id for name, r in self.model.regimes.items() if name not in targets]
@@ -905,4 +956,13 @@ class RegimeProblem:
                     check, bad = f"next_{name}:finite", ~jnp.isfinite(code)
                 violations[check] = jnp.maximum(
                     violations.get(check, 0.0), jnp.where(reached & bad, 1.0, 0.0)
+                )
+        # So is a per-target probability vector.
+        for target, vectors in (target_probabilities or {}).items():
+            reached = regime_probabilities[self.model.regimes[target].id] > 0
+            for name, p in vectors.items():
+                check = f"next_{name}"
+                violations[check] = jnp.maximum(
+                    violations.get(check, 0.0),
+                    jnp.where(reached, probability_violation(p, self.tolerance), 0.0),
                 )
