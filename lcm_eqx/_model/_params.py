@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import InvalidParamsError, ModelInitializationError
+from .._grids import AbstractProcessGrid
 from ._plan import FixedParams, ModelPlan, RegimePlan
 
 _MISSING = object()
@@ -130,8 +131,25 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
             }
             # A parameter left out falls back to its function's default value.
             per_function[key] = {p: v for p, v in values.items() if v is not _MISSING}
+            _check_process_shapes(regime, key, per_function[key])
         resolved[name] = per_function
     return resolved
+
+
+def _check_process_shapes(regime: RegimePlan, key: str, values: Mapping[str, Any]) -> None:
+    """The parameters of a process or i.i.d. state's chain (at `next_<state>`) have the
+    shapes its grid needs (e.g. an `IIDGrid`'s nodes: one value per node)."""
+    grid = regime.grids.get(key[5:]) if key.startswith("next_") else None
+    if not isinstance(grid, AbstractProcessGrid):
+        return
+    for name in grid.free_parameters():
+        expected = grid.parameter_shape(name)
+        if name in values and tuple(np.shape(values[name])) != expected:
+            raise InvalidParamsError(
+                f"Regime {regime.name!r}, function {key!r}: parameter {name!r} of the "
+                f"{type(grid).__name__} of state {key[5:]!r} must have shape {expected}, got "
+                f"{tuple(np.shape(values[name]))}."
+            )
 
 
 def function_defaults(regime: RegimePlan, key: str) -> dict[str, Any]:
