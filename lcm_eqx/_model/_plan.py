@@ -283,6 +283,11 @@ def _grids_by_period(regimes: Mapping[str, Regime], n_periods: int, ages) -> dic
     return grids
 
 
+def _is_read(helper: str, helpers, *functions) -> bool:
+    """Whether a helper is an argument of another function of the regime."""
+    return any(helper in f.helpers for f in (*helpers.values(), *functions))
+
+
 def _regime_plan(
     name, regime_id, regimes, all_states, n_periods, has_ages, ages, by_period
 ) -> RegimePlan:
@@ -438,8 +443,14 @@ def _regime_plan(
                 )
 
     regime_parameters: tuple[str, ...] = ()
-    if not terminal:
-        regime_parameters += ("discount_factor",)
+    if not terminal and "discount_factor" not in helpers:
+        regime_parameters += ("discount_factor",)  # else the function replaces it
+    read = _is_read("discount_factor", helpers, utility, *constraints.values())
+    if terminal and "discount_factor" in helpers and not read:
+        raise ModelInitializationError(
+            f"Regime {name!r}: function 'discount_factor' in a terminal regime "
+            "(transition=None), which has no continuation to discount; remove it."
+        )
     if regime.taste_shocks is not None:
         if not regime.actions or not any(g.is_discrete for g in regime.actions.values()):
             raise ModelInitializationError(
