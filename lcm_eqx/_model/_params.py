@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import InvalidParamsError, ModelInitializationError
-from .._grids import AbstractProcessGrid
+from .._grids import AbstractProcessGrid, DiscreteGrid
+from .._pandas import tables_from_series
 from ._plan import FixedParams, ModelPlan, RegimePlan
 
 _MISSING = object()
@@ -402,3 +403,26 @@ def _as_numpy(tree: Mapping, root: str) -> dict:
                 "traced value in params instead."
             ) from error
     return out
+
+
+def arrays_from_series(plan: ModelPlan, params, root: str = "params"):
+    """`params` with each parameter given as a labelled pandas Series (indexed by
+    `age`, `period` and/or discrete states and actions by their labels) turned into the
+    array that user functions index by period and code (see `series_table`)."""
+    return tables_from_series(params, label_axes(plan), root)
+
+
+def label_axes(plan: ModelPlan) -> dict[str, tuple | None]:
+    """The labels of each index level a Series parameter may have, in code order:
+    `period`, `age` (with ages) and every discrete state and action (None where regimes
+    give one name different categories)."""
+    axes: dict[str, tuple | None] = {"period": tuple(float(t) for t in range(plan.n_periods))}
+    if plan.ages is not None:
+        axes["age"] = plan.ages
+    for regime in plan.regimes.values():
+        for name, grid in regime.grids.items():
+            if isinstance(grid, DiscreteGrid):
+                known = axes.setdefault(name, grid.labels)
+                if known != grid.labels:
+                    axes[name] = None
+    return axes

@@ -141,6 +141,7 @@ class ModelPlan:
     segments: tuple[Segment, ...]
     has_ages: bool
     fixed: FixedParams = dataclasses.field(default_factory=FixedParams)
+    ages: tuple[float, ...] | None = None  # the age of each period, with ages
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -206,7 +207,12 @@ def build_plan(
     segments = _segments(plans, n_periods)
     warn_device_constants(regimes)  # the model is valid; now what would slow it down
     return ModelPlan(
-        regimes=plans, regime_ids=ids, n_periods=n_periods, segments=segments, has_ages=has_ages
+        regimes=plans,
+        regime_ids=ids,
+        n_periods=n_periods,
+        segments=segments,
+        has_ages=has_ages,
+        ages=None if ages is None else tuple(float(ages.age(t)) for t in range(n_periods)),
     )
 
 
