@@ -192,9 +192,7 @@ def tables_from_series(tree, axes: Mapping[str, tuple | None], root: str = "para
         return series_table(tree, axes, root)
     if not isinstance(tree, Mapping):
         return tree
-    return {
-        key: tables_from_series(value, axes, f"{root}[{key!r}]") for key, value in tree.items()
-    }
+    return {key: tables_from_series(value, axes, f"{root}[{key!r}]") for key, value in tree.items()}
 
 
 def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str) -> np.ndarray:
@@ -234,7 +232,9 @@ def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str
         code_of = {label: code for code, label in enumerate(labels)}
         values = series.index.get_level_values(depth)
         keys = [_label_key(value, name) for value in values]
-        unknown = sorted({v for v, k in zip(values, keys, strict=True) if k not in code_of}, key=str)
+        unknown = sorted(
+            {v for v, k in zip(values, keys, strict=True) if k not in code_of}, key=str
+        )
         if unknown:
             raise InvalidParamsError(
                 f"{where}: the Series' level {name!r} has entries {unknown[:5]} that are not "
@@ -259,7 +259,9 @@ def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str
         )
     values = np.asarray(series.to_numpy())
     if values.dtype.kind not in "biuf":
-        raise InvalidParamsError(f"{where}: a Series parameter must hold numbers, got {values.dtype}.")
+        raise InvalidParamsError(
+            f"{where}: a Series parameter must hold numbers, got {values.dtype}."
+        )
     table = np.empty(shape, dtype=values.dtype)
     table.reshape(-1)[flat] = values
     return table

@@ -31,11 +31,13 @@ def oracle(beta: float) -> np.ndarray:
     for t in reversed(range(N_PERIODS)):
         for i, w in enumerate(WEALTH):
             best = -np.inf
-            for c in CONSUMPTION[CONSUMPTION <= w]:
+            for c in CONSUMPTION[w >= CONSUMPTION]:
                 future = 0.0
                 if t < N_PERIODS - 1:
                     x = (1 + INTEREST) * (w - c) + INCOME
-                    k = int(np.clip(np.searchsorted(WEALTH, x, side="right") - 1, 0, len(WEALTH) - 2))
+                    k = int(
+                        np.clip(np.searchsorted(WEALTH, x, side="right") - 1, 0, len(WEALTH) - 2)
+                    )
                     weight = (x - WEALTH[k]) / (WEALTH[k + 1] - WEALTH[k])
                     future = (1 - weight) * values[t + 1, k] + weight * values[t + 1, k + 1]
                 best = max(best, np.log(c) + beta * future)
@@ -65,7 +67,9 @@ def regime(typed: bool, solver=None, aggregator=None, functions=None):
         extra = {"discount_factor": discount_factor} if functions is None else functions
     return lcm.Regime(
         states=states,
-        actions={"consumption": lcm.LinSpacedGrid(CONSUMPTION[0], CONSUMPTION[-1], len(CONSUMPTION))},
+        actions={
+            "consumption": lcm.LinSpacedGrid(CONSUMPTION[0], CONSUMPTION[-1], len(CONSUMPTION))
+        },
         functions={"utility": utility, **extra},
         state_transitions=transitions,
         transition=lambda: 0,
@@ -104,7 +108,7 @@ def test_each_discount_type_has_the_values_of_its_own_model():
 
 
 def test_with_dcegm():
-    make = lambda: lcm.DCEGM(state="wealth", action="consumption", savings=SAVINGS)  # noqa: E731
+    make = lambda: lcm.DCEGM(state="wealth", action="consumption", savings=SAVINGS)
     values = typed_values(make())
     for code, beta in enumerate(BETAS):
         expected = apart_values(beta, make())

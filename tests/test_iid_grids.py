@@ -8,6 +8,8 @@ node values in a helper function and a `MarkovTransition` whose rows are the
 probabilities).
 """
 
+import itertools
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -48,7 +50,9 @@ def regime(shock_grid, state_transitions, functions=None, solver=None):
 
 
 def iid_model(grid, solver=None):
-    return lcm.Model(regimes={"alive": regime(grid, {"wealth": next_wealth}, solver=solver)}, n_periods=3)
+    return lcm.Model(
+        regimes={"alive": regime(grid, {"wealth": next_wealth}, solver=solver)}, n_periods=3
+    )
 
 
 def long_way_values(nodes, probabilities, solver=None):
@@ -93,7 +97,7 @@ def _bin_means(distribution, n):
     return np.array(
         [
             n * integrate.quad(lambda x: x * distribution.pdf(x), lo, hi, epsabs=1e-13)[0]
-            for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+            for lo, hi in itertools.pairwise(edges)
         ]
     )
 

@@ -29,7 +29,9 @@ class Education(IntEnum):
 
 
 # survival[period, education, health], written by hand in code order
-SURVIVAL = np.array([[[0.90, 0.95], [0.93, 0.97]], [[0.80, 0.90], [0.85, 0.92]], [[0.5, 0.6], [0.55, 0.7]]])
+SURVIVAL = np.array(
+    [[[0.90, 0.95], [0.93, 0.97]], [[0.80, 0.90], [0.85, 0.92]], [[0.5, 0.6], [0.55, 0.7]]]
+)
 BONUS = np.array([0.3, 0.1])  # bonus[education]
 
 
@@ -89,7 +91,12 @@ def test_a_series_becomes_the_array_indexed_by_period_and_code():
     from lcm_eqx._model._params import arrays_from_series  # the conversion on its own
 
     converted = arrays_from_series(
-        plan, {"s": survival_series(shuffled), "b": BONUS_SERIES, "p": pd.Series([1.0, 2.0, 3.0], index=pd.Index([2, 0, 1], name="period"))}
+        plan,
+        {
+            "s": survival_series(shuffled),
+            "b": BONUS_SERIES,
+            "p": pd.Series([1.0, 2.0, 3.0], index=pd.Index([2, 0, 1], name="period")),
+        },
     )
     np.testing.assert_array_equal(converted["s"], SURVIVAL)
     np.testing.assert_array_equal(converted["b"], BONUS)
@@ -104,7 +111,12 @@ def test_series_parameters_solve_like_the_arrays():
     fixed = model(fixed_params={"alive": {"next_regime": {"survival": survival_series()}}})
     solved = fixed.solve({"discount_factor": 0.9, "bonus": BONUS_SERIES}).values["alive"]
     np.testing.assert_array_equal(solved, expected)
-    conditions = {"regime": np.zeros(2, int), "wealth": np.array([2.0, 5.0]), "health": np.array([0, 1]), "education": np.array([1, 0])}
+    conditions = {
+        "regime": np.zeros(2, int),
+        "wealth": np.array([2.0, 5.0]),
+        "health": np.array([0, 1]),
+        "education": np.array([1, 0]),
+    }
     frame = model().simulate(series, conditions, key=jax.random.key(0)).to_dataframe()
     reference = model().simulate(arrays, conditions, key=jax.random.key(0)).to_dataframe()
     pd.testing.assert_frame_equal(frame, reference)
@@ -122,13 +134,18 @@ def _with_index(tuples, names, values=None):
         (pd.Series([0.1, 0.3], index=pd.Index(["high", "low"], name="schooling")), "'schooling'"),
         (pd.Series([0.1, 0.3], index=pd.Index(["high", "college"], name="education")), "'college'"),
         (pd.Series([0.1], index=pd.Index(["high"], name="education")), "lacks 1 of the 2"),
-        (pd.Series([0.1, 0.3, 0.2], index=pd.Index(["high", "low", "low"], name="education")), "more than once"),
+        (
+            pd.Series([0.1, 0.3, 0.2], index=pd.Index(["high", "low", "low"], name="education")),
+            "more than once",
+        ),
         (_with_index([(45.0, "low"), (50.0, "high")], ["age", "education"]), "[45.0]"),
     ],
 )
 def test_a_mismatched_index_is_a_named_error(bonus, match):
     params = {"discount_factor": 0.9, "survival": SURVIVAL, "alive": {"utility": {"bonus": bonus}}}
-    with pytest.raises(lcm.InvalidParamsError, match=r"params\['alive'\]\['utility'\]\['bonus'\]") as info:
+    with pytest.raises(
+        lcm.InvalidParamsError, match=r"params\['alive'\]\['utility'\]\['bonus'\]"
+    ) as info:
         model().solve(params)
     assert match in str(info.value)
 

@@ -365,7 +365,9 @@ class IIDGrid(AbstractProcessGrid):
         distributed: bool = False,
     ):
         self.points = None if points is None else _vector("points", points)
-        self.probabilities = None if probabilities is None else _vector("probabilities", probabilities)
+        self.probabilities = (
+            None if probabilities is None else _vector("probabilities", probabilities)
+        )
         sizes = {
             name: value.shape[0]
             for name, value in (("points", self.points), ("probabilities", self.probabilities))
@@ -429,9 +431,7 @@ class IIDGrid(AbstractProcessGrid):
         return cls(points=points, probabilities=np.full(n_points, 1.0 / n_points), **knobs)
 
     @classmethod
-    def equiprobable_lognormal(
-        cls, n_points: int, mean: float, sigma: float, **knobs
-    ) -> IIDGrid:
+    def equiprobable_lognormal(cls, n_points: int, mean: float, sigma: float, **knobs) -> IIDGrid:
         """`exp` of a N(`mean`, `sigma`²) draw cut into `n_points` bins of probability
         `1/n_points`, each represented by its conditional mean
         `n·exp(mean + sigma²/2)·(Φ(z_k − sigma) − Φ(z_{k−1} − sigma))` (HARK's
