@@ -212,6 +212,7 @@ def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str
         where: where the parameter sits (`params['alive']['wage']`), for messages.
     """
     names = list(series.index.names)
+    level_labels: list[tuple] = []
     for name in names:
         if name not in axes:
             known = ", ".join(repr(n) for n in axes)
@@ -224,11 +225,11 @@ def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str
                 f"{where}: the Series' index level {name!r} is a variable with different "
                 "categories in different regimes; pass the parameter as an array of codes."
             )
+        level_labels.append(axes[name])  # type: ignore[arg-type]  # not None: checked
     if len(set(names)) != len(names):
         raise InvalidParamsError(f"{where}: the Series' index repeats a level: {names}.")
     positions = []
-    for depth, name in enumerate(names):
-        labels = axes[name]
+    for depth, (name, labels) in enumerate(zip(names, level_labels, strict=True)):
         code_of = {label: code for code, label in enumerate(labels)}
         values = series.index.get_level_values(depth)
         keys = [_label_key(value, name) for value in values]
@@ -241,7 +242,7 @@ def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str
                 f"{'ages' if name == 'age' else 'labels'} of the model ({_short(labels)})."
             )
         positions.append(np.array([code_of[k] for k in keys], dtype=np.intp))
-    shape = tuple(len(axes[name]) for name in names)
+    shape = tuple(len(labels) for labels in level_labels)
     flat = np.ravel_multi_index(tuple(positions), shape) if names else np.zeros(0, np.intp)
     counts = np.bincount(flat, minlength=int(np.prod(shape)))
     if np.any(counts > 1):
@@ -251,7 +252,7 @@ def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str
         )
     if np.any(counts == 0):
         missing = np.unravel_index(int(np.argmin(counts)), shape)
-        example = tuple(axes[name][k] for name, k in zip(names, missing, strict=True))
+        example = tuple(labels[k] for labels, k in zip(level_labels, missing, strict=True))
         raise InvalidParamsError(
             f"{where}: the Series lacks {int(np.sum(counts == 0))} of the "
             f"{int(np.prod(shape))} combinations of its levels {names} (e.g. {example!r}); "
