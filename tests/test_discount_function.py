@@ -149,3 +149,14 @@ def test_a_scalar_discount_factor_beside_the_function_is_unknown():
     model = lcm.Model({"alive": regime(True)}, n_periods=N_PERIODS)
     with pytest.raises(lcm.InvalidParamsError, match="discount_factor"):
         model.solve({**BASE, "beta_by_type": BETAS, "discount_factor": 0.9})
+
+
+def test_euler_errors_read_each_types_discount_factor():
+    make = lambda: lcm.DCEGM(state="wealth", action="consumption", savings=SAVINGS)
+    typed = lcm.Model({"alive": regime(True, make())}, n_periods=N_PERIODS)
+    errors = lcm.euler_errors(typed, {**BASE, "beta_by_type": BETAS}, regime="alive")
+    assert errors.shape == (N_PERIODS, 2, len(WEALTH))  # (period, discount_type, wealth)
+    for code, beta in enumerate(BETAS):
+        apart = lcm.Model({"alive": regime(False, make())}, n_periods=N_PERIODS)
+        expected = lcm.euler_errors(apart, {**BASE, "discount_factor": beta}, regime="alive")
+        np.testing.assert_allclose(errors[:, code], expected, rtol=1e-9, equal_nan=True)
