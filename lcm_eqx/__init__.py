@@ -33,6 +33,7 @@ from ._estimation import prepare_data as prepare_data  # noqa: E402
 from ._grids import AbstractGrid as AbstractGrid  # noqa: E402
 from ._grids import AgeGrid as AgeGrid  # noqa: E402
 from ._grids import DiscreteGrid as DiscreteGrid  # noqa: E402
+from ._grids import IIDGrid as IIDGrid  # noqa: E402
 from ._grids import IrregSpacedGrid as IrregSpacedGrid  # noqa: E402
 from ._grids import LinSpacedGrid as LinSpacedGrid  # noqa: E402
 from ._grids import LogNormalIIDGrid as LogNormalIIDGrid  # noqa: E402
@@ -42,6 +43,7 @@ from ._grids import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid  # noqa: E4
 from ._grids import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid  # noqa: E402
 from ._grids import RouwenhorstGrid as RouwenhorstGrid  # noqa: E402
 from ._grids import TauchenGrid as TauchenGrid  # noqa: E402
+from ._grids import UniformIIDGrid as UniformIIDGrid  # noqa: E402
 from ._grids._ar1 import rouwenhorst as rouwenhorst  # noqa: E402
 from ._grids._ar1 import tauchen as tauchen  # noqa: E402
 from ._logging import set_log_level as set_log_level  # noqa: E402

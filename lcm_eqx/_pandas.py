@@ -8,6 +8,7 @@ top level only. Array-valued parameters sit in object cells.
 
 from __future__ import annotations
 
+import enum
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -182,3 +183,102 @@ def _cell(value):
         return value
     array = np.asarray(value)
     return array.item() if array.ndim == 0 else array
+
+
+def tables_from_series(tree, axes: Mapping[str, tuple | None], root: str = "params"):
+    """`tree` (nested dicts like `params`) with every labelled Series leaf replaced by the
+    array that user functions index by period and code (`series_table`)."""
+    if isinstance(tree, pd.Series):
+        return series_table(tree, axes, root)
+    if not isinstance(tree, Mapping):
+        return tree
+    return {key: tables_from_series(value, axes, f"{root}[{key!r}]") for key, value in tree.items()}
+
+
+def series_table(series: pd.Series, axes: Mapping[str, tuple | None], where: str) -> np.ndarray:
+    """The array of a parameter given as a Series indexed by age and/or categories.
+
+    Each index level is named `"age"`, `"period"` or like a discrete state or action of
+    the model, and becomes one axis of the array, in the order of the levels: position
+    `t` along an `age` or `period` axis is period `t`, position `k` along a category axis
+    is the category coded `k`. So `survival.loc[(age, "high", "good")]` is what a function
+    reads as `survival[period, education, health]`. Every combination must appear
+    exactly once; nothing is filled in, dropped or reordered silently.
+
+    Args:
+        series: the labelled parameter.
+        axes: the labels of each level name the model knows, in code order (ages for
+            `"age"`; None for a name whose labels differ between regimes).
+        where: where the parameter sits (`params['alive']['wage']`), for messages.
+    """
+    names = list(series.index.names)
+    level_labels: list[tuple] = []
+    for name in names:
+        if name not in axes:
+            known = ", ".join(repr(n) for n in axes)
+            raise InvalidParamsError(
+                f"{where}: a Series parameter is indexed by level {name!r}; name each index "
+                f"level after what it labels: {known} (for a plain array, pass a numpy array)."
+            )
+        if axes[name] is None:
+            raise InvalidParamsError(
+                f"{where}: the Series' index level {name!r} is a variable with different "
+                "categories in different regimes; pass the parameter as an array of codes."
+            )
+        level_labels.append(axes[name])  # type: ignore[arg-type]  # not None: checked
+    if len(set(names)) != len(names):
+        raise InvalidParamsError(f"{where}: the Series' index repeats a level: {names}.")
+    positions = []
+    for depth, (name, labels) in enumerate(zip(names, level_labels, strict=True)):
+        code_of = {label: code for code, label in enumerate(labels)}
+        values = series.index.get_level_values(depth)
+        keys = [_label_key(value, name) for value in values]
+        unknown = sorted(
+            {v for v, k in zip(values, keys, strict=True) if k not in code_of}, key=str
+        )
+        if unknown:
+            raise InvalidParamsError(
+                f"{where}: the Series' level {name!r} has entries {unknown[:5]} that are not "
+                f"{'ages' if name == 'age' else 'labels'} of the model ({_short(labels)})."
+            )
+        positions.append(np.array([code_of[k] for k in keys], dtype=np.intp))
+    shape = tuple(len(labels) for labels in level_labels)
+    flat = np.ravel_multi_index(tuple(positions), shape) if names else np.zeros(0, np.intp)
+    counts = np.bincount(flat, minlength=int(np.prod(shape)))
+    if np.any(counts > 1):
+        raise InvalidParamsError(
+            f"{where}: the Series' index has entries that appear more than once "
+            f"(e.g. {series.index[series.index.duplicated()][0]!r})."
+        )
+    if np.any(counts == 0):
+        missing = np.unravel_index(int(np.argmin(counts)), shape)
+        example = tuple(labels[k] for labels, k in zip(level_labels, missing, strict=True))
+        raise InvalidParamsError(
+            f"{where}: the Series lacks {int(np.sum(counts == 0))} of the "
+            f"{int(np.prod(shape))} combinations of its levels {names} (e.g. {example!r}); "
+            "give every one, nothing is filled in."
+        )
+    values = np.asarray(series.to_numpy())
+    if values.dtype.kind not in "biuf":
+        raise InvalidParamsError(
+            f"{where}: a Series parameter must hold numbers, got {values.dtype}."
+        )
+    table = np.empty(shape, dtype=values.dtype)
+    table.reshape(-1)[flat] = values
+    return table
+
+
+def _label_key(value, level: str):
+    """An index entry as the key of its level's labels: a float age or period number, a
+    category's label (an enum member by its name)."""
+    if level in ("age", "period"):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return value
+    return value.name if isinstance(value, enum.Enum) else str(value)
+
+
+def _short(labels) -> str:
+    shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in labels]
+    return ", ".join(shown) if len(shown) <= 8 else f"{', '.join(shown[:4])}, ..., {shown[-1]}"

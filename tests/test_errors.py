@@ -31,6 +31,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
@@ -431,6 +432,53 @@ def _ez_zero_death():
 
 def _aggregator_solve(params, aggregator=None, utility=None):
     return solve(params, lcm.Model(**model_kwargs(**_ez_regimes(aggregator, utility))))
+
+
+# ------------------------------------------------------------- third-wave grammar
+HEALTH_BONUS_TABLE = np.array([0.0, 0.1])
+
+
+def _iid_solve(params_income, grid=None):
+    """The failing call: solve with an i.i.d. `income` state in `working` whose chain's
+    parameters are `params_income` (at `params['working']['next_income']`)."""
+    grid = lcm.IIDGrid(points=np.array([0.0, 1.0]), n_points=2) if grid is None else grid
+    working = working_regime(
+        states={"wealth": wealth_grid(), "health": lcm.DiscreteGrid(Health), "income": grid}
+    )
+    the_model = lcm.Model(**model_kwargs(working=working))
+    return solve({**PARAMS, "working": {"next_income": params_income}}, the_model)
+
+
+def _discount_function(discount_factor, solver=None):
+    """`working` with a regime function `discount_factor` (and no scalar parameter)."""
+    functions = {"utility": utility, "labor_income": labor_income}
+    return working_regime(
+        functions={**functions, "discount_factor": discount_factor}, solver=solver
+    )
+
+
+def _series_solve(bonus):
+    """The failing call: solve a model whose utility reads `bonus[health]`, given as a
+    labelled Series `bonus`."""
+
+    def utility_with_bonus(consumption, labor, health, disutility_of_work, bonus):
+        return utility(consumption, labor, health, disutility_of_work) + bonus[health]
+
+    working = working_regime(
+        functions={"utility": utility_with_bonus, "labor_income": labor_income}
+    )
+    the_model = lcm.Model(**model_kwargs(working=working))
+    return solve({**PARAMS, "working": {"utility": {"bonus": bonus}}}, the_model)
+
+
+def _numpy_table_solve():
+    def utility_with_table(consumption, labor, health, disutility_of_work):
+        return utility(consumption, labor, health, disutility_of_work) + HEALTH_BONUS_TABLE[health]
+
+    working = working_regime(
+        functions={"utility": utility_with_table, "labor_income": labor_income}
+    )
+    return solve(PARAMS, lcm.Model(**model_kwargs(working=working)))
 
 
 CASES = [
@@ -1697,6 +1745,120 @@ CASES = [
         M,
         ["functions['pension']", "must be a function"],
         id="model-shared-function-not-callable",
+    ),
+    # ------------------------------------------------------ third-wave grammar
+    pytest.param(
+        lambda: lambda: lcm.UniformIIDGrid(3, start=1.0, stop=0.5),
+        G,
+        ["UniformIIDGrid", "start", "stop"],
+        id="grid-uniform-iid-start-not-below-stop",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IIDGrid(points=[0.0, 1.0], probabilities=[0.5, 0.49]),
+        G,
+        ["IIDGrid", "probabilities", "sum to 1", "never renormalised"],
+        id="grid-iid-probabilities-sum-to-0.99",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IIDGrid(points=[0.0, 1.0], probabilities=[1.2, -0.2]),
+        G,
+        ["IIDGrid", "probabilities", ">= 0"],
+        id="grid-iid-probability-negative",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IIDGrid(),
+        G,
+        ["IIDGrid", "n_points"],
+        id="grid-iid-without-a-size",
+    ),
+    pytest.param(
+        lambda: lambda: lcm.IIDGrid(points=[0.0, 1.0, 2.0], probabilities=[0.5, 0.5]),
+        G,
+        ["IIDGrid", "points", "probabilities", "disagree"],
+        id="grid-iid-sizes-disagree",
+    ),
+    pytest.param(
+        lambda: _iid_solve({"probabilities": np.array([0.2, 0.3, 0.5])}),
+        P,
+        ["'working'", "'next_income'", "'probabilities'", "IIDGrid", "(2,)", "(3,)"],
+        id="solve-iid-parameter-wrong-shape",
+    ),
+    pytest.param(
+        lambda: _iid_solve({"probabilities": np.array([0.5, 0.4])}),
+        T,
+        ["'working'", "'next_income'", "renormalised"],
+        id="solve-iid-parameter-probabilities-sum-to-0.9",
+    ),
+    pytest.param(
+        lambda: build_model(
+            retired=retired_regime(
+                transition=None,
+                state_transitions={},
+                functions={"utility": utility_retired, "discount_factor": lambda: 0.9},
+            )
+        ),
+        M,
+        ["'retired'", "'discount_factor'", "terminal"],
+        id="model-discount-function-in-terminal-regime",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=_discount_function(lambda wealth: 0.9 + 0.0 * wealth, solver=_dcegm())
+        ),
+        M,
+        ["'working'", "DCEGM", "'discount_factor'", "'wealth'"],
+        id="model-dcegm-discount-function-of-the-state",
+    ),
+    pytest.param(
+        lambda: solve(
+            PARAMS,
+            lcm.Model(**model_kwargs(working=_discount_function(lambda: jnp.array([0.9, 0.8])))),
+        ),
+        P,
+        ["'working'", "'discount_factor'", "shape (2,)"],
+        id="solve-discount-function-not-a-scalar",
+    ),
+    pytest.param(
+        lambda: _series_solve(pd.Series([0.0, 0.1], index=["bad", "good"])),
+        P,
+        ["params['working']['utility']['bonus']", "level None", "'health'"],
+        id="solve-series-parameter-unnamed-level",
+    ),
+    pytest.param(
+        lambda: _series_solve(
+            pd.Series([0.0, 0.1], index=pd.Index(["bad", "fine"], name="health"))
+        ),
+        P,
+        ["params['working']['utility']['bonus']", "'health'", "'fine'", "bad, good"],
+        id="solve-series-parameter-unknown-label",
+    ),
+    pytest.param(
+        lambda: _series_solve(pd.Series([0.1], index=pd.Index(["good"], name="health"))),
+        P,
+        ["params['working']['utility']['bonus']", "lacks 1 of the 2", "('bad',)"],
+        id="solve-series-parameter-missing-label",
+    ),
+    pytest.param(
+        lambda: _series_solve(
+            pd.Series([0.0, 0.1, 0.2], index=pd.Index(["bad", "good", "good"], name="health"))
+        ),
+        P,
+        ["params['working']['utility']['bonus']", "more than once", "'good'"],
+        id="solve-series-parameter-duplicate-label",
+    ),
+    pytest.param(
+        lambda: build_model(
+            fixed_params={"wage": pd.Series([5.0], index=pd.Index([0], name="period"))}
+        ),
+        M,
+        ["fixed_params['wage']", "lacks 1 of the 2", "'period'"],
+        id="model-fixed-series-parameter-missing-period",
+    ),
+    pytest.param(
+        _numpy_table_solve,
+        M,
+        ["'working'", "function 'utility'", "'HEALTH_BONUS_TABLE'", "(2,)", "fixed_params"],
+        id="solve-numpy-table-indexed-by-a-code",
     ),
 ]
 

@@ -134,12 +134,12 @@ def _euler_errors(model, regime, state, action, params, values, policies, points
         readers = _readers(model, resolved, regime, action, period + 1, values, policies)
         discrete_states = [a for a in problem.state_axes if a.name != state]
         discrete_actions = [a for a in problem.action_axes if a.is_discrete]
-        beta = problem.params[""]["discount_factor"]
 
         def at(z, d_codes, x):
             point = {**z, state: x}
             consumption = solver.continuous_policy(problem, point)[action][d_codes]
             d = dict(zip([a.name for a in discrete_actions], d_codes, strict=True))
+            beta = problem.discount_factor(problem.evaluator({**z, **d}))
             feasible = _feasible(problem, {**z, **d}, state, action, x, consumption)
             savings = x - consumption
             _, marginal, _ = expected_at_savings(

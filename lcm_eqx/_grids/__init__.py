@@ -10,7 +10,9 @@ from ._continuous import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid
 from ._continuous import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid
 from ._discrete import DiscreteGrid as DiscreteGrid
 from ._process import AbstractProcessGrid as AbstractProcessGrid
+from ._process import IIDGrid as IIDGrid
 from ._process import LogNormalIIDGrid as LogNormalIIDGrid
 from ._process import NormalIIDGrid as NormalIIDGrid
 from ._process import RouwenhorstGrid as RouwenhorstGrid
 from ._process import TauchenGrid as TauchenGrid
+from ._process import UniformIIDGrid as UniformIIDGrid

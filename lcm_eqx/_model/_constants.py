@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import jax
 import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
+import numpy as np
 
 from .._errors import warn
 from ._markov import MarkovTransition
@@ -88,11 +89,28 @@ def _device_constants(fn: Callable) -> list[tuple[str, jax.Array]]:
     """`(description, array)` for each device array `fn` reads from outside, in the order
     found (each variable once)."""
     found: list[tuple[str, jax.Array]] = []
-    _search(fn, found, seen=set(), path=())
+    _search(fn, found, seen=set(), path=(), kind=_is_device_array)
     return found
 
 
-def _search(fn, found: list, seen: set[int], path: tuple[str, ...]) -> None:
+def host_arrays(fn: Callable) -> list[tuple[str, np.ndarray]]:
+    """`(description, array)` for each NumPy array (not a scalar) `fn` reads from outside
+    its arguments, found like the device constants: the tables that a traced index (a
+    state's code) cannot index."""
+    found: list[tuple[str, np.ndarray]] = []
+    _search(fn, found, seen=set(), path=(), kind=_is_host_array)
+    return found
+
+
+def _is_device_array(value) -> bool:
+    return isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer)
+
+
+def _is_host_array(value) -> bool:
+    return isinstance(value, np.ndarray) and value.ndim > 0
+
+
+def _search(fn, found: list, seen: set[int], path: tuple[str, ...], kind) -> None:
     """Search `fn`, which the user's function reaches through the functions named in `path`."""
     if id(fn) in seen or len(path) > _MAX_CALL_DEPTH:
         return
@@ -104,13 +122,13 @@ def _search(fn, found: list, seen: set[int], path: tuple[str, ...]) -> None:
             (names[i] if i < len(names) else f"#{i}", value) for i, value in enumerate(fn.args)
         ]
         for name, value in (*bound, *fn.keywords.items()):
-            _check_value(value, f"the functools.partial argument {name!r}{via}", found)
-        _search(fn.func, found, seen, path)
+            _check_value(value, f"the functools.partial argument {name!r}{via}", found, kind)
+        _search(fn.func, found, seen, path, kind)
         return
     if not isinstance(fn, types.FunctionType):
         wrapped = getattr(fn, "__wrapped__", None)  # functools.wraps, jax.jit, ...
         if wrapped is not None:
-            _search(wrapped, found, seen, path)
+            _search(wrapped, found, seen, path, kind)
         return
     if _is_library(fn):
         return
@@ -120,28 +138,30 @@ def _search(fn, found: list, seen: set[int], path: tuple[str, ...]) -> None:
             value = cell.cell_contents
         except ValueError:  # an empty cell: the variable is not assigned yet
             continue
-        _check_value(value, f"the closed-over variable {name!r}{via}", found)
-        _search_callee(value, name, found, seen, path)
+        _check_value(value, f"the closed-over variable {name!r}{via}", found, kind)
+        _search_callee(value, name, found, seen, path, kind)
     for name in dict.fromkeys(_global_names(fn.__code__)):
         if name not in fn.__globals__:
             continue  # a builtin, or not defined yet
         value = fn.__globals__[name]
         module = fn.__globals__.get("__name__", "?")
-        _check_value(value, f"the module-level global {name!r} of module {module}{via}", found)
-        _search_callee(value, name, found, seen, path)
+        description = f"the module-level global {name!r} of module {module}{via}"
+        _check_value(value, description, found, kind)
+        _search_callee(value, name, found, seen, path, kind)
 
 
-def _search_callee(value, name: str, found: list, seen: set[int], path: tuple[str, ...]) -> None:
+def _search_callee(value, name: str, found: list, seen: set[int], path: tuple[str, ...], kind):
     """Search a function the user's function calls (or may call) by `name`."""
     if isinstance(value, (types.FunctionType, functools.partial)):
-        _search(value, found, seen, (*path, name))
+        _search(value, found, seen, (*path, name), kind)
 
 
-def _check_value(value, description: str, found: list) -> None:
-    """Record `value` if it is a concrete jax.Array, or a list, tuple or dict holding one."""
+def _check_value(value, description: str, found: list, kind) -> None:
+    """Record `value` if it is an array of the `kind` searched for, or a list, tuple or
+    dict holding one."""
     leaves = jax.tree.leaves(value) if isinstance(value, (list, tuple, dict)) else [value]
     for leaf in leaves:
-        if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
+        if kind(leaf):
             if all(description != known for known, _ in found):
                 found.append((description, leaf))
             return

@@ -8,10 +8,12 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from jax.experimental import checkify
 
 from .._errors import ModelInitializationError
+from ._constants import host_arrays
 
 SPECIAL_ARGUMENTS = ("period", "age")
 
@@ -32,6 +34,7 @@ class ResolvedFunction:
     arguments: tuple[str, ...]  # all arguments, in signature order
     # Parameters with a default value, `(name, default)`: optional in `params`.
     defaults: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), compare=False)
+    regime: str = dataclasses.field(default="", compare=False)  # for messages
 
 
 def argument_names(fn: Callable, *, regime: str, key: str) -> tuple[str, ...]:
@@ -92,6 +95,7 @@ def resolve(
         defaults=tuple(
             (a, defaults[a]) for a in params if defaults[a] is not inspect.Parameter.empty
         ),
+        regime=regime,
     )
 
 
@@ -175,14 +179,41 @@ class Evaluator:
                 kwargs[name] = self.helper(name)
             elif name in function_params:
                 kwargs[name] = function_params[name]
-        if self._check_indices and has_array_parameter(function, function_params):
-            error, out = checkify.checkify(function.fn, errors=checkify.index_checks)(**kwargs)
-            failed = index_failed(error)
-            # Several functions may share a key (a per-target law of motion).
-            previous = self.index_errors.get(function.key)
-            self.index_errors[function.key] = failed if previous is None else previous | failed
-            return out
-        return function.fn(**kwargs)
+        try:
+            if self._check_indices and has_array_parameter(function, function_params):
+                checked = checkify.checkify(function.fn, errors=checkify.index_checks)
+                error, out = checked(**kwargs)
+                failed = index_failed(error)
+                # Several functions may share a key (a per-target law of motion).
+                previous = self.index_errors.get(function.key)
+                self.index_errors[function.key] = failed if previous is None else previous | failed
+                return out
+            return function.fn(**kwargs)
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as error:
+            raise ModelInitializationError(_host_conversion_message(function, error)) from error
+
+
+def _host_conversion_message(function: ResolvedFunction, error: Exception) -> str:
+    """Why a user function failed on a traced value that NumPy (or Python) cannot take,
+    naming the NumPy arrays it reads from outside its arguments."""
+    where = f"Regime {function.regime!r}: function {function.key!r}"
+    tables = host_arrays(function.fn)
+    if not tables:
+        return (
+            f"{where} converts a traced value (a state, action, period or parameter) to "
+            "NumPy or a Python number; inside user functions use jax.numpy, not numpy, "
+            "and no int()/float()/bool() or Python `if` on an argument (JAX: "
+            f"{str(error).splitlines()[0]})"
+        )
+    described = "; ".join(
+        f"{description} (a NumPy array of shape {array.shape})" for description, array in tables
+    )
+    return (
+        f"{where} indexes or computes with a NumPy array and a traced value (e.g. "
+        f"`table[health]` with a state's code): it reads {described}. NumPy cannot take a "
+        "JAX tracer: pass the table as a parameter (in params, or Model(fixed_params=...)) "
+        "and index that, or write jnp.asarray(table)[code] inside the function."
+    )
 
 
 def has_array_parameter(function: ResolvedFunction, values: Mapping[str, Any]) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._errors import (
     InvalidInitialConditionsError,
+    InvalidParamsError,
     LcmError,
     ModelInitializationError,
 )
@@ -40,7 +41,13 @@ from .._solve._grid_search import GridSearch, assign_solvers
 from .._solve._solver import AbstractSolver
 from .._typing import InitialConditions, Params
 from .._validation import enforce, is_traced
-from ._params import bind_fixed, check_params, params_template, resolve_params
+from ._params import (
+    arrays_from_series,
+    bind_fixed,
+    check_params,
+    params_template,
+    resolve_params,
+)
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
 from ._shared import with_shared
@@ -202,6 +209,10 @@ class Model(eqx.Module):
         regimes = with_shared(regimes, functions, state_transitions)
         plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None, ages=ages)
         fixed = _plain_dicts(coerce_params(fixed_params))  # a Series, like params
+        try:
+            fixed = arrays_from_series(plan, fixed, "fixed_params")
+        except InvalidParamsError as error:
+            raise ModelInitializationError(f"Model: {error}") from error
         plan = dataclasses.replace(plan, fixed=bind_fixed(plan, fixed))
         self.regimes = dict(regimes)
         self.fixed_params = dict(plan.fixed.values)
@@ -294,7 +305,8 @@ class Model(eqx.Module):
                 or `"tqdm"` (a tqdm bar; text if tqdm is missing). Works under `jax.jit`
                 (pass it as a static argument), `jax.vmap` and `jax.grad`.
         """
-        params = _plain_dicts(coerce_params(params))  # a pandas Series becomes nested dicts
+        # A params Series becomes nested dicts, labelled Series leaves arrays.
+        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
         _check_validate(validate)
         mode = progress_mode(progress)
         check_params(self.plan, params)
@@ -371,7 +383,7 @@ class Model(eqx.Module):
             progress: `False` (default), `True` / `"text"` or `"tqdm"`: a meter over
                 periods and subject chunks (and over the solve when `solution` is None).
         """
-        params = _plain_dicts(coerce_params(params))
+        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
         _check_validate(validate)
         mode = progress_mode(progress)
         check_params(self.plan, params)
@@ -480,7 +492,7 @@ class Model(eqx.Module):
             validate: passed to `solve` when `solution` is None.
         """
         self.plan.reject_age_varying_grids("distribution")
-        params = _plain_dicts(coerce_params(params))
+        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
         _check_validate(validate)
         check_params(self.plan, params)
         mass = self._initial_mass(params, initial)

@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import InvalidParamsError, ModelInitializationError
+from .._grids import AbstractProcessGrid, DiscreteGrid
+from .._pandas import tables_from_series
 from ._plan import FixedParams, ModelPlan, RegimePlan
 
 _MISSING = object()
@@ -130,8 +132,25 @@ def _resolve(plan: ModelPlan, params, *, convert: bool) -> dict[str, dict[str, d
             }
             # A parameter left out falls back to its function's default value.
             per_function[key] = {p: v for p, v in values.items() if v is not _MISSING}
+            _check_process_shapes(regime, key, per_function[key])
         resolved[name] = per_function
     return resolved
+
+
+def _check_process_shapes(regime: RegimePlan, key: str, values: Mapping[str, Any]) -> None:
+    """The parameters of a process or i.i.d. state's chain (at `next_<state>`) have the
+    shapes its grid needs (e.g. an `IIDGrid`'s nodes: one value per node)."""
+    grid = regime.grids.get(key[5:]) if key.startswith("next_") else None
+    if not isinstance(grid, AbstractProcessGrid):
+        return
+    for name in grid.free_parameters():
+        expected = grid.parameter_shape(name)
+        if name in values and tuple(np.shape(values[name])) != expected:
+            raise InvalidParamsError(
+                f"Regime {regime.name!r}, function {key!r}: parameter {name!r} of the "
+                f"{type(grid).__name__} of state {key[5:]!r} must have shape {expected}, got "
+                f"{tuple(np.shape(values[name]))}."
+            )
 
 
 def function_defaults(regime: RegimePlan, key: str) -> dict[str, Any]:
@@ -384,3 +403,26 @@ def _as_numpy(tree: Mapping, root: str) -> dict:
                 "traced value in params instead."
             ) from error
     return out
+
+
+def arrays_from_series(plan: ModelPlan, params, root: str = "params"):
+    """`params` with each parameter given as a labelled pandas Series (indexed by
+    `age`, `period` and/or discrete states and actions by their labels) turned into the
+    array that user functions index by period and code (see `series_table`)."""
+    return tables_from_series(params, label_axes(plan), root)
+
+
+def label_axes(plan: ModelPlan) -> dict[str, tuple | None]:
+    """The labels of each index level a Series parameter may have, in code order:
+    `period`, `age` (with ages) and every discrete state and action (None where regimes
+    give one name different categories)."""
+    axes: dict[str, tuple | None] = {"period": tuple(float(t) for t in range(plan.n_periods))}
+    if plan.ages is not None:
+        axes["age"] = plan.ages
+    for regime in plan.regimes.values():
+        for name, grid in regime.grids.items():
+            if isinstance(grid, DiscreteGrid):
+                known = axes.setdefault(name, grid.labels)
+                if known != grid.labels:
+                    axes[name] = None
+    return axes

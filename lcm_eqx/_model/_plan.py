@@ -144,6 +144,7 @@ class ModelPlan:
     segments: tuple[Segment, ...]
     has_ages: bool
     fixed: FixedParams = dataclasses.field(default_factory=FixedParams)
+    ages: tuple[float, ...] | None = None  # the age of each period, with ages
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -209,7 +210,12 @@ def build_plan(
     segments = _segments(plans, n_periods)
     warn_device_constants(regimes)  # the model is valid; now what would slow it down
     return ModelPlan(
-        regimes=plans, regime_ids=ids, n_periods=n_periods, segments=segments, has_ages=has_ages
+        regimes=plans,
+        regime_ids=ids,
+        n_periods=n_periods,
+        segments=segments,
+        has_ages=has_ages,
+        ages=None if ages is None else tuple(float(ages.age(t)) for t in range(n_periods)),
     )
 
 
@@ -284,6 +290,11 @@ def _grids_by_period(regimes: Mapping[str, Regime], n_periods: int, ages) -> dic
                     resolved[id(grid)] = grid.by_period(periods, age_values, where)
                 grids[name][variable] = resolved[id(grid)]
     return grids
+
+
+def _is_read(helper: str, helpers, *functions) -> bool:
+    """Whether a helper is an argument of another function of the regime."""
+    return any(helper in f.helpers for f in (*helpers.values(), *functions))
 
 
 def _regime_plan(
@@ -441,8 +452,14 @@ def _regime_plan(
                 )
 
     regime_parameters: tuple[str, ...] = ()
-    if not terminal:
-        regime_parameters += ("discount_factor",)
+    if not terminal and "discount_factor" not in helpers:
+        regime_parameters += ("discount_factor",)  # else the function replaces it
+    read = _is_read("discount_factor", helpers, utility, *constraints.values())
+    if terminal and "discount_factor" in helpers and not read:
+        raise ModelInitializationError(
+            f"Regime {name!r}: function 'discount_factor' in a terminal regime "
+            "(transition=None), which has no continuation to discount; remove it."
+        )
     if regime.taste_shocks is not None:
         if not regime.actions or not any(g.is_discrete for g in regime.actions.values()):
             raise ModelInitializationError(

@@ -27,7 +27,7 @@ def with_shared(
     - a shared function goes to every regime whose own functions, constraints or
       transitions (or other shared functions it gets) take an argument of that name,
       unless the name is one of the regime's states or actions (which come first in the
-      lookup by name).
+      lookup by name); a shared `discount_factor` goes to every non-terminal regime.
     """
     if functions is None and state_transitions is None:
         return regimes
@@ -91,6 +91,7 @@ def _with_shared(name: str, regime: Regime, functions: dict, state_transitions: 
     )
     if regime.transition is not None:
         needed |= _arguments(name, _callables({"regime": regime.transition}))
+        needed.add("discount_factor")  # the Bellman equation reads it, if shared
     pending = [n for n in needed if n in functions and n not in variables]
     while pending:
         key = pending.pop()

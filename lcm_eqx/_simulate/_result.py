@@ -172,7 +172,7 @@ def _extra_columns(
 ) -> dict[str, object]:
     """Columns of user functions evaluated at each row's states, actions, period and age."""
     from .._model._dag import Evaluator
-    from .._model._params import check_params, resolve_params
+    from .._model._params import arrays_from_series, check_params, resolve_params
     from .._pandas import coerce_params
     from .._solve._backward import age_of
 
@@ -201,7 +201,7 @@ def _extra_columns(
                 f"to_dataframe: no regime has a function {name!r} to add as a column "
                 f"(functions: {known})."
             )
-    params = coerce_params(params)
+    params = arrays_from_series(plan, coerce_params(params))
     check_params(plan, params)
     resolved = resolve_params(plan, params)
     n_rows = period_index.shape[0]

@@ -674,7 +674,7 @@ class RegimeProblem:
         else:
             # NaN in next period's values: a NaN discount factor makes the period NaN
             # at no cost per point (see `continuation_has_nan`).
-            beta = self.params[""]["discount_factor"]
+            beta = self.discount_factor(evaluate)
             beta = jnp.where(self.continuation_has_nan, jnp.nan, beta)
             if aggregator is None:
                 expected = self._expected_value(evaluate, state, violations)
@@ -716,6 +716,15 @@ class RegimeProblem:
             else ()
         )
         return values, diagnostics
+
+    def discount_factor(self, evaluate: Evaluator) -> Array:
+        """β at one point: the regime's function `"discount_factor"` where it has one
+        (e.g. of a permanent discount type), else its regime-level parameter."""
+        if "discount_factor" not in self.regime.helpers:
+            return self.params[""]["discount_factor"]
+        beta = jnp.asarray(evaluate.helper("discount_factor"))
+        self._check_shape("discount_factor", beta.shape, ())
+        return beta
 
     def regime_probabilities(self, evaluate: Evaluator) -> Array:
         """Probabilities of next period's regimes (one-hot for a deterministic transition)."""

@@ -237,6 +237,13 @@ class DCEGM(AbstractSolver):
                 )
         if self.state not in regime.state_transitions:
             fail(f"it has no transition for {self.state!r}.")
+        discount = regime.helpers.get("discount_factor")
+        if discount is not None and transitive_inputs(discount, regime.helpers) & continuous:
+            fail(
+                f"its function 'discount_factor' depends on {self.state!r} or "
+                f"{self.action!r}; DC-EGM needs it to depend on discrete variables, period, "
+                "age and parameters only."
+            )
         for target in regime.targets:
             target_plan = model.regimes[target]
             for state in target_plan.states:
@@ -312,7 +319,8 @@ class DCEGM(AbstractSolver):
         lead = expected.shape[:-1]
         rows = self.upper_envelope.n_rows(self.savings.n_points)
         padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], expected.dtype)
-        beta = problem.params[""]["discount_factor"]
+        # E[V'] = 0 here: a discount factor that differs by choice multiplies zeros.
+        beta = problem.params[""].get("discount_factor", 1.0)
         return {
             "nodes": jnp.broadcast_to(padding, (*lead, rows, 4)),
             "count": jnp.zeros(lead, jnp.int32),
@@ -405,7 +413,11 @@ class DCEGM(AbstractSolver):
         savings = self.savings.to_jax()
         size = jax.tree.leaves(continuation)[0].shape[0]
         discrete = {k: jnp.asarray(v) for k, v in codes.items()}
-        beta = problem.params[""]["discount_factor"]
+        beta = problem.params[""].get("discount_factor")
+        if beta is None:  # the regime's function `discount_factor`, per choice
+            beta = jax.vmap(
+                lambda d: problem.discount_factor(problem.evaluator(d)), axis_size=size
+            )(discrete)[:, None]
 
         def marginal(c):
             return jax.vmap(lambda d, c: self._utility(problem, d)[1](c), axis_size=size)(
@@ -762,7 +774,7 @@ class DCEGM(AbstractSolver):
         where the caller found it)."""
         expected = continuation["expected"]
         marginal_expected = continuation["marginal_expected"]
-        beta = problem.params[""]["discount_factor"]
+        beta = problem.discount_factor(problem.evaluator(discrete))
         utility, marginal = self._utility(problem, discrete)
         if consumption is None:
             cap = marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype))
