@@ -279,8 +279,8 @@ class RegimeProblem:
                         has_future=self.has_future(),
                     ).items():
                         if check in self.checks:
-                            self._period_violations[check] = jnp.maximum(
-                                self._period_violations.get(check, 0.0), failed
+                            self.period_violations[check] = jnp.maximum(
+                                self.period_violations.get(check, 0.0), failed
                             )
                     if "value:range" in self.checks:
                         # A finite value whose transform the kernel would read as -inf.
