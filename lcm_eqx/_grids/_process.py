@@ -53,7 +53,7 @@ class AbstractProcessGrid(AbstractGrid):
             )
         if isinstance(self.sigma, int | float) and not self.sigma > 0:
             raise GridInitializationError(f"{name}: sigma must be > 0, got {self.sigma}.")
-        self._check_knobs()
+        self.check_knobs()
 
     def discretize(
         self, values: dict[str, Array]
@@ -188,7 +188,7 @@ class _AbstractIIDGrid(AbstractProcessGrid):
             raise GridInitializationError(f"{name}: n_points must be an int >= 1, got {n!r}.")
         if isinstance(self.sigma, int | float) and not self.sigma > 0:
             raise GridInitializationError(f"{name}: sigma must be > 0, got {self.sigma}.")
-        self._check_knobs()
+        self.check_knobs()
 
     def _normal_nodes(self, sigma, mean):
         x, w = np.polynomial.hermite.hermgauss(self.n_points_)

@@ -17,32 +17,32 @@ import jax.core  # jax.core.Tracer: a submodule that `import jax` does not decla
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import (
+from ._errors import (
     InvalidInitialConditionsError,
     LcmError,
     ModelInitializationError,
 )
-from .._estimation._distribution import Distribution, bin_initial, forward
-from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
-from .._logging import log_time, logger, timed
-from .._pandas import coerce_params
-from .._persistence import model_structure
-from .._progress import progress_mode
-from .._simulate._result import SimulationResult
-from .._simulate._simulate import (
+from ._estimation._distribution import Distribution, bin_initial, forward
+from ._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
+from ._logging import log_time, logger, timed
+from ._pandas import coerce_params
+from ._persistence import model_structure
+from ._progress import progress_mode
+from ._simulate._result import SimulationResult
+from ._simulate._simulate import (
     draw_checks,
     simulate_chunk,
     variable_kinds,
 )
-from .._solve._backward import solve_model
-from .._solve._solution import Solution
-from .._solve._solver import AbstractSolver, GridSearch, assign_solvers
-from .._typing import InitialConditions, Params
-from .._validation import enforce, is_traced
-from ._params import bind_fixed, check_params, params_template, resolve_params
-from ._plan import ModelPlan, build_plan
-from ._regime import Regime
-from ._shared import with_shared
+from ._solve._backward import solve_model
+from ._solve._solution import Solution
+from ._solve._solver import AbstractSolver, GridSearch, assign_solvers
+from ._typing import InitialConditions, Params
+from ._validation import enforce, is_traced
+from ._model._params import bind_fixed, check_params, params_template, resolve_params
+from ._model._plan import ModelPlan, build_plan
+from ._model._regime import Regime
+from ._model._shared import with_shared
 
 VALIDATE_OPTIONS = ("raise", "warn", "off")
 
@@ -254,13 +254,13 @@ class Model(eqx.Module):
         the largest splayable state axis) whose compiled temp memory fits, found by
         compiling the candidates. Apply it with `model.with_batch_size(axis, batch_size)`.
         """
-        from .._describe import describe
+        from ._describe import describe
 
         return describe(self, params, memory_budget=memory_budget, axis=axis)
 
     def with_batch_size(self, axis: str, batch_size: int) -> Model:
         """A copy of the model whose grids named `axis` are splayed in chunks of `batch_size`."""
-        from .._describe import with_batch_size
+        from ._describe import with_batch_size
 
         return with_batch_size(self, axis, batch_size)
 
@@ -327,7 +327,7 @@ class Model(eqx.Module):
         Returns None when the value arrays have no NaN. `solve` calls this itself under
         `validate="raise"` / `"warn"`.
         """
-        from .._diagnostics import diagnose_nan
+        from ._diagnostics import diagnose_nan
 
         params = coerce_params(params)
         if solution is None:
@@ -608,7 +608,7 @@ def _simulate_chunk_with_params(
 
 def _horizon(n_periods: int | None, ages: AgeGrid | None) -> int:
     """`n_periods`, or the horizon of an `AgeGrid` with a `stop`; they must agree."""
-    from .._errors import ModelInitializationError
+    from ._errors import ModelInitializationError
 
     from_ages = None if ages is None else ages.n_periods
     if n_periods is None:
