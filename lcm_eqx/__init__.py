@@ -28,6 +28,7 @@ from ._estimation import discrete_values as discrete_values
 from ._estimation import euler_errors as euler_errors
 from ._estimation import log_likelihood as log_likelihood
 from ._estimation import prepare_data as prepare_data
+from ._facade import Model as Model
 from ._grids import AbstractGrid as AbstractGrid
 from ._grids import AgeGrid as AgeGrid
 from ._grids import DiscreteGrid as DiscreteGrid
@@ -42,9 +43,8 @@ from ._grids import RouwenhorstGrid as RouwenhorstGrid
 from ._grids import TauchenGrid as TauchenGrid
 from ._grids._ar1 import rouwenhorst as rouwenhorst
 from ._grids._ar1 import tauchen as tauchen
-from ._facade import Model as Model
-from ._facade import load_simulation_result as load_simulation_result
-from ._facade import load_solution as load_solution
+from ._loading import load_simulation_result as load_simulation_result
+from ._loading import load_solution as load_solution
 from ._logging import set_log_level as set_log_level
 from ._model._aggregator import AbstractAggregator as AbstractAggregator
 from ._model._aggregator import (

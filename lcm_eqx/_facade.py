@@ -17,6 +17,7 @@ import jax.core  # jax.core.Tracer: a submodule that `import jax` does not decla
 import jax.numpy as jnp
 import numpy as np
 
+from . import _describe, _diagnostics
 from ._errors import (
     InvalidInitialConditionsError,
     LcmError,
@@ -25,6 +26,10 @@ from ._errors import (
 from ._estimation._distribution import Distribution, bin_initial, forward
 from ._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
 from ._logging import log_time, logger, timed
+from ._model._params import bind_fixed, check_params, params_template, resolve_params
+from ._model._plan import ModelPlan, build_plan
+from ._model._regime import Regime
+from ._model._shared import with_shared
 from ._pandas import coerce_params
 from ._persistence import model_structure
 from ._progress import progress_mode
@@ -39,10 +44,6 @@ from ._solve._solution import Solution
 from ._solve._solver import AbstractSolver, GridSearch, assign_solvers
 from ._typing import InitialConditions, Params
 from ._validation import enforce, is_traced
-from ._model._params import bind_fixed, check_params, params_template, resolve_params
-from ._model._plan import ModelPlan, build_plan
-from ._model._regime import Regime
-from ._model._shared import with_shared
 
 VALIDATE_OPTIONS = ("raise", "warn", "off")
 
@@ -254,15 +255,11 @@ class Model(eqx.Module):
         the largest splayable state axis) whose compiled temp memory fits, found by
         compiling the candidates. Apply it with `model.with_batch_size(axis, batch_size)`.
         """
-        from ._describe import describe
-
-        return describe(self, params, memory_budget=memory_budget, axis=axis)
+        return _describe.describe(self, params, memory_budget=memory_budget, axis=axis)
 
     def with_batch_size(self, axis: str, batch_size: int) -> Model:
         """A copy of the model whose grids named `axis` are splayed in chunks of `batch_size`."""
-        from ._describe import with_batch_size
-
-        return with_batch_size(self, axis, batch_size)
+        return _describe.with_batch_size(self, axis, batch_size)
 
     def params_template(self) -> dict:
         """Every parameter, nested as `{regime: {function: {name: nan}}}`."""
@@ -327,12 +324,10 @@ class Model(eqx.Module):
         Returns None when the value arrays have no NaN. `solve` calls this itself under
         `validate="raise"` / `"warn"`.
         """
-        from ._diagnostics import diagnose_nan
-
         params = coerce_params(params)
         if solution is None:
             solution = self.solve(params, validate="off")
-        return diagnose_nan(self, params, solution)
+        return _diagnostics.diagnose_nan(self, params, solution)
 
     def simulate(
         self,
@@ -608,8 +603,6 @@ def _simulate_chunk_with_params(
 
 def _horizon(n_periods: int | None, ages: AgeGrid | None) -> int:
     """`n_periods`, or the horizon of an `AgeGrid` with a `stop`; they must agree."""
-    from ._errors import ModelInitializationError
-
     from_ages = None if ages is None else ages.n_periods
     if n_periods is None:
         if from_ages is None:

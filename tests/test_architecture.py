@@ -55,8 +55,16 @@ LOCAL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 # concrete (and final, by the house rule).
 SOLVER_BASES = frozenset({"AbstractSolver"})
 
-# Private-looking methods that are public API of the standard library.
-PUBLIC_UNDERSCORE_METHODS = frozenset({"_replace", "_asdict", "_make", "_fields"})
+# Private-looking methods that are public API of the standard library (namedtuples).
+PUBLIC_UNDERSCORE_METHODS = frozenset({"_replace", "_asdict", "_make"})
+
+# (file, called expression) -> why another library's private method is called.
+PRIVATE_CALLS_ALLOWED: dict[tuple[str, str], str] = {
+    ("lcm_eqx/_logging.py", "jitted._cache_size"): (
+        "JAX has no public count of a jitted function's compiled programs, which the "
+        "timing log uses to say 'compiled a new program'; guarded by AttributeError"
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,9 +122,7 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _runtime_nodes(
-    node: ast.AST, *, in_function: bool = False
-) -> Iterator[tuple[ast.AST, bool]]:
+def _runtime_nodes(node: ast.AST, *, in_function: bool = False) -> Iterator[tuple[ast.AST, bool]]:
     """Every node that runs when its module is imported or its functions are called.
 
     Yields ``(node, in_function)``; skips the body of ``if TYPE_CHECKING:`` (its ``else``
@@ -177,7 +183,14 @@ def imports() -> tuple[Import, ...]:
 
 
 def _in_redesign(file: str) -> bool:
-    return any(file == owned or file.startswith(owned) for owned in REDESIGN_FILES if owned.endswith("/")) or file in REDESIGN_FILES
+    return (
+        any(
+            file == owned or file.startswith(owned)
+            for owned in REDESIGN_FILES
+            if owned.endswith("/")
+        )
+        or file in REDESIGN_FILES
+    )
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -322,8 +335,10 @@ def concrete_solver_type_tests() -> list[Violation]:
                 tested = list(_named_classes(node.cls))
             for name in tested:
                 home = solvers.get(name)
-                if home is None or module.file == home or (
-                    home.endswith("/") and module.file.startswith(home)
+                if (
+                    home is None
+                    or module.file == home
+                    or (home.endswith("/") and module.file.startswith(home))
                 ):
                     continue
                 found.append(
@@ -357,9 +372,9 @@ def foreign_private_calls() -> list[Violation]:
                 and owner.func.id in {"super", "type"}
             ):
                 continue
-            found.append(
-                Violation(module.file, node.lineno, f"calls {ast.unparse(node.func)}(...)")
-            )
+            called = ast.unparse(node.func)
+            if (module.file, called) not in PRIVATE_CALLS_ALLOWED:
+                found.append(Violation(module.file, node.lineno, f"calls {called}(...)"))
     return found
 
 
@@ -392,11 +407,18 @@ CHECKS = {
 
 # The checks whose ``redesign`` case fails today, with what the redesign must change.
 PENDING_IN_REDESIGN = {
-    "import_cycles": "",
-    "private_imports": "",
-    "concrete_solver_type_tests": "",
-    "foreign_private_calls": "",
-    "local_imports": "",
+    "private_imports": (
+        "the Euler errors and the distribution import _q_on_action_grid (_solve/_solver) "
+        "and _marginal (_solve/_dcegm); the simulation imports _any_nan (_solve/_kernel)"
+    ),
+    "concrete_solver_type_tests": (
+        "issue 30 items 1-2: the driver, the Euler errors, the likelihood and the "
+        "distribution test isinstance(..., DCEGM) instead of asking the solver"
+    ),
+    "foreign_private_calls": (
+        "DC-EGM and the simulation call RegimeProblem's private methods, the driver a "
+        "solver's _choices_always_feasible (issue 30 item 3: the period problem as data)"
+    ),
 }
 
 
