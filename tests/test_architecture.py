@@ -422,13 +422,15 @@ PENDING_IN_REDESIGN = {
 }
 
 
-def _cases() -> Iterator[object]:
+def _cases() -> list[object]:
+    cases = []
     for check in CHECKS:
-        yield pytest.param(check, False, id=f"{check}-rest")
+        cases.append(pytest.param(check, False, id=f"{check}-rest"))
         marks = ()
         if check in PENDING_IN_REDESIGN:
             marks = pytest.mark.xfail(strict=False, reason=PENDING_IN_REDESIGN[check])
-        yield pytest.param(check, True, id=f"{check}-redesign", marks=marks)
+        cases.append(pytest.param(check, True, id=f"{check}-redesign", marks=marks))
+    return cases
 
 
 @pytest.mark.parametrize("check, redesign", _cases())
