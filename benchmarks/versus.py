@@ -81,7 +81,8 @@ def main() -> None:
         ours, theirs = models(current), models(base)
         sys.modules["lcm_eqx"] = current
         print(f"this tree against {args.base}, float64, {args.rounds} interleaved rounds\n")
-        print(f"{'model':32s} {'base ms':>9s} {'tree ms':>9s} {'ratio':>7s}  first solve base/tree  equal")
+        header = f"{'model':32s} {'base ms':>9s} {'tree ms':>9s} {'ratio':>7s}"
+        print(f"{header}  first solve base/tree  equal")
         for name in ours:
             (model, params), (model_base, params_base) = ours[name], theirs[name]
             start = time.perf_counter()

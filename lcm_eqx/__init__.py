@@ -4,77 +4,74 @@ Write a model as plain JAX functions, solve it by backward induction as one jit-
 function, simulate panels into pandas, and differentiate through the solution.
 """
 
-from ._config import configure_jax as _configure_jax
-
-_configure_jax()
-
-from ._errors import GridInitializationError as GridInitializationError  # noqa: E402
-from ._errors import InvalidDataError as InvalidDataError  # noqa: E402
-from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
-from ._errors import InvalidParamsError as InvalidParamsError  # noqa: E402
-from ._errors import InvalidPeriodError as InvalidPeriodError  # noqa: E402
-from ._errors import (  # noqa: E402
+# First: importing `_config` sets lcm_eqx's JAX defaults before anything imports jax.
+from . import _config as _config
+from ._errors import GridInitializationError as GridInitializationError
+from ._errors import InvalidDataError as InvalidDataError
+from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError
+from ._errors import InvalidParamsError as InvalidParamsError
+from ._errors import InvalidPeriodError as InvalidPeriodError
+from ._errors import (
     InvalidTransitionProbabilitiesError as InvalidTransitionProbabilitiesError,
 )
-from ._errors import LcmError as LcmError  # noqa: E402
-from ._errors import LcmWarning as LcmWarning  # noqa: E402
-from ._errors import ModelInitializationError as ModelInitializationError  # noqa: E402
-from ._errors import NaNError as NaNError  # noqa: E402
-from ._errors import SavedFileError as SavedFileError  # noqa: E402
-from ._estimation import ChoiceData as ChoiceData  # noqa: E402
-from ._estimation import Distribution as Distribution  # noqa: E402
-from ._estimation import best_continuous_actions as best_continuous_actions  # noqa: E402
-from ._estimation import choice_moments as choice_moments  # noqa: E402
-from ._estimation import choice_probabilities as choice_probabilities  # noqa: E402
-from ._estimation import discrete_values as discrete_values  # noqa: E402
-from ._estimation import euler_errors as euler_errors  # noqa: E402
-from ._estimation import log_likelihood as log_likelihood  # noqa: E402
-from ._estimation import prepare_data as prepare_data  # noqa: E402
-from ._grids import AbstractGrid as AbstractGrid  # noqa: E402
-from ._grids import AgeGrid as AgeGrid  # noqa: E402
-from ._grids import DiscreteGrid as DiscreteGrid  # noqa: E402
-from ._grids import IIDGrid as IIDGrid  # noqa: E402
-from ._grids import IrregSpacedGrid as IrregSpacedGrid  # noqa: E402
-from ._grids import LinSpacedGrid as LinSpacedGrid  # noqa: E402
-from ._grids import LogNormalIIDGrid as LogNormalIIDGrid  # noqa: E402
-from ._grids import LogSpacedGrid as LogSpacedGrid  # noqa: E402
-from ._grids import NormalIIDGrid as NormalIIDGrid  # noqa: E402
-from ._grids import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid  # noqa: E402
-from ._grids import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid  # noqa: E402
-from ._grids import RouwenhorstGrid as RouwenhorstGrid  # noqa: E402
-from ._grids import TauchenGrid as TauchenGrid  # noqa: E402
-from ._grids import UniformIIDGrid as UniformIIDGrid  # noqa: E402
-from ._grids._ar1 import rouwenhorst as rouwenhorst  # noqa: E402
-from ._grids._ar1 import tauchen as tauchen  # noqa: E402
-from ._logging import set_log_level as set_log_level  # noqa: E402
-from ._model._aggregator import AbstractAggregator as AbstractAggregator  # noqa: E402
-from ._model._aggregator import (  # noqa: E402
+from ._errors import LcmError as LcmError
+from ._errors import LcmWarning as LcmWarning
+from ._errors import ModelInitializationError as ModelInitializationError
+from ._errors import NaNError as NaNError
+from ._errors import SavedFileError as SavedFileError
+from ._estimation import ChoiceData as ChoiceData
+from ._estimation import Distribution as Distribution
+from ._estimation import best_continuous_actions as best_continuous_actions
+from ._estimation import choice_moments as choice_moments
+from ._estimation import choice_probabilities as choice_probabilities
+from ._estimation import discrete_values as discrete_values
+from ._estimation import euler_errors as euler_errors
+from ._estimation import log_likelihood as log_likelihood
+from ._estimation import prepare_data as prepare_data
+from ._facade import Model as Model
+from ._grids import AbstractGrid as AbstractGrid
+from ._grids import AgeGrid as AgeGrid
+from ._grids import DiscreteGrid as DiscreteGrid
+from ._grids import IIDGrid as IIDGrid
+from ._grids import IrregSpacedGrid as IrregSpacedGrid
+from ._grids import LinSpacedGrid as LinSpacedGrid
+from ._grids import LogNormalIIDGrid as LogNormalIIDGrid
+from ._grids import LogSpacedGrid as LogSpacedGrid
+from ._grids import NormalIIDGrid as NormalIIDGrid
+from ._grids import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid
+from ._grids import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid
+from ._grids import RouwenhorstGrid as RouwenhorstGrid
+from ._grids import TauchenGrid as TauchenGrid
+from ._grids import UniformIIDGrid as UniformIIDGrid
+from ._grids._ar1 import rouwenhorst as rouwenhorst
+from ._grids._ar1 import tauchen as tauchen
+from ._loading import load_simulation_result as load_simulation_result
+from ._loading import load_solution as load_solution
+from ._logging import set_log_level as set_log_level
+from ._model._aggregator import AbstractAggregator as AbstractAggregator
+from ._model._aggregator import (
     AbstractCertaintyEquivalent as AbstractCertaintyEquivalent,
 )
-from ._model._aggregator import EpsteinZin as EpsteinZin  # noqa: E402
-from ._model._aggregator import LinearExpectation as LinearExpectation  # noqa: E402
-from ._model._aggregator import PowerMean as PowerMean  # noqa: E402
-from ._model._aggregator import PresentBias as PresentBias  # noqa: E402
-from ._model._markov import ExtremeValueShocks as ExtremeValueShocks  # noqa: E402
-from ._model._markov import MarkovTransition as MarkovTransition  # noqa: E402
-from ._model._model import Model as Model  # noqa: E402
-from ._model._regime import Regime as Regime  # noqa: E402
-from ._pandas import params_from_series as params_from_series  # noqa: E402
-from ._pandas import params_to_series as params_to_series  # noqa: E402
-from ._persistence import load_simulation_result as load_simulation_result  # noqa: E402
-from ._persistence import load_solution as load_solution  # noqa: E402
-from ._plotting import compute_policy as compute_policy  # noqa: E402
-from ._plotting import plot_policy as plot_policy  # noqa: E402
-from ._plotting import plot_profiles as plot_profiles  # noqa: E402
-from ._plotting import plot_values as plot_values  # noqa: E402
-from ._simulate._result import SimulationResult as SimulationResult  # noqa: E402
-from ._solve._dcegm import DCEGM as DCEGM  # noqa: E402
-from ._solve._dcegm import AbstractUpperEnvelope as AbstractUpperEnvelope  # noqa: E402
-from ._solve._dcegm import EndogenousGrid as EndogenousGrid  # noqa: E402
-from ._solve._dcegm import ExactEnvelope as ExactEnvelope  # noqa: E402
-from ._solve._solution import Solution as Solution  # noqa: E402
-from ._solve._solver import AbstractPointwiseSolver as AbstractPointwiseSolver  # noqa: E402
-from ._solve._solver import AbstractSolver as AbstractSolver  # noqa: E402
-from ._solve._grid_search import GridSearch as GridSearch  # noqa: E402
-
-__version__ = "0.1.0"
+from ._model._aggregator import EpsteinZin as EpsteinZin
+from ._model._aggregator import LinearExpectation as LinearExpectation
+from ._model._aggregator import PowerMean as PowerMean
+from ._model._aggregator import PresentBias as PresentBias
+from ._model._markov import ExtremeValueShocks as ExtremeValueShocks
+from ._model._markov import MarkovTransition as MarkovTransition
+from ._model._regime import Regime as Regime
+from ._pandas import params_from_series as params_from_series
+from ._pandas import params_to_series as params_to_series
+from ._plotting import compute_policy as compute_policy
+from ._plotting import plot_policy as plot_policy
+from ._plotting import plot_profiles as plot_profiles
+from ._plotting import plot_values as plot_values
+from ._simulate._result import SimulationResult as SimulationResult
+from ._solve._dcegm import DCEGM as DCEGM
+from ._solve._dcegm import AbstractUpperEnvelope as AbstractUpperEnvelope
+from ._solve._dcegm import EndogenousGrid as EndogenousGrid
+from ._solve._dcegm import ExactEnvelope as ExactEnvelope
+from ._solve._grid_search import GridSearch as GridSearch
+from ._solve._solution import Solution as Solution
+from ._solve._solver import AbstractPointwiseSolver as AbstractPointwiseSolver
+from ._solve._solver import AbstractSolver as AbstractSolver
+from ._version import __version__ as __version__

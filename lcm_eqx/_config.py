@@ -1,6 +1,7 @@
 """Import-time JAX defaults for lcm_eqx.
 
-`configure_jax` is called by the package ``__init__`` before anything else is imported.
+Importing this module calls `configure_jax`; the package ``__init__`` imports it before
+anything else, so the defaults are in place before any other module imports ``jax``.
 It applies three defaults, each only where the user has not chosen otherwise:
 
 * ``XLA_PYTHON_CLIENT_PREALLOCATE=false``: do not grab most of the GPU memory up front.
@@ -145,6 +146,10 @@ def _cache_dir_set_in_jax_config() -> bool:
     config = getattr(jax, "config", None)
     return bool(getattr(config, _CACHE_DIR_OPTION, None))
 
+
+# On import, so that `from . import _config` at the top of the package's __init__ is all
+# it takes: no call between imports (which would need `noqa: E402` on every later one).
+configure_jax()
 
 __all__ = [
     "CACHE_NAME_ENV",

@@ -140,7 +140,7 @@ def with_batch_size(model, axis: str, batch_size: int):
 def _with_knob(grid: AbstractGrid, batch_size: int) -> AbstractGrid:
     new = copy.copy(grid)
     object.__setattr__(new, "batch_size", batch_size)  # grids are frozen; re-checked below
-    new._check_knobs()
+    new.check_knobs()
     return new
 
 

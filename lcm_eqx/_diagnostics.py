@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._grids._age import age_of
 from ._model._params import resolve_params
-from ._solve._backward import age_of
 from ._solve._kernel import RegimeProblem
 
 

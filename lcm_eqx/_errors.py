@@ -3,7 +3,7 @@ every warning from `LcmWarning`."""
 
 from __future__ import annotations
 
-import sys
+import inspect
 import warnings
 
 # Packages whose frames a warning skips to reach the user's line (lcm_eqx calls user code
@@ -62,7 +62,11 @@ class LcmWarning(UserWarning):
 def warn(message: str) -> None:
     """Issue `message` as an `LcmWarning` attributed to the first caller outside lcm_eqx
     (and the libraries it calls user code through), so that it points at the user's line."""
-    level, frame = 2, sys._getframe(1)
+    caller = inspect.currentframe()
+    if caller is None or caller.f_back is None:  # an interpreter without frame support
+        warnings.warn(message, LcmWarning, stacklevel=2)
+        return
+    level, frame = 2, caller.f_back
     while frame.f_back is not None and _is_internal(frame):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, LcmWarning, stacklevel=level)

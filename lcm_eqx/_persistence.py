@@ -32,9 +32,9 @@ import secrets
 import struct
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -43,12 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import LcmError, LcmWarning, SavedFileError
-from ._typing import FilePath
-
-if TYPE_CHECKING:
-    from ._model._model import Model
-    from ._simulate._result import SimulationResult
-    from ._solve._solution import Solution
+from ._model._plan import ModelPlan
+from ._version import __version__
 
 MAGIC = b"\x89LCMEQX\n"  # a non-ASCII first byte, like PNG's, catches text-mode mangling
 FORMAT_VERSION = 1
@@ -267,7 +263,7 @@ def save(obj, path) -> None:
         "format": "lcm_eqx",
         "format_version": FORMAT_VERSION,
         "kind": kind,
-        "lcm_eqx_version": _library_version(),
+        "lcm_eqx_version": __version__,
         "model_fingerprint": None if structure is None else _fingerprint(structure),
         "model": None if structure is None else json.loads(structure),
         "arrays": _specs(arrays),
@@ -319,12 +315,6 @@ def _static(obj) -> dict:
     }
 
 
-def _library_version() -> str:
-    import lcm_eqx
-
-    return lcm_eqx.__version__
-
-
 def _atomic_write(path: Path, parts) -> None:
     """Write `parts` to `path` so that readers see the old file or the whole new one."""
     directory = path.parent
@@ -370,10 +360,13 @@ def _fsync_directory(directory: Path) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def load(path, model, kind: str) -> Any:
-    """Read the `kind` object saved at `path`, checking it against `model`."""
-    from ._model._plan import ModelPlan  # the plan, not Model: lower layers never import it
+def load(path, model, kind: str, build: Callable[[dict, dict, str], Any]) -> Any:
+    """Read the `kind` object saved at `path`, checking it against `model`.
 
+    The format knows no result class: `build(arrays, static, model_structure)` turns
+    the arrays, the static fields and the model's structure into the `kind` object (the
+    loaders above this layer pass the class's constructor).
+    """
     if not isinstance(getattr(model, "plan", None), ModelPlan):
         raise LcmError(
             f"{_LOADERS[kind]}: model must be the lcm_eqx Model the file was saved from, got "
@@ -392,7 +385,7 @@ def load(path, model, kind: str) -> Any:
         except Exception as error:  # a header/leaves mismatch that passed the checksums
             raise SavedFileError(f"{path}: the arrays could not be read ({error}).") from error
     try:
-        obj = _build(kind, arrays, header["static"], model)
+        obj = build(arrays, header["static"], model_structure(model))
     except (KeyError, TypeError, ValueError) as error:
         raise SavedFileError(
             f"{path} is corrupt: its header does not describe a {kind} ({error!r})."
@@ -430,7 +423,7 @@ def _read_header(file, path: Path) -> tuple[dict, int]:
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise SavedFileError(
             f"{path} was written in file format {version!r} by lcm_eqx "
-            f"{header.get('lcm_eqx_version')}; this lcm_eqx ({_library_version()}) reads "
+            f"{header.get('lcm_eqx_version')}; this lcm_eqx ({__version__}) reads "
             f"format {FORMAT_VERSION} and older. Upgrade lcm_eqx to load it."
         )
     return header, _PREAMBLE.size + header_size
@@ -446,16 +439,16 @@ def _check_kind(header: dict, path: Path, kind: str) -> None:
 
 def _version_note(header: dict) -> str:
     saved_version = header.get("lcm_eqx_version")
-    if saved_version == _library_version():
+    if saved_version == __version__:
         return ""
-    return f" (the file was written by lcm_eqx {saved_version}, this is {_library_version()})"
+    return f" (the file was written by lcm_eqx {saved_version}, this is {__version__})"
 
 
 def _warn_version(header: dict, path: Path) -> None:
     if _version_note(header):
         warnings.warn(
             f"{path} was written by lcm_eqx {header.get('lcm_eqx_version')}; this is lcm_eqx "
-            f"{_library_version()}. The model structure matches, so it is loaded as is.",
+            f"{__version__}. The model structure matches, so it is loaded as is.",
             LcmWarning,
             stacklevel=4,
         )
@@ -540,43 +533,6 @@ def _check_leaves(file, header: dict, path: Path, start: int) -> None:
         raise SavedFileError(f"{path} is corrupt: the arrays' checksum does not match.")
 
 
-def _build(kind: str, arrays: dict, static: dict, model):
-    def tuples(mapping):
-        return {key: tuple(value) for key, value in mapping.items()}
-
-    structure = model_structure(model)
-    if kind == "Solution":
-        from ._solve._backward import state_points
-        from ._solve._kernel import age_varying_points
-        from ._solve._solution import Solution
-
-        return Solution(
-            grids=state_points(model.plan, age_varying_points(model.plan)),
-            values=arrays["values"],
-            violations=arrays["violations"],
-            exponential_values=arrays.get("exponential_values", {}),
-            checks=tuples(static["checks"]),
-            active={key: tuple(int(p) for p in value) for key, value in static["active"].items()},
-            state_names=tuples(static["state_names"]),
-            model_structure=structure,
-        )
-    from ._simulate._result import SimulationResult
-
-    ages = static["ages"]
-    return SimulationResult(
-        regime=arrays["regime"],
-        present=arrays["present"],
-        value=arrays["value"],
-        states=arrays["states"],
-        actions=arrays["actions"],
-        regime_names=tuple(static["regime_names"]),
-        has_variable=tuples(static["has_variable"]),
-        labels=tuples(static["labels"]),
-        ages=None if ages is None else tuple(float(a) for a in ages),
-        model_structure=structure,
-    )
-
-
 def _check_against_model(obj, kind: str, model, path: Path) -> None:
     """The object's own structure against the model (files without a model record too)."""
     plan = model.plan
@@ -634,38 +590,3 @@ def _check_against_model(obj, kind: str, model, path: Path) -> None:
             + "; ".join(found)
             + ". Load it into the model it was saved from, or solve this model anew."
         )
-
-
-def load_solution(path: FilePath, model: Model) -> Solution:
-    """Read a solution saved with `solution.save(path)`, for `model`.
-
-    `model` must have the structure of the model that was solved: the same regimes,
-    periods, states and actions with the same grids, active periods, taste shocks and
-    function names (the tuning knobs `batch_size` and `distributed` may differ). Arrays
-    come back bit-exactly, with their saved dtypes (64-bit ones need
-    `jax.config.update("jax_enable_x64", True)`). A file written by another lcm_eqx
-    version loads with a warning when the structure matches.
-
-    Raises:
-        SavedFileError: the file is corrupt or truncated, holds a simulation result, or
-            comes from a model with a different structure (the message says what
-            differs).
-
-    Example:
-        >>> solution.save("retirement.lcm")
-        >>> solution = lcm.load_solution("retirement.lcm", model)
-    """
-    return load(path, model, "Solution")
-
-
-def load_simulation_result(path: FilePath, model: Model) -> SimulationResult:
-    """Read a simulated panel saved with `result.save(path)`, for `model`.
-
-    The same checks as `load_solution`; arrays come back bit-exactly as NumPy arrays.
-
-    Example:
-        >>> result.save("panel.lcm")
-        >>> result = lcm.load_simulation_result("panel.lcm", model)
-        >>> df = result.to_dataframe()
-    """
-    return load(path, model, "SimulationResult")

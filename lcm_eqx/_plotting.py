@@ -13,16 +13,21 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import jax
 import numpy as np
 
 from ._errors import InvalidPeriodError, LcmError
 from ._grids import AbstractContinuousGrid, AbstractProcessGrid, DiscreteGrid
+from ._grids._age import age_of
+from ._model._params import resolve_params
+from ._simulate._simulate import prepare_next_values
+from ._solve._kernel import RegimeProblem
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.axes import Axes
 
-    from ._model._model import Model
+    from ._facade import Model
     from ._simulate._result import SimulationResult
     from ._solve._solution import Solution
     from ._typing import Params
@@ -354,13 +359,6 @@ def compute_policy(
 def _policy_program(model: Model, regime: str):
     """A jitted `(params, values, points, period, keys) -> (actions, values)` (cached, so
     that several periods and calls reuse one compiled program)."""
-    import jax
-
-    from ._model._params import resolve_params
-    from ._simulate._simulate import prepare_next_values
-    from ._solve._backward import age_of
-    from ._solve._kernel import RegimeProblem
-
     plan, solver, ages = model.plan, model.solvers[regime], model.ages
     regime_plan = plan.regimes[regime]
 
@@ -384,8 +382,6 @@ def _policy_program(model: Model, regime: str):
 
 
 def _process_points(model: Model, params, regime_plan) -> dict[str, np.ndarray]:
-    from ._model._params import resolve_params
-
     resolved = resolve_params(model.plan, params)[regime_plan.name]
     out = {}
     for name in regime_plan.states:

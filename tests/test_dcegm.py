@@ -203,7 +203,7 @@ def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
     has none (a nested `jit` cannot), and `test_jit_vmap_and_no_retrace` checks that the
     two give the same solution to the last bit. An XLA that does not know an option gets
     a program without any, not an error."""
-    from lcm_eqx._model import _model
+    from lcm_eqx import _facade
 
     model, params, solution = solved(3, 0.1)
     assert model._solve is not model._solve_nested
@@ -212,15 +212,15 @@ def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
     # Solvers that ask for different options: the model compiles with those they share.
     mixed = retirement.build(3, solver=retirement.dcegm(), retired_solver=lcm.GridSearch())
     assert mixed._solve is mixed._solve_nested
-    monkeypatch.setattr(_model, "_OPTIONS_REFUSED", [])
+    monkeypatch.setattr(_facade, "_OPTIONS_REFUSED", [])
     monkeypatch.setattr(lcm.DCEGM, "compiler_options", lambda self: {"xla_no_such_option": 1})
     refusing = retirement.build(3, solver=retirement.dcegm())
     for _ in range(2):  # the second call goes straight to the plain program
         fallback = refusing.solve(params)
         for regime in ("working", "retired"):
             np.testing.assert_array_equal(fallback.values[regime], solution.values[regime])
-    assert len(_model._OPTIONS_REFUSED) == 1
-    assert "xla_no_such_option" in _model._OPTIONS_REFUSED[0]
+    assert len(_facade._OPTIONS_REFUSED) == 1
+    assert "xla_no_such_option" in _facade._OPTIONS_REFUSED[0]
 
 
 def _taste_shock_model():
@@ -581,7 +581,7 @@ def test_equal_solvers_share_a_pass_and_different_ones_do_not(monkeypatch):
 
 
 def test_lower_layers_do_not_import_model():
-    """Only the façade and `_model/_model.py` import `Model` at run time; the layers below
+    """Only `lcm_eqx/__init__.py` imports `Model` (from `_facade.py`) at run time; the layers below
     it (solve, simulate, estimation, persistence, plotting, describe) at most for types."""
     import ast
     from pathlib import Path
@@ -589,7 +589,7 @@ def test_lower_layers_do_not_import_model():
     package = Path(lcm.__file__).parent
     offenders = []
     for path in package.rglob("*.py"):
-        if path.name == "__init__.py" or path.relative_to(package).as_posix() == "_model/_model.py":
+        if path.name == "__init__.py" or path.relative_to(package).as_posix() == "_facade.py":
             continue
         tree = ast.parse(path.read_text())
         typing_only = set()
@@ -600,7 +600,7 @@ def test_lower_layers_do_not_import_model():
             if (
                 isinstance(node, ast.ImportFrom)
                 and id(node) not in typing_only
-                and (node.module or "").endswith("_model._model")
+                and (node.module or "").endswith("_facade")
             ):
                 offenders.append(f"{path.relative_to(package)}:{node.lineno}")
     assert offenders == []

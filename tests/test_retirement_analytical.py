@@ -27,7 +27,6 @@ so lcm_eqx's own errors against the exact solution are these same numbers.
 """
 
 import functools
-from enum import IntEnum
 
 import jax
 
@@ -38,7 +37,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-import lcm_eqx as lcm  # noqa: E402
+from tests.models import retirement  # noqa: E402
 from tests.oracles import retirement_analytical as oracle  # noqa: E402
 
 DISCOUNT_FACTOR = 0.98
@@ -63,72 +62,14 @@ BOUNDS = {
 
 
 # ---------------------------------------------------------------------------------------
-# The model, exactly as in API.md
+# The model, exactly as in API.md: written once, in tests/models/retirement.py
 # ---------------------------------------------------------------------------------------
 
-
-class RegimeId(IntEnum):
-    working = 0
-    retired = 1
-
-
-class Labor(IntEnum):
-    work = 0
-    retire = 1
-
-
-def utility(consumption, labor, disutility_of_work):
-    return jnp.log(consumption) - disutility_of_work * (labor == Labor.work)
-
-
-def utility_retired(consumption):
-    return jnp.log(consumption)
-
-
-def labor_income(labor, wage):
-    return jnp.where(labor == Labor.work, wage, 0.0)
-
-
-def next_wealth(wealth, consumption, labor_income, interest_rate):
-    return (1 + interest_rate) * (wealth - consumption) + labor_income
-
-
-def next_wealth_retired(wealth, consumption, interest_rate):
-    return (1 + interest_rate) * (wealth - consumption)
-
-
-def next_regime(labor):
-    return jnp.where(labor == Labor.work, RegimeId.working, RegimeId.retired)
-
-
-def borrowing(consumption, wealth):
-    return consumption <= wealth
+RegimeId, Labor = retirement.RegimeId, retirement.Labor
 
 
 def build_model(n_periods, n_consumption=500):
-    wealth = lcm.LinSpacedGrid(start=1.0, stop=400.0, n_points=100)
-    consumption = lcm.LinSpacedGrid(start=1.0, stop=400.0, n_points=n_consumption)
-    working = lcm.Regime(
-        states={"wealth": wealth},
-        actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
-        functions={"utility": utility, "labor_income": labor_income},
-        state_transitions={"wealth": next_wealth},
-        transition=next_regime,
-        constraints={"borrowing": borrowing},
-    )
-    retired = lcm.Regime(
-        states={"wealth": wealth},
-        actions={"consumption": consumption},
-        functions={"utility": utility_retired},
-        state_transitions={"wealth": next_wealth_retired},
-        transition=lambda: RegimeId.retired,
-        constraints={"borrowing": borrowing},
-    )
-    return lcm.Model(
-        regimes={"working": working, "retired": retired},
-        n_periods=n_periods,
-        regime_ids=RegimeId,
-    )
+    return retirement.build(n_periods, n_wealth=100, n_consumption=n_consumption)
 
 
 def model_params(disutility_of_work):

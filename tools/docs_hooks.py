@@ -30,10 +30,11 @@ PACKAGE = "lcm_eqx"
 # section; the first matching prefix wins, names from elsewhere go to "Other".
 SECTIONS = (
     ("_model", "Models"),
+    ("_facade", "Models"),
     ("_grids", "Grids"),
     ("_solve._solution", "Results"),
     ("_simulate", "Results"),
-    ("_persistence", "Results"),
+    ("_loading", "Results"),
     ("_solve", "Solvers"),
     ("_diagnostics", "Diagnostics"),
     ("_pandas", "Parameters as pandas"),

@@ -19,14 +19,14 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import InvalidPeriodError, LcmError
+from .._grids._age import age_of
 from .._model._params import resolve_params
 from .._solve._axes import lift
-from .._solve._backward import age_of
 from .._solve._kernel import RegimeProblem
 from .._solve._solution import Solution
 
 if TYPE_CHECKING:
-    from .._model._model import Model
+    from .._facade import Model
     from .._typing import Params
 
 

@@ -16,7 +16,7 @@ from .._errors import InvalidDataError
 from .._grids import AbstractProcessGrid, DiscreteGrid
 
 if TYPE_CHECKING:
-    from .._model._model import Model
+    from .._facade import Model
     from .._typing import Data
 
 

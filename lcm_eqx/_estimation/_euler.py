@@ -18,9 +18,9 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import InvalidPeriodError, LcmError
+from .._grids._age import age_of
 from .._model._dag import Evaluator
 from .._model._params import resolve_params
-from .._solve._backward import age_of
 from .._solve._kernel import RegimeProblem
 from .._solve._reading import (
     ContinuationReader,

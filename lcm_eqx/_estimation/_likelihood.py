@@ -39,7 +39,7 @@ from ._choice import (
 from ._data import ChoiceData, RegimeBlock, prepare_data
 
 if TYPE_CHECKING:
-    from .._model._model import Model
+    from .._facade import Model
     from .._typing import Data, Params
 
 

@@ -84,6 +84,12 @@ class AgeGrid(eqx.Module):
         return period
 
 
+def age_of(ages: AgeGrid | None, period):
+    """The age of `period` (an int or an array of them), or the period itself when the
+    model has no `AgeGrid`: what a user function's `age` argument receives."""
+    return period if ages is None else ages.age(period)
+
+
 def _parse_step(step):
     if not isinstance(step, str):
         return step

@@ -49,7 +49,7 @@ class AbstractGrid(eqx.Module):
         del periods, ages, where
         return self
 
-    def _check_knobs(self) -> None:
+    def check_knobs(self) -> None:
         name = type(self).__name__
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool):
             raise GridInitializationError(
@@ -102,10 +102,10 @@ class AbstractContinuousGrid(AbstractGrid):
 
         n = points.shape[0]
         lo = jnp.clip(jnp.searchsorted(points, x, side="right") - 1, 0, n - 2)
-        return lo, _weight(x, points, lo)
+        return lo, interval_weight(x, points, lo)
 
 
-def _weight(x: Array, points: Array, lo: Array) -> Array:
+def interval_weight(x: Array, points: Array, lo: Array) -> Array:
     lower = points[lo]
     upper = points[lo + 1]
     return (x - lower) / (upper - lower)

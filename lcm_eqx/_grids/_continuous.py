@@ -16,7 +16,7 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
 from .._errors import GridInitializationError, ModelInitializationError
-from ._base import AbstractContinuousGrid, _weight
+from ._base import AbstractContinuousGrid, interval_weight
 
 
 def _check_n_points(grid: str, n_points, argument: str = "n_points") -> None:
@@ -35,7 +35,7 @@ def _closed_form_interval(x: Array, points: Array, coordinate: Array) -> tuple[A
     lo = jnp.clip(jnp.floor(coordinate).astype(jnp.int32), 0, n - 2)
     lo = jnp.where((lo < n - 2) & (x >= points[jnp.minimum(lo + 1, n - 1)]), lo + 1, lo)
     lo = jnp.where((lo > 0) & (x < points[lo]), lo - 1, lo)
-    return lo, _weight(x, points, lo)
+    return lo, interval_weight(x, points, lo)
 
 
 def _geomspace(start, stop, n: int) -> Array:
@@ -203,7 +203,7 @@ class AbstractBoundedGrid(AbstractContinuousGrid):
         name = type(self).__name__
         _check_n_points(name, self.n_points_)
         _check_bounds(name, self.start, self.stop, log=self.geometric)
-        self._check_knobs()
+        self.check_knobs()
 
     @property
     def n_points(self) -> int:
@@ -443,7 +443,7 @@ class IrregSpacedGrid(AbstractContinuousGrid):
             raise GridInitializationError(
                 f"IrregSpacedGrid: points must be strictly increasing, got {self.points.tolist()}."
             )
-        self._check_knobs()
+        self.check_knobs()
 
     @property
     def n_points(self) -> int:
@@ -514,7 +514,7 @@ class AbstractPiecewiseGrid(AbstractContinuousGrid):
         self.distributed = distributed
 
     def __check_init__(self):
-        self._check_knobs()
+        self.check_knobs()
 
     @property
     def n_points(self) -> int:

@@ -45,7 +45,7 @@ class DiscreteGrid(AbstractGrid):
         self.distributed = distributed
 
     def __check_init__(self):
-        self._check_knobs()
+        self.check_knobs()
 
     @property
     def n_points(self) -> int:

@@ -81,7 +81,7 @@ class _AbstractAR1Grid(AbstractProcessGrid):
             )
         if isinstance(self.sigma, int | float) and not self.sigma > 0:
             raise GridInitializationError(f"{name}: sigma must be > 0, got {self.sigma}.")
-        self._check_knobs()
+        self.check_knobs()
 
     def discretize(
         self, values: dict[str, Array]
@@ -216,7 +216,7 @@ class _AbstractIIDGrid(_AbstractAR1Grid):
             raise GridInitializationError(f"{name}: n_points must be an int >= 1, got {n!r}.")
         if isinstance(self.sigma, int | float) and not self.sigma > 0:
             raise GridInitializationError(f"{name}: sigma must be > 0, got {self.sigma}.")
-        self._check_knobs()
+        self.check_knobs()
 
     def _normal_nodes(self, sigma, mean):
         x, w = np.polynomial.hermite.hermgauss(self.n_points_)

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._errors import ModelInitializationError
+from .._solve._continuation import discounted
 
 NEG_INF = -jnp.inf
 
@@ -408,8 +409,6 @@ class PresentBias(AbstractAggregator):
         return values
 
     def combine(self, utility, continuation, params, has_future):
-        from .._solve._continuation import discounted
-
         delta = params["discount_factor"]
         beta = params["present_bias"]
         assert not isinstance(continuation, Continuation)

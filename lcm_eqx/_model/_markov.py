@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import equinox as eqx
 
+from .._errors import ModelInitializationError
+
 
 class MarkovTransition(eqx.Module):
     """Marks a transition function as stochastic.
@@ -22,8 +24,6 @@ class MarkovTransition(eqx.Module):
 
     def __check_init__(self):
         if not callable(self.fn):
-            from .._errors import ModelInitializationError
-
             raise ModelInitializationError(
                 f"MarkovTransition: fn must be callable, got {self.fn!r}."
             )

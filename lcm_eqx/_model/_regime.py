@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -12,6 +13,21 @@ from .._errors import ModelInitializationError
 from .._grids import AbstractGrid
 from ._aggregator import AbstractAggregator
 from ._markov import ExtremeValueShocks, MarkovTransition
+
+# Where the solver interface lives. The spec sits below the engine and must not import
+# it; a solver instance can only exist once its interface module has been imported.
+_SOLVER_INTERFACE = ("lcm_eqx._solve._solver", "AbstractSolver")
+
+
+def _is_solver(candidate: object) -> bool:
+    """Whether `candidate` is an lcm_eqx solver, without importing the engine.
+
+    An instance of a subclass of `AbstractSolver` implies that the interface module is in
+    `sys.modules`; if it is not, nothing can be a solver yet.
+    """
+    module_name, class_name = _SOLVER_INTERFACE
+    interface = sys.modules.get(module_name)
+    return interface is not None and isinstance(candidate, getattr(interface, class_name))
 
 
 class Regime(eqx.Module):
@@ -151,9 +167,7 @@ class Regime(eqx.Module):
                 f"Regime(...): transition must be a function, a MarkovTransition or None, "
                 f"got {self.transition!r}."
             )
-        from .._solve._solver import AbstractSolver  # the solvers import the model plan
-
-        if self.solver is not None and not isinstance(self.solver, AbstractSolver):
+        if self.solver is not None and not _is_solver(self.solver):
             raise ModelInitializationError(
                 f"Regime(...): solver must be None or an lcm_eqx solver such as GridSearch() or "
                 f"DCEGM(...), got {self.solver!r}."

@@ -12,10 +12,15 @@ import numpy as np
 import pandas as pd
 
 from .._errors import LcmError
+from .._grids._age import age_of
+from .._model._dag import Evaluator
+from .._model._params import arrays_from_series, check_params, resolve_params
+from .._pandas import coerce_params
+from .._persistence import model_structure, save
 from .._typing import FilePath, Params
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .._model._model import Model
+    from .._facade import Model
 
 
 class SimulationResult(eqx.Module):
@@ -60,8 +65,6 @@ class SimulationResult(eqx.Module):
             >>> result.save("panel.lcm")
             >>> result = lcm.load_simulation_result("panel.lcm", model)
         """
-        from .._persistence import save
-
         save(self, path)
 
     def to_dataframe(
@@ -171,18 +174,11 @@ def _extra_columns(
     taken: set[str],
 ) -> dict[str, object]:
     """Columns of user functions evaluated at each row's states, actions, period and age."""
-    from .._model._dag import Evaluator
-    from .._model._params import arrays_from_series, check_params, resolve_params
-    from .._pandas import coerce_params
-    from .._solve._backward import age_of
-
     if model is None or params is None:
         raise LcmError(
             f"to_dataframe(extra={list(names)}): pass the model and the params that were "
             "simulated, e.g. result.to_dataframe(extra=[...], model=model, params=params)."
         )
-    from .._persistence import model_structure
-
     plan = model.plan
     if tuple(plan.names) != tuple(result.regime_names) or (
         result.model_structure is not None and model_structure(model) != result.model_structure

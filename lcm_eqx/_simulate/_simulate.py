@@ -19,12 +19,12 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from .._errors import LcmWarning
+from .._grids._age import age_of
 from .._model._plan import ModelPlan, RegimePlan
 from .._progress import simulate_tick
-from .._solve._backward import age_of
 from .._solve._kernel import (
     RegimeProblem,
-    _any_nan,
+    any_nan,
     age_varying_points,
     aggregator_checks,
     probability_violation,
@@ -262,7 +262,7 @@ def _on_blocks(
         changes: dict = {"continuations": continuations, "policy": policy}
         if blocks:
             # As unsharded: a NaN anywhere in next period's values makes the period NaN.
-            nan = _any_nan(list(blocks.values())).astype(jnp.int32)
+            nan = any_nan(list(blocks.values())).astype(jnp.int32)
             changes["continuation_has_nan"] = problem.continuation_has_nan | (
                 jax.lax.psum(nan, axis_names) > 0
             )

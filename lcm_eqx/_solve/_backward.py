@@ -17,6 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .._grids._age import age_of
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan, Segment
 from .._persistence import plan_structure
@@ -31,10 +32,6 @@ from ._solver import AbstractSolver, Period, SegmentOutputs, solver_groups
 def state_shape(plan: ModelPlan, regime: str) -> tuple[int, ...]:
     regime_plan = plan.regimes[regime]
     return tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
-
-
-def age_of(plan_ages, period):
-    return period if plan_ages is None else plan_ages.age(period)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -89,7 +89,7 @@ def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dt
     return jnp.stack(max_each(violations, axes), axis=-1)
 
 
-def _any_nan(arrays: list[Array]) -> Array:
+def any_nan(arrays: list[Array]) -> Array:
     # `max` propagates NaN: one reduction per array, without a separate test kernel.
     # Deliberately not one variadic reduction (`max_each`) of all the arrays, although
     # that would be one kernel instead of two per array: XLA cannot fuse a prepared
@@ -308,7 +308,7 @@ class RegimeProblem:
             # are tested per state point on their device-local slices instead (see
             # `with_continuations`), so that the test needs no communication.
             carried = set(self.carried())
-            self.continuation_has_nan = _any_nan(
+            self.continuation_has_nan = any_nan(
                 [c for t, (c, _) in self.continuations.items() if t not in carried]
             )
         self._frozen = True
@@ -581,7 +581,7 @@ class RegimeProblem:
             continuations[target] = (array, reduced)
         return self.replace(
             continuations=continuations,
-            continuation_has_nan=self.continuation_has_nan | _any_nan(list(arrays.values())),
+            continuation_has_nan=self.continuation_has_nan | any_nan(list(arrays.values())),
         )
 
     def _precontract_probabilities(self, state: str) -> Array:

@@ -9,7 +9,9 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import InvalidPeriodError
+from .._persistence import save
 from .._typing import FilePath
+from .._validation import first_failures
 
 
 class Solution(eqx.Module):
@@ -72,8 +74,6 @@ class Solution(eqx.Module):
             >>> solution.save("retirement.lcm")
             >>> solution = lcm.load_solution("retirement.lcm", model)
         """
-        from .._persistence import save
-
         save(self, path)
 
     def value(self, regime: str, period: int) -> Float[Array, "..."]:
@@ -102,8 +102,6 @@ class Solution(eqx.Module):
         A failed transition check comes first (its earliest period); then a NaN in a value
         array (check `"value:nan"`, in the latest period that has one, where it appears).
         """
-        from .._validation import first_failures
-
         violations = {r: np.asarray(v) - tolerance for r, v in self.violations.items()}
         failures = first_failures(violations, self.checks)
         if not failures:

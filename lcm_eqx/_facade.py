@@ -17,40 +17,41 @@ import jax.core  # jax.core.Tracer: a submodule that `import jax` does not decla
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import (
+from . import _describe, _diagnostics
+from ._errors import (
     InvalidInitialConditionsError,
     InvalidParamsError,
     LcmError,
     ModelInitializationError,
 )
-from .._estimation._distribution import Distribution, bin_initial, forward
-from .._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
-from .._logging import log_time, logger, timed
-from .._pandas import coerce_params
-from .._persistence import model_structure
-from .._progress import progress_mode
-from .._simulate._result import SimulationResult
-from .._simulate._simulate import (
-    draw_checks,
-    simulate_chunk,
-    variable_kinds,
-)
-from .._solve._backward import solve_model
-from .._solve._solution import Solution
-from .._solve._grid_search import GridSearch, assign_solvers
-from .._solve._solver import AbstractSolver
-from .._typing import InitialConditions, Params
-from .._validation import enforce, is_traced
-from ._params import (
+from ._estimation._distribution import Distribution, bin_initial, forward
+from ._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
+from ._logging import log_time, logger, timed
+from ._model._params import (
     arrays_from_series,
     bind_fixed,
     check_params,
     params_template,
     resolve_params,
 )
-from ._plan import ModelPlan, build_plan
-from ._regime import Regime
-from ._shared import with_shared
+from ._model._plan import ModelPlan, build_plan
+from ._model._regime import Regime
+from ._model._shared import with_shared
+from ._pandas import coerce_params
+from ._persistence import model_structure
+from ._progress import progress_mode
+from ._simulate._result import SimulationResult
+from ._simulate._simulate import (
+    draw_checks,
+    simulate_chunk,
+    variable_kinds,
+)
+from ._solve._backward import solve_model
+from ._solve._grid_search import GridSearch, assign_solvers
+from ._solve._solution import Solution
+from ._solve._solver import AbstractSolver
+from ._typing import InitialConditions, Params
+from ._validation import enforce, is_traced
 
 VALIDATE_OPTIONS = ("raise", "warn", "off")
 
@@ -266,15 +267,11 @@ class Model(eqx.Module):
         the largest splayable state axis) whose compiled temp memory fits, found by
         compiling the candidates. Apply it with `model.with_batch_size(axis, batch_size)`.
         """
-        from .._describe import describe
-
-        return describe(self, params, memory_budget=memory_budget, axis=axis)
+        return _describe.describe(self, params, memory_budget=memory_budget, axis=axis)
 
     def with_batch_size(self, axis: str, batch_size: int) -> Model:
         """A copy of the model whose grids named `axis` are splayed in chunks of `batch_size`."""
-        from .._describe import with_batch_size
-
-        return with_batch_size(self, axis, batch_size)
+        return _describe.with_batch_size(self, axis, batch_size)
 
     def params_template(self) -> dict:
         """Every parameter, nested as `{regime: {function: {name: nan}}}`."""
@@ -340,12 +337,10 @@ class Model(eqx.Module):
         Returns None when the value arrays have no NaN. `solve` calls this itself under
         `validate="raise"` / `"warn"`.
         """
-        from .._diagnostics import diagnose_nan
-
         params = coerce_params(params)
         if solution is None:
             solution = self.solve(params, validate="off")
-        return diagnose_nan(self, params, solution)
+        return _diagnostics.diagnose_nan(self, params, solution)
 
     def simulate(
         self,
@@ -621,8 +616,6 @@ def _simulate_chunk_with_params(
 
 def _horizon(n_periods: int | None, ages: AgeGrid | None) -> int:
     """`n_periods`, or the horizon of an `AgeGrid` with a `stop`; they must agree."""
-    from .._errors import ModelInitializationError
-
     from_ages = None if ages is None else ages.n_periods
     if n_periods is None:
         if from_ages is None:
