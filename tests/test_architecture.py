@@ -397,6 +397,7 @@ CHECKS = {
     "solver_folder_imports": solver_folder_imports,
 }
 
+
 @pytest.mark.parametrize("check", list(CHECKS))
 def test_layers(check: str) -> None:
     violations = CHECKS[check]()

@@ -62,7 +62,9 @@ FINE = 90
 
 def _models():
     fine = lcm.LinSpacedGrid(1.0, 400.0, FINE).to_jax()
-    toy = retirement.build(3, 30, 40, taste_shocks=True, solver=OtherActionGrid("consumption", fine))
+    toy = retirement.build(
+        3, 30, 40, taste_shocks=True, solver=OtherActionGrid("consumption", fine)
+    )
     reference = retirement.build(3, 30, FINE, taste_shocks=True)
     return toy, reference
 

@@ -310,7 +310,7 @@ class UniformIIDGrid(AbstractProcessGrid):
             raise GridInitializationError(
                 f"UniformIIDGrid: start must be < stop, got start={self.start}, stop={self.stop}."
             )
-        self._check_knobs()
+        self.check_knobs()
 
     def free_parameters(self) -> tuple[str, ...]:
         return tuple(name for name in ("start", "stop") if getattr(self, name) is None)
@@ -404,7 +404,7 @@ class IIDGrid(AbstractProcessGrid):
                     f"IIDGrid: probabilities must sum to 1, got {p.tolist()} (sum "
                     f"{float(np.sum(p))!r}); they are never renormalised."
                 )
-        self._check_knobs()
+        self.check_knobs()
 
     def free_parameters(self) -> tuple[str, ...]:
         return tuple(name for name in ("points", "probabilities") if getattr(self, name) is None)

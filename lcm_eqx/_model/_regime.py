@@ -215,6 +215,7 @@ def _as_dict(value, argument: str) -> dict:
     for key in value:
         if not isinstance(key, str) or not key.isidentifier():
             raise ModelInitializationError(
-                f"Regime(...): the keys of {argument} must be valid Python identifiers, got {key!r}."
+                f"Regime(...): the keys of {argument} must be valid Python identifiers, "
+                f"got {key!r}."
             )
     return dict(value)

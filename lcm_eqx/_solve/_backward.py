@@ -17,7 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from .._grids._age import age_of
+from .._grids._age import AgeGrid, age_of
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan, Segment
 from .._persistence import plan_structure
@@ -43,7 +43,7 @@ class _Induction:
     solvers: dict[str, AbstractSolver]
     groups: list[tuple[AbstractSolver, tuple[str, ...]]]
     resolved: dict
-    ages: object
+    ages: AgeGrid | None
     validate: bool
     sharding: ShardingPlan | None
     tables: dict

@@ -281,21 +281,26 @@ def continuation_at(
         if layout.continuous:
             nodes = cast(Array, 0.0)
             for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
-                weight = 1.0
-                for name, upper in zip(layout.continuous, corner, strict=True):
-                    w = intervals[name][1]
-                    weight = weight * (w if upper else 1.0 - w)
-                nodes = nodes + weight * block[(Ellipsis, *corner)]
+                nodes = (
+                    nodes + _corner_weight(layout, intervals, corner) * block[(Ellipsis, *corner)]
+                )
         nodes = mask_neg_inf(transform(settle_masked(nodes)))
         return finish(nodes if joint is None else jnp.sum(joint * nodes))
     if not layout.continuous:
         return finish(block if joint is None else jnp.sum(joint * block))
     total = cast(Array, 0.0)  # a weakly typed zero; an Array from the first corner on
     for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
-        weight: Array | float = 1.0
-        for name, upper in zip(layout.continuous, corner, strict=True):
-            w = intervals[name][1]
-            weight = weight * (w if upper else 1.0 - w)
+        weight = _corner_weight(layout, intervals, corner)
         node = block[(Ellipsis, *corner)]
         total = total + (weight * node if joint is None else jnp.sum(weight * joint * node))
     return finish(total)
+
+
+def _corner_weight(layout: Layout, intervals, corner) -> Array:
+    """The multilinear weight of one corner (0: lower, 1: upper node per continuous
+    axis) of the interpolation cell."""
+    weight: Array | float = 1.0
+    for name, upper in zip(layout.continuous, corner, strict=True):
+        w = intervals[name][1]
+        weight = weight * (w if upper else 1.0 - w)
+    return cast(Array, weight)

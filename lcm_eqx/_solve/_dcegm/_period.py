@@ -18,7 +18,7 @@ tuples.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -135,10 +135,15 @@ def grid_status(name: str, segment: Segment, following: frozenset[str] | None, p
 def reader(solver: DCEGM, target: str, state: State, period: Period):
     """How `period` reads regime `target` of `state`: its refined grids of next period."""
     plan = period.plan
-    arrays = ungrouped(state, choice_shapes(solver, plan, members(state)))[target]
+    nodes, count, continuation0, feasible = ungrouped(
+        state, choice_shapes(solver, plan, members(state))
+    )[target]
     grid = EndogenousGrid(
-        *arrays,
-        borrowing_limit=jnp.asarray(solver.savings.to_jax()[0], arrays[2].dtype),
+        nodes=nodes,
+        count=count,
+        continuation0=continuation0,
+        feasible=feasible,
+        borrowing_limit=jnp.asarray(solver.savings.to_jax()[0], continuation0.dtype),
         status=grid_status(target, period.segment, period.following, period.period),
     )
     return endogenous_reader(
@@ -166,8 +171,8 @@ def step(
     always = {n for n in names if solver.choices_always_feasible(plan.regimes[n])}
     carried_out: tuple[dict, dict] = ({}, {})
     emitted: tuple[dict, dict] = ({}, {})
-    for by_key, out, emit in zip(state, carried_out, emitted, strict=True):
-        for key, arrays in by_key.items():
+    for by_key, out, emit in zip((state[0], state[1]), carried_out, emitted, strict=True):
+        for key, arrays in cast(dict, by_key).items():
             through = all(name in always for name in (key if isinstance(key, tuple) else (key,)))
             if isinstance(key, tuple):
                 group = rows[key]
