@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import weakref
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -405,11 +405,11 @@ def _as_numpy(tree: Mapping, root: str) -> dict:
     return out
 
 
-def arrays_from_series(plan: ModelPlan, params, root: str = "params") -> dict[str, Any]:
+def arrays_from_series(plan: ModelPlan, params, root: str = "params") -> Any:
     """`params` with each parameter given as a labelled pandas Series (indexed by
     `age`, `period` and/or discrete states and actions by their labels) turned into the
     array that user functions index by period and code (see `series_table`)."""
-    return cast(dict[str, Any], tables_from_series(params, label_axes(plan), root))
+    return tables_from_series(params, label_axes(plan), root)
 
 
 def label_axes(plan: ModelPlan) -> dict[str, tuple | None]:
