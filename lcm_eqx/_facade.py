@@ -302,11 +302,19 @@ class Model(eqx.Module):
                 or `"tqdm"` (a tqdm bar; text if tqdm is missing). Works under `jax.jit`
                 (pass it as a static argument), `jax.vmap` and `jax.grad`.
         """
-        # A params Series becomes nested dicts, labelled Series leaves arrays.
-        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
         _check_validate(validate)
-        mode = progress_mode(progress)
+        return self._solve_checked(self._checked(params), validate, progress_mode(progress))
+
+    def _checked(self, params: Params) -> Params:
+        """`params` normalised (a Series becomes nested dicts, labelled Series leaves
+        arrays) and checked against the model: once per call of a public method, which
+        then hands the result down (`_solve_checked`)."""
+        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
         check_params(self.plan, params)
+        return params
+
+    def _solve_checked(self, params: Params, validate: str, mode: str | None) -> Solution:
+        """`solve` of parameters that `_checked` returned."""
         options: dict[str, Any] = {"validate": validate != "off", "progress": mode}
         program = self._solve
         if program is not self._solve_nested and (_OPTIONS_REFUSED or is_traced(params)):
@@ -326,8 +334,8 @@ class Model(eqx.Module):
             validate,
             solution.violations,
             solution.checks,
-            nan_detail=lambda: self.diagnose_nan(params, solution),
-            stacklevel=2,
+            nan_detail=lambda: _diagnostics.diagnose_nan(self, params, solution),
+            stacklevel=3,  # the caller of `solve` (of `simulate`, `distribution`)
         )
         return solution
 
@@ -378,10 +386,9 @@ class Model(eqx.Module):
             progress: `False` (default), `True` / `"text"` or `"tqdm"`: a meter over
                 periods and subject chunks (and over the solve when `solution` is None).
         """
-        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
         _check_validate(validate)
         mode = progress_mode(progress)
-        check_params(self.plan, params)
+        params = self._checked(params)
         if (
             not isinstance(subject_batch_size, int)
             or isinstance(subject_batch_size, bool)
@@ -404,7 +411,7 @@ class Model(eqx.Module):
         )
         traced = is_traced((params, regime, states, solution, key))
         if solution is None:
-            solution = self.solve(params, validate=validate, progress=mode or False)
+            solution = self._solve_checked(params, validate, mode)
         elif not isinstance(solution, Solution):
             raise LcmError(
                 f"simulate: solution must be a Solution from model.solve, got "
@@ -487,12 +494,11 @@ class Model(eqx.Module):
             validate: passed to `solve` when `solution` is None.
         """
         self.plan.reject_age_varying_grids("distribution")
-        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
         _check_validate(validate)
-        check_params(self.plan, params)
+        params = self._checked(params)
         mass = self._initial_mass(params, initial)
         if solution is None:
-            solution = self.solve(params, validate=validate)
+            solution = self._solve_checked(params, validate, None)
         elif not isinstance(solution, Solution):
             raise LcmError(
                 f"distribution: solution must be a Solution from model.solve, got "
