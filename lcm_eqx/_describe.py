@@ -7,10 +7,12 @@ import dataclasses
 import math
 from typing import cast
 
+import jax.numpy as jnp
 import numpy as np
 
 from ._errors import LcmError
 from ._grids import AbstractContinuousGrid, AbstractGrid
+from ._solve._axes import Axis, auto_splayed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +24,9 @@ class RegimeSummary:
     active_periods: tuple[int, ...]
     terminal: bool
     parameters: dict
+    # State axes that a pointwise solver splays by itself, and their chunk sizes (the
+    # state-action product would take more than `EVALUATION_BYTES` at once).
+    automatic_splay: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,9 @@ class ModelSummary:
                 "  actions: " + (", ".join(f"{n} {g}" for n, g in regime.actions.items()) or "none")
             )
             lines.append(f"  state-action points per period: {regime.state_action_points:,}")
+            if regime.automatic_splay:
+                chunks = ", ".join(f"{n} batch_size={b}" for n, b in regime.automatic_splay.items())
+                lines.append(f"  evaluated in chunks by itself (automatic splay): {chunks}")
             lines.append(f"  parameters: {regime.parameters}")
         if self.temp_bytes is not None:
             lines.append(
@@ -144,6 +152,25 @@ def _with_knob(grid: AbstractGrid, batch_size: int) -> AbstractGrid:
     return new
 
 
+def _automatic_splay(regime) -> dict[str, int]:
+    """The state axes of `regime` that a pointwise solver splays by itself."""
+
+    def axis(name):
+        grid = regime.grids[name]
+        return Axis(
+            name, np.empty(grid.n_points), grid.batch_size, grid.is_discrete, grid.distributed
+        )
+
+    states = tuple(axis(n) for n in regime.states)
+    actions = tuple(axis(n) for n in regime.actions)
+    splayed = auto_splayed(states, actions, np.zeros((), jnp.zeros(()).dtype).itemsize)
+    return {
+        new.name: new.batch_size
+        for old, new in zip(states, splayed, strict=True)
+        if new.batch_size != old.batch_size
+    }
+
+
 def _memory(model, params) -> tuple[int, int, int] | None:
     compiled = model._solve.lower(params, validate=True).compile()
     analysis = compiled.memory_analysis()
@@ -186,6 +213,7 @@ def describe(
                 active_periods=tuple(sorted(regime.active)),
                 terminal=regime.is_terminal,
                 parameters=template,
+                automatic_splay=_automatic_splay(regime),
             )
         )
     memory = None if params is None else _memory(model, params)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from collections.abc import Callable, Mapping
 
 import jax
@@ -24,6 +26,53 @@ class Axis:
     batch_size: int
     is_discrete: bool
     distributed: bool = False
+
+
+# The most bytes of one (state x action) product that a pointwise solver evaluates at once
+# (its value array: one float per pair); beyond, state axes are splayed by themselves
+# (`auto_splayed`). The environment variable `LCM_EVALUATION_BYTES` sets it.
+EVALUATION_BYTES = int(os.environ.get("LCM_EVALUATION_BYTES", 2**30))
+
+
+def _chunk(axis: Axis) -> int:
+    n = int(axis.points.shape[0])
+    return axis.batch_size if 0 < axis.batch_size < n else n
+
+
+def auto_splayed(
+    state_axes: tuple[Axis, ...],
+    action_axes: tuple[Axis, ...],
+    itemsize: int,
+    budget: int | None = None,
+) -> tuple[Axis, ...]:
+    """`state_axes` with `batch_size`s set where the product of state and action points
+    evaluated at once would take more than `budget` bytes (default `EVALUATION_BYTES`):
+    the largest unsplayed, unsharded state axes first, each to the largest chunk that
+    fits. The user's own knobs are kept; splaying gives the same results (the knob's
+    contract), so a model that fits is untouched, and one that does not is evaluated in
+    chunks rather than failing for memory.
+    """
+    budget = EVALUATION_BYTES if budget is None else budget
+    sizes = [_chunk(a) for a in state_axes]
+    total = math.prod(sizes) * math.prod(_chunk(a) for a in action_axes) * itemsize
+    if total <= budget:
+        return state_axes
+    axes = list(state_axes)
+    candidates = [
+        i
+        for i, a in enumerate(state_axes)
+        if not a.distributed and sizes[i] > 1 and not (0 < a.batch_size < a.points.shape[0])
+    ]
+    for i in sorted(candidates, key=lambda i: -sizes[i]):
+        rest = total // sizes[i]
+        batch_size = max(1, budget // max(rest, 1))
+        if batch_size < sizes[i]:
+            axes[i] = dataclasses.replace(axes[i], batch_size=int(batch_size))
+            total = rest * batch_size
+            sizes[i] = int(batch_size)
+        if total <= budget:
+            break
+    return tuple(axes)
 
 
 def map_axis(fn: Callable, xs, batch_size: int):

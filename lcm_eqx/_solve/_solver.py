@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from . import _on_grid
-from ._axes import lift
+from ._axes import auto_splayed, lift
 from ._kernel import RegimeProblem
 from ._reading import ContinuationReader, array_reader
 
@@ -258,6 +258,8 @@ class AbstractPointwiseSolver(AbstractSolver):
 
     `solve_period` lifts `value` over the state axes with the knobs (`lift`): splayed
     axes are scanned in chunks, sharded axes read their own slice of the continuation.
+    Where the state-action product would take more than `EVALUATION_BYTES` at once,
+    state axes are splayed by themselves (`auto_splayed`).
     """
 
     @abc.abstractmethod
@@ -270,14 +272,16 @@ class AbstractPointwiseSolver(AbstractSolver):
 
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         carried = problem.carried()
+        # Splayed by themselves where the state-action product would not fit at once.
+        axes = auto_splayed(problem.state_axes, problem.action_axes, jnp.zeros(()).dtype.itemsize)
         if carried:
             value, check = lift(
                 lambda state, arrays: self.value(problem.with_continuations(arrays), state),
-                problem.state_axes,
+                axes,
                 carried=carried,
             )
         else:
-            value, check = lift(lambda state: self.value(problem, state), problem.state_axes)
+            value, check = lift(lambda state: self.value(problem, state), axes)
         if isinstance(value, tuple):
             return PeriodSolution(value[0], check, None, value[1])
         return PeriodSolution(value, check, None)
