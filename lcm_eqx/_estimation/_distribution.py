@@ -41,7 +41,7 @@ from .._errors import LcmError
 from .._grids import AbstractContinuousGrid
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
-from .._solve._axes import Carried, lift
+from .._solve._axes import Carried, auto_splayed, lift
 from .._solve._kernel import RegimeProblem
 from .._solve._reading import choice_weights
 from .._solve._sharding import ShardingPlan, is_identity_transition, sharding_plan
@@ -540,7 +540,10 @@ def _over_nodes(plan: ModelPlan, solver, problem: RegimeProblem, targets):
     """
     on_grid = solver.choices_on_grid(problem)
     if on_grid is None:
-        return lift(lambda state: _node(plan, solver, problem, state, targets), problem.state_axes)
+        # Node by node on the action grids: splayed where the solve is (`auto_splayed`).
+        itemsize = jnp.zeros(()).dtype.itemsize
+        axes = auto_splayed(problem.state_axes, problem.action_axes, itemsize)
+        return lift(lambda state: _node(plan, solver, problem, state, targets), axes)
     v, chosen = on_grid
     n_d = len(problem.regime.discrete_actions)
     labels = (*problem.regime.states, *(None,) * n_d)
