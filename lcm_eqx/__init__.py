@@ -9,6 +9,7 @@ from ._config import configure_jax as _configure_jax
 _configure_jax()
 
 from ._errors import GridInitializationError as GridInitializationError  # noqa: E402
+from ._errors import InfeasibleStateError as InfeasibleStateError  # noqa: E402
 from ._errors import InvalidDataError as InvalidDataError  # noqa: E402
 from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
 from ._errors import InvalidParamsError as InvalidParamsError  # noqa: E402

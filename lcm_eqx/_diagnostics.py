@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._grids import DiscreteGrid
 from ._model._params import resolve_params
 from ._solve._backward import age_of
 from ._solve._kernel import RegimeProblem
@@ -39,6 +40,32 @@ def _describe_point(point: dict) -> str:
     return ", ".join(f"{k}={float(v):.6g}" for k, v in point.items())
 
 
+def _problem_at(model, params, solution, name: str, period: int) -> RegimeProblem:
+    """The problem of regime `name` in `period`, eagerly, against `solution`."""
+    plan = model.plan
+    regime = plan.regimes[name]
+    next_values = None
+    if not regime.is_terminal:
+        carried = solution.continuation_values
+        next_values = {
+            r: (
+                carried[r][period + 1]
+                if period + 1 < plan.n_periods
+                else jnp.zeros(carried[r].shape[1:], carried[r].dtype)
+            )
+            for r in plan.regimes
+        }
+    return RegimeProblem(
+        plan,
+        regime,
+        resolve_params(plan, params)[name],
+        jnp.asarray(period),
+        jnp.asarray(age_of(model.ages, period)),
+        next_values,
+        False,
+    )
+
+
 def diagnose_nan(model, params, solution) -> str | None:
     """A message locating the first NaN of `solution`, or None when it has none."""
     plan = model.plan
@@ -57,27 +84,7 @@ def diagnose_nan(model, params, solution) -> str | None:
         return None
     name, period, values = found
     regime = plan.regimes[name]
-    resolved = resolve_params(plan, params)[name]
-    next_values = None
-    if not regime.is_terminal:
-        carried = solution.continuation_values
-        next_values = {
-            r: (
-                carried[r][period + 1]
-                if period + 1 < plan.n_periods
-                else jnp.zeros(carried[r].shape[1:], carried[r].dtype)
-            )
-            for r in plan.regimes
-        }
-    problem = RegimeProblem(
-        plan,
-        regime,
-        resolved,
-        jnp.asarray(period),
-        jnp.asarray(age_of(model.ages, period)),
-        next_values,
-        False,
-    )
+    problem = _problem_at(model, params, solution, name, period)
     index = np.argwhere(np.isnan(values))[0] if values.ndim else ()
     state = {axis.name: axis.points[i] for axis, i in zip(problem.state_axes, index, strict=True)}
     shown_state = {s: problem.value_of(s, x) for s, x in state.items()}
@@ -134,3 +141,61 @@ def diagnose_nan(model, params, solution) -> str | None:
             point = f" at action ({_describe_point(action)})" if action else ""
             return f"{where}: NaN first appears in {kind}{point}."
     return f"{where}: the value is NaN, but no single term is NaN at a feasible action."
+
+
+@jax.jit
+def _infeasible_summary(values: dict) -> dict:
+    """By regime, per period: how many states have value -inf, and the first of them (a
+    flat index). Two small arrays leave the device, not the value arrays."""
+
+    def summary(array):
+        flat = jnp.isneginf(array.reshape(array.shape[0], -1))
+        return jnp.sum(flat, axis=1), jnp.argmax(flat, axis=1)
+
+    return {name: summary(array) for name, array in values.items()}
+
+
+def warn_infeasible_states(model, params, solution) -> None:
+    """Warn, per regime, of the active periods whose value arrays have states with no
+    feasible action (value -inf): how many in each period, and the first state of each.
+
+    Such states are harmless until a subject reaches one (then `simulate` raises
+    `InfeasibleStateError`), but they usually mean action grids that start too high.
+    """
+    from ._errors import warn
+
+    plan = model.plan
+    summaries = jax.device_get(_infeasible_summary(solution.values))
+    for name, (counts, firsts) in summaries.items():
+        regime = plan.regimes[name]
+        periods = [t for t in regime.active if counts[t] > 0]
+        if not periods:
+            continue
+        problem = _problem_at(model, params, solution, name, periods[0])
+        shape = tuple(axis.points.shape[0] for axis in problem.state_axes)
+        n_states = int(np.prod(shape))
+        described = []
+        for t in periods:
+            index = np.unravel_index(int(firsts[t]), shape)
+            point = {}
+            for axis, i in zip(problem.state_axes, index, strict=True):
+                grid = regime.grids[axis.name]
+                if isinstance(grid, DiscreteGrid):
+                    point[axis.name] = repr(grid.labels[int(i)])
+                else:
+                    points = solution.grids.get(name, {}).get(axis.name)
+                    x = points[t][i] if points is not None else problem.value_of(axis.name, axis.points[i])
+                    point[axis.name] = f"{float(x):.6g}"
+            where = ", ".join(f"{k}={v}" for k, v in point.items())
+            described.append(f"period {t}: {int(counts[t])} (first at {where})")
+            if len(described) == 3 and len(periods) > 3:
+                described.append(f"and {len(periods) - 3} more periods")
+                break
+        warn(
+            f"Regime {name!r}: states with no feasible action (value -inf) of "
+            f"{n_states} per period — " + "; ".join(described) + f". The constraints "
+            f"{list(regime.constraints)} rule out every point of the action grids there, or "
+            "every feasible action leads only to such states; a subject simulated into one "
+            "raises InfeasibleStateError. Start the action grids low enough (e.g. the "
+            "consumption grid at or below the lowest wealth) or relax the constraints."
+        )

@@ -49,6 +49,12 @@ class InvalidDataError(LcmError, ValueError):
     """Observed data that do not fit the model (unknown regimes, labels, missing columns)."""
 
 
+class InfeasibleStateError(LcmError, ValueError):
+    """A simulated subject reached a state where no action is feasible (every action is
+    ruled out by a constraint, or leads only to such states); the message names the
+    regime, period, constraints and the subject's state."""
+
+
 class NaNError(LcmError, FloatingPointError):
     """A value array contains NaN; the message names the regime, period and term."""
 

@@ -31,6 +31,7 @@ from jax import custom_batching
 from jax.typing import ArrayLike
 
 from ._errors import (
+    InfeasibleStateError,
     InvalidInitialConditionsError,
     InvalidParamsError,
     InvalidTransitionProbabilitiesError,
@@ -117,6 +118,25 @@ def _finite(f: Failure) -> str:
     )
 
 
+INFEASIBLE_CHECK = "constraints:infeasible"  # simulated subjects with no feasible action
+
+
+def _infeasible(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, period {f.period}: {f.size:.0f} simulated subject(s) reached "
+        "a state where no action is feasible (the constraints rule out every point of the "
+        "action grids, or every feasible action leads only to such states); their "
+        "continuous actions are NaN and their value -inf. " + INFEASIBLE_ADVICE
+    )
+
+
+INFEASIBLE_ADVICE = (
+    "Start the action grids low enough (e.g. the consumption grid at or below the lowest "
+    "wealth) or relax the constraints; with validate='warn' the simulation warns and "
+    "carries on with these rows flagged (value -inf, continuous actions NaN)."
+)
+
+
 def _nan(f: Failure) -> str:
     return (
         f"Regime {f.regime!r}, period {f.period}: the value array contains NaN (the latest "
@@ -195,6 +215,7 @@ CHECKS: dict[str, CheckKind] = {
     "inactive": CheckKind(InvalidTransitionProbabilitiesError, _inactive),
     "finite": CheckKind(NaNError, _finite),
     "nan": CheckKind(NaNError, _nan),
+    "infeasible": CheckKind(InfeasibleStateError, _infeasible),  # a simulated subject
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
     "limit": CheckKind(ModelInitializationError, _limit),  # DCEGM's borrowing limit
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds

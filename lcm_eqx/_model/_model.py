@@ -38,7 +38,7 @@ from .._solve._backward import solve_model
 from .._solve._solution import Solution
 from .._solve._solver import AbstractSolver, GridSearch, assign_solvers
 from .._typing import InitialConditions, Params
-from .._validation import enforce, is_traced
+from .._validation import INFEASIBLE_ADVICE, INFEASIBLE_CHECK, enforce, is_traced
 from ._params import bind_fixed, check_params, params_template, resolve_params
 from ._plan import ModelPlan, build_plan
 from ._regime import Regime
@@ -319,6 +319,10 @@ class Model(eqx.Module):
             nan_detail=lambda: self.diagnose_nan(params, solution),
             stacklevel=2,
         )
+        if validate != "off" and not is_traced(solution.values):
+            from .._diagnostics import warn_infeasible_states
+
+            warn_infeasible_states(self, params, solution)
         return solution
 
     def diagnose_nan(self, params: Params, solution: Solution | None = None) -> str | None:
@@ -444,11 +448,21 @@ class Model(eqx.Module):
         record = jax.tree.map(lambda *xs: concatenate(xs, axis=1), *parts)
         if validate != "off":
             maximum = jnp.maximum if traced else np.maximum
+            flags = jax.tree.map(lambda *xs: functools.reduce(maximum, xs), *violations)
+            checks = {name: draw_checks(self.plan, r) for name, r in self.plan.regimes.items()}
+            infeasible = _infeasible_subjects(self.plan, record, traced)
+            texts = {} if traced else _infeasible_texts(self.plan, record, infeasible)
             enforce(
                 validate,
-                jax.tree.map(lambda *xs: functools.reduce(maximum, xs), *violations),
-                {name: draw_checks(self.plan, r) for name, r in self.plan.regimes.items()},
+                {
+                    name: jnp.concatenate([flags[name], counts], axis=1)
+                    if traced
+                    else np.concatenate([np.asarray(flags[name]), counts], axis=1)
+                    for name, counts in infeasible.items()
+                },
+                {name: (*checks[name], f"{INFEASIBLE_CHECK}:{name}") for name in checks},
                 context=" (in simulate, at a simulated state and choice)",
+                texts=texts,
                 stacklevel=2,
             )
         return self._result(record)
@@ -569,6 +583,54 @@ class Model(eqx.Module):
             ages=ages,
             model_structure=model_structure(self),
         )
+
+
+def _infeasible_subjects(plan: ModelPlan, record, traced: bool) -> dict[str, Any]:
+    """By regime, `(n_periods, 1)`: how many simulated subjects had no feasible action
+    (value -inf) in each period."""
+    xp = jnp if traced else np
+    stuck = xp.asarray(record["present"]) & xp.isneginf(xp.asarray(record["value"]))
+    dtype = record["value"].dtype
+    regime = xp.asarray(record["regime"])
+    return {
+        name: xp.sum(stuck & (regime == r.id), axis=1, keepdims=True).astype(dtype)
+        for name, r in plan.regimes.items()
+    }
+
+
+def _infeasible_texts(plan: ModelPlan, record, infeasible) -> dict[str, str]:
+    """The eager message of each regime's first simulated subject with no feasible
+    action: the subject, its state and the regime's constraints."""
+    texts = {}
+    for name, counts in infeasible.items():
+        periods = np.flatnonzero(counts[:, 0])
+        if not periods.size:
+            continue
+        period = int(periods[0])
+        regime = plan.regimes[name]
+        stuck = (
+            np.asarray(record["present"][period])
+            & np.isneginf(np.asarray(record["value"][period]))
+            & (np.asarray(record["regime"][period]) == regime.id)
+        )
+        subject = int(np.flatnonzero(stuck)[0])
+        shown = []
+        for state in regime.states:
+            grid = regime.grids[state]
+            x = record["state_values"][state][period, subject]
+            if isinstance(grid, DiscreteGrid):
+                shown.append(f"{state}={grid.labels[int(record['states'][state][period, subject])]!r}")
+            else:
+                shown.append(f"{state}={float(x):.6g}")
+        constraints = list(regime.constraints) or "none"
+        texts[f"{INFEASIBLE_CHECK}:{name}"] = (
+            f"Regime {name!r}, period {period}: {int(counts[period, 0])} simulated subject(s) "
+            f"reached a state where no action is feasible, the first subject {subject} at "
+            f"({', '.join(shown)}): the constraints {constraints} rule out every point of "
+            "the action grids there, or every feasible action leads only to such states. "
+            "Their continuous actions are NaN and their value -inf. " + INFEASIBLE_ADVICE
+        )
+    return texts
 
 
 def _simulate_chunk_with_params(

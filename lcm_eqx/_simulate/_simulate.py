@@ -402,6 +402,14 @@ def _simulate_subject(
 ):
     regime = problem.regime
     chosen, value = solver.choose(problem, state, jax.random.fold_in(key, _TASTE))
+    # With no feasible action (value -inf) the argmax picked an infeasible one: its
+    # continuous actions are NaN instead, so that nothing downstream passes for valid
+    # (`Model.simulate` reports these subjects).
+    feasible = value > -jnp.inf
+    chosen = {
+        name: x if regime.grids[name].is_discrete else jnp.where(feasible, x, jnp.nan)
+        for name, x in chosen.items()
+    }
     shown = {s: problem.value_of(s, x) for s, x in state.items()}
     no_checks = jnp.zeros((0,), value.dtype)
     if regime.is_terminal:
