@@ -143,8 +143,7 @@ def diagnose_nan(model, params, solution) -> str | None:
     return f"{where}: the value is NaN, but no single term is NaN at a feasible action."
 
 
-@jax.jit
-def _infeasible_summary(values: dict) -> dict:
+def infeasible_summary(values: dict) -> dict:
     """By regime, per period: how many states have value -inf, and the first of them (a
     flat index). Two small arrays leave the device, not the value arrays."""
 
@@ -155,18 +154,22 @@ def _infeasible_summary(values: dict) -> dict:
     return {name: summary(array) for name, array in values.items()}
 
 
-def warn_infeasible_states(model, params, solution) -> None:
+def warn_infeasible_states(model, params, solution, summaries) -> None:
     """Warn, per regime, of the active periods whose value arrays have states with no
     feasible action (value -inf): how many in each period, and the first state of each.
 
     Such states are harmless until a subject reaches one (then `simulate` raises
     `InfeasibleStateError`), but they usually mean action grids that start too high.
+    `summaries` is `infeasible_summary(solution.values)`.
     """
     from ._errors import warn
 
+    from ._validation import first_failures
+
+    if first_failures(solution.violations, solution.checks):
+        return  # a failed check was reported; its states may be -inf in consequence
     plan = model.plan
-    summaries = jax.device_get(_infeasible_summary(solution.values))
-    for name, (counts, firsts) in summaries.items():
+    for name, (counts, firsts) in jax.device_get(summaries).items():
         regime = plan.regimes[name]
         periods = [t for t in regime.active if counts[t] > 0]
         if not periods:

@@ -419,6 +419,21 @@ def _aggregator_solve(params, aggregator=None, utility=None):
     return solve(params, lcm.Model(**model_kwargs(**_ez_regimes(aggregator, utility))))
 
 
+def _infeasible_state_simulate():
+    """A consumption grid from 3: a worker at wealth 1 has no feasible action."""
+    actions = {"labor": lcm.DiscreteGrid(Labor), "consumption": lcm.LinSpacedGrid(3.0, 10.0, 4)}
+    the_model = lcm.Model(**model_kwargs(working=working_regime(actions=actions)))
+    with pytest.warns(lcm.LcmWarning, match="no feasible action"):  # solve warns of it
+        the_solution = the_model.solve(PARAMS)
+    return functools.partial(
+        the_model.simulate,
+        PARAMS,
+        initial_conditions(wealth=np.array([1.0, 8.0])),
+        solution=the_solution,
+        key=jax.random.key(0),
+    )
+
+
 CASES = [
     # ------------------------------------------------------ preference aggregators
     pytest.param(
@@ -1416,6 +1431,12 @@ CASES = [
         I,
         ["subject_batch_size", "-1"],
         id="simulate-negative-subject-batch-size",
+    ),
+    pytest.param(
+        _infeasible_state_simulate,
+        lcm.InfeasibleStateError,
+        ["'working'", "period 0", "subject 0", "wealth=1", "health='good'", "'borrowing'"],
+        id="simulate-state-with-no-feasible-action",
     ),
     pytest.param(
         lambda: simulate(

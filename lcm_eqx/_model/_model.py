@@ -210,7 +210,7 @@ class Model(eqx.Module):
         self.solver = solver
         self.solvers = assign_solvers(plan, regimes, solver)
         self.plan = plan
-        solve = functools.partial(solve_model, plan, self.solvers, ages)
+        solve = functools.partial(solve_model_with_infeasible_states, plan, self.solvers, ages)
         static = ("validate", "progress")
         self._solve_nested = jax.jit(solve, static_argnames=static)
         options = _compiler_options(plan, self.solvers)
@@ -304,12 +304,12 @@ class Model(eqx.Module):
         with timed(program, "solve", params, **options) as timer:
             with _CollectorPaused():
                 try:
-                    raw = program(params, **options)
+                    raw, infeasible = program(params, **options)
                 except jax.errors.JaxRuntimeError as error:
                     if program is self._solve_nested or "No such compile option" not in str(error):
                         raise
                     _OPTIONS_REFUSED.append(str(error))  # this XLA lacks an option: go without
-                    raw = self._solve_nested(params, **options)
+                    raw, infeasible = self._solve_nested(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = raw  # it records the model's structure (`Solution.model_structure`)
         enforce(
@@ -319,10 +319,10 @@ class Model(eqx.Module):
             nan_detail=lambda: self.diagnose_nan(params, solution),
             stacklevel=2,
         )
-        if validate != "off" and not is_traced(solution.values):
+        if infeasible and not is_traced(infeasible):
             from .._diagnostics import warn_infeasible_states
 
-            warn_infeasible_states(self, params, solution)
+            warn_infeasible_states(self, params, solution, infeasible)
         return solution
 
     def diagnose_nan(self, params: Params, solution: Solution | None = None) -> str | None:
@@ -583,6 +583,18 @@ class Model(eqx.Module):
             ages=ages,
             model_structure=model_structure(self),
         )
+
+
+def solve_model_with_infeasible_states(plan, solvers, ages, params, *, validate, progress=None):
+    """`solve_model`, and with `validate` by regime and period how many states have no
+    feasible action and the first of them, counted in the same program (a few numbers
+    leave it; `warn_infeasible_states` reports them)."""
+    solution = solve_model(plan, solvers, ages, params, validate=validate, progress=progress)
+    if not validate:
+        return solution, {}
+    from .._diagnostics import infeasible_summary
+
+    return solution, infeasible_summary(solution.values)
 
 
 def _infeasible_subjects(plan: ModelPlan, record, traced: bool) -> dict[str, Any]:

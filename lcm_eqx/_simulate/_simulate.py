@@ -320,9 +320,10 @@ def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
 
     The subjects where `mask` holds are moved to the front (a stable sort) and `fn` runs
     on blocks of `block` of them, in a loop with as many iterations as needed
-    (`ceil(sum(mask) / block)`): a regime's kernel then costs in proportion to the
-    subjects in that regime, not to the whole panel (`block` defaults to
-    `SUBJECT_BLOCK`, read when traced). Entries where `mask` does not hold
+    (`ceil(sum(mask) / block)`; a static trip count, the blocks past it skipped): a
+    regime's kernel then costs in proportion to the subjects in that regime, not to the
+    whole panel (`block` defaults to `SUBJECT_BLOCK`, read when traced); reverse mode
+    differentiates through it. Entries where `mask` does not hold
     are left at zero (callers select with `mask`). Results do not depend on the blocking:
     each subject's computation (including its random draws, keyed by subject id) is
     the same.
@@ -346,7 +347,12 @@ def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
         result = jax.vmap(fn)(*jax.tree.map(lambda x: x[read], args))
         return jax.tree.map(lambda o, r: o.at[write].set(r, mode="drop"), out, result)
 
-    return jax.lax.fori_loop(0, n_blocks, body, init)
+    def maybe_body(i, out):
+        return jax.lax.cond(i < n_blocks, body, lambda i, out: out, i, out)
+
+    # A static trip count (blocks past `n_blocks` are skipped by the `cond`): a fori_loop
+    # with dynamic bounds is a while_loop, which reverse mode cannot differentiate.
+    return jax.lax.fori_loop(0, n_slots // block, maybe_body, init)
 
 
 def draw_checks(plan: ModelPlan, regime: RegimePlan) -> tuple[str, ...]:
