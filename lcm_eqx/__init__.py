@@ -14,6 +14,7 @@ from ._errors import InvalidDataError as InvalidDataError  # noqa: E402
 from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
 from ._errors import InvalidParamsError as InvalidParamsError  # noqa: E402
 from ._errors import InvalidPeriodError as InvalidPeriodError  # noqa: E402
+from ._errors import InvalidRegimeError as InvalidRegimeError  # noqa: E402
 from ._errors import (  # noqa: E402
     InvalidTransitionProbabilitiesError as InvalidTransitionProbabilitiesError,
 )

@@ -202,3 +202,128 @@ def warn_infeasible_states(model, params, solution, summaries) -> None:
             "raises InfeasibleStateError. Start the action grids low enough (e.g. the "
             "consumption grid at or below the lowest wealth) or relax the constraints."
         )
+
+
+def _shown(regime, problem, name: str, x) -> str:
+    """A state's or action's grid point as user functions see it (labels quoted)."""
+    grid = regime.grids[name]
+    if isinstance(grid, DiscreteGrid):
+        return f"{name}={grid.labels[int(x)]!r}"
+    return f"{name}={float(problem.value_of(name, jnp.asarray(x))):.6g}"
+
+
+def transition_detail(model, params, solution, failure) -> str | None:
+    """The message of a failed transition check that says which: the first state-action
+    point where the transition is invalid, the bad value, and the valid range.
+
+    Re-evaluates the transition eagerly on the regime's grids in the failed period (like
+    `diagnose_nan`). Returns None (the generic message stands) for other checks, or
+    where the point cannot be found.
+    """
+    from ._solve._kernel import probability_violation
+    from ._validation import CHECKS
+
+    if failure.kind and failure.kind in CHECKS:
+        return None  # not a plain transition check
+    plan = model.plan
+    regime = plan.regimes[failure.regime]
+    function = failure.function
+    n_regimes = len(plan.regimes)
+    ids = ", ".join(f"{n}={r.id}" for n, r in plan.regimes.items())
+    if function == "next_regime":
+        if regime.next_regime is None:
+            return None
+        markov, discrete, size = regime.next_regime_is_markov, True, n_regimes
+    else:
+        state = function.removeprefix("next_")
+        transition = regime.state_transitions.get(state)
+        if transition is None or transition.function is None:
+            return None
+        grid = plan.state_grid(state)
+        markov, discrete, size = transition.is_markov, grid.is_discrete, grid.n_points
+        if not (markov or discrete):
+            return None
+    try:
+        problem = _problem_at(model, params, solution, failure.regime, failure.period)
+        axes = (*problem.state_axes, *problem.action_axes)
+        mesh = np.meshgrid(*(np.arange(a.points.shape[0]) for a in axes), indexing="ij")
+        index = [m.reshape(-1) for m in mesh]
+
+        def at(codes):
+            point = {a.name: a.points[i] for a, i in zip(axes, codes, strict=True)}
+            evaluate = problem.evaluator(point)
+            feasible = jnp.asarray(True)
+            for constraint in regime.constraints.values():
+                feasible = feasible & jnp.asarray(evaluate(constraint), bool)
+            if function == "next_regime":
+                out = jnp.asarray(evaluate(regime.next_regime))
+            else:
+                out = jnp.asarray(evaluate(regime.state_transitions[state].function))
+            return feasible, out
+
+        feasible, out = jax.vmap(at)([jnp.asarray(i) for i in index])
+        feasible, out = np.asarray(feasible), np.asarray(out)
+    except Exception:  # an unusual transition: the generic message stands
+        return None
+    if markov:
+        if out.ndim != 2 or out.shape[1] != size:
+            return None
+        bad = np.asarray(jax.vmap(lambda p: probability_violation(p, problem.tolerance))(out)) > 0
+    else:
+        codes = out.reshape(-1)
+        bad = (codes < 0) | (codes >= size) | (codes != np.floor(codes))
+    candidates = np.flatnonzero(bad & feasible)
+    if not candidates.size:
+        candidates = np.flatnonzero(bad)
+    if not candidates.size:
+        return None
+    first = int(candidates[0])
+    shown_states = [
+        _shown(regime, problem, a.name, a.points[index[k][first]])
+        for k, a in enumerate(problem.state_axes)
+    ]
+    n_states = len(problem.state_axes)
+    shown_actions = [
+        _shown(regime, problem, a.name, a.points[index[n_states + k][first]])
+        for k, a in enumerate(problem.action_axes)
+    ]
+    where = f"state ({', '.join(shown_states)})" if shown_states else "its only state"
+    if shown_actions:
+        where += f" and action ({', '.join(shown_actions)})"
+    head = f"Regime {failure.regime!r}, function {function!r}, period {failure.period}"
+    count = int(np.sum(bad))
+    if function == "next_regime":
+        target = f"one per regime in the order of regime_ids ({ids})"
+        valid = f"valid regime ids are 0..{n_regimes - 1} ({ids})"
+    else:
+        labels = getattr(plan.state_grid(state), "labels", None)
+        named = f" ({', '.join(f'{label}={i}' for i, label in enumerate(labels))})" if labels else ""
+        target = f"one per code of {state!r}{named}"
+        valid = f"valid codes of {state!r} are 0..{size - 1}{named}"
+    if markov:
+        p = out[first]
+        shown = "[" + ", ".join(f"{float(x):.6g}" for x in p) + "]"
+        problems = []
+        if np.isnan(p).any():
+            problems.append("contain NaN")
+        if (p < 0).any() or (p > 1).any():
+            problems.append("lie outside [0, 1]")
+        total = float(np.sum(p))
+        if abs(total - 1.0) > problem.tolerance:
+            problems.append(f"sum to {total:.6g}, not 1")
+        what = " and ".join(problems) or "are invalid"
+        message = (
+            f"{head}: returns probabilities {shown} ({target}) that {what}, at {where}; "
+            f"{count} of the {bad.size} state-action points are invalid. Each must lie in "
+            f"[0, 1] and they must sum to 1 (tolerance {problem.tolerance:g}). Nothing is "
+            "renormalised."
+        )
+    else:
+        value = out.reshape(-1)[first]
+        shown = f"{int(value)}" if value == np.floor(value) else f"{float(value):g}"
+        what = "regime id" if function == "next_regime" else "code"
+        message = (
+            f"{head}: returns {what} {shown} at {where}, outside the valid range: {valid}; "
+            f"{count} of the {bad.size} state-action points are out of range."
+        )
+    return message

@@ -35,6 +35,11 @@ class InvalidTransitionProbabilitiesError(LcmError, ValueError):
     """A Markov transition returned probabilities outside [0, 1] or not summing to 1."""
 
 
+class InvalidRegimeError(LcmError, ValueError):
+    """A regime name that is not one of the model's regimes (e.g. in
+    `solution.value(regime, period)`)."""
+
+
 class InvalidPeriodError(LcmError, ValueError):
     """A period outside the model's horizon, or one in which a regime is inactive."""
 

@@ -277,11 +277,13 @@ def describe(
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
     texts: Mapping[str, str] | None = None,
+    detail: Callable[[Failure], str | None] | None = None,
 ):
     """The error class and message of a failure (`nan_detail`: an eager, more precise
     message for a NaN in the value arrays, e.g. from `diagnose_nan`; `context` is
     appended, e.g. that the check failed in simulation; `texts`: fixed messages by
-    check name)."""
+    check name; `detail`: an eager, more precise message for any other failure, e.g.
+    the state and the bad value from `transition_detail`, or None)."""
     # A kind without an entry (e.g. a solver's own check) reads as a transition check.
     kind = CHECKS.get(failure.kind, CHECKS[""])
     message = None
@@ -289,6 +291,8 @@ def describe(
         message = texts[failure.check]
     elif failure.check == NAN_CHECK and nan_detail is not None:
         message = nan_detail()
+    elif detail is not None and not failure.batch:
+        message = detail(failure)
     if message is None:
         message = kind.message(failure)
     if failure.batch:
@@ -305,11 +309,12 @@ def report(
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
     texts: Mapping[str, str] | None = None,
+    detail: Callable[[Failure], str | None] | None = None,
     stacklevel: int = 2,
 ) -> None:
     """Raise (`validate="raise"`) or warn (`"warn"`) on failed checks; host side."""
     for failure in first_failures(violations, checks):
-        error, message = describe(failure, nan_detail, context, texts)
+        error, message = describe(failure, nan_detail, context, texts, detail)
         if validate == "raise":
             raise error(message)
         warnings.warn(message, LcmWarning, stacklevel=stacklevel + 1)
@@ -327,10 +332,12 @@ def enforce(
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
     texts: Mapping[str, str] | None = None,
+    detail: Callable[[Failure], str | None] | None = None,
     stacklevel: int = 2,
 ) -> None:
     """`report` the flags: on the host now if they are concrete, else inside the caller's
-    program (a host callback that raises or warns with the same message)."""
+    program (a host callback that raises or warns with the same message; `nan_detail`
+    and `detail` only apply on the host)."""
     if validate == "off" or not any(np.size(v) for v in violations.values()):
         return
     if not is_traced(violations):
@@ -341,6 +348,7 @@ def enforce(
             nan_detail=nan_detail,
             context=context,
             texts=texts,
+            detail=detail,
             stacklevel=stacklevel + 1,
         )
         return

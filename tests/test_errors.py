@@ -1355,7 +1355,7 @@ CASES = [
     # ---------------------------------------------------------------- solution
     pytest.param(
         lambda: functools.partial(solution().value, "dead", 0),
-        lcm.InvalidPeriodError,
+        lcm.InvalidRegimeError,
         ["'dead'", "'working'", "'retired'"],
         id="solution-value-unknown-regime",
     ),
@@ -1431,6 +1431,31 @@ CASES = [
         I,
         ["subject_batch_size", "-1"],
         id="simulate-negative-subject-batch-size",
+    ),
+    pytest.param(
+        lambda: solve(
+            params_with(regime_transition=None),
+            lcm.Model(
+                **model_kwargs(
+                    working=working_regime(transition=lambda labor: jnp.where(labor == 0, 5, 1))
+                )
+            ),
+        ),
+        T,
+        ["'working'", "'next_regime'", "regime id 5", "health='bad'", "labor='work'", "0..1"],
+        id="solve-regime-id-out-of-range-says-which",
+    ),
+    pytest.param(
+        lambda: solve(BAD_PROBABILITIES),
+        T,
+        ["'next_health'", "[0.6, 0.39]", "sum to 0.99", "health='bad'", "[0, 1]"],
+        id="solve-probability-row-says-which",
+    ),
+    pytest.param(
+        lambda: solve(params_with(discount_factor=None, discont_factor=0.95)),
+        P,
+        ["'discont_factor'", "did you mean 'discount_factor'?"],
+        id="solve-misspelt-parameter",
     ),
     pytest.param(
         _infeasible_state_simulate,
@@ -1711,16 +1736,18 @@ def test_table_is_large_enough():
 # ---------------------------------------------------------------------------------------
 
 # The rows whose check needs traced values, with what a jitted call must say instead of
-# the eager message (None: exactly the eager message). The eager NaN-in-a-value-array
+# the eager message (None: exactly the eager message). The eager message of a failed
+# transition check re-evaluates the transition on the grids (`transition_detail`: the
+# state, the bad value, the valid range); inside the program only the flags are known. The eager NaN-in-a-value-array
 # message comes from `diagnose_nan`, which runs outside the compiled program; inside it
 # only the regime and period are known.
 JITTED = {
-    "solve-state-probabilities-sum-to-0.99": None,
-    "solve-state-probability-negative": None,
-    "solve-regime-probabilities-sum-to-0.99": None,
-    "solve-regime-probability-negative": None,
+    "solve-state-probabilities-sum-to-0.99": ["Regime 'working', function 'next_health', period 0: invalid transition"],
+    "solve-state-probability-negative": ["Regime 'working', function 'next_health', period 0: invalid transition"],
+    "solve-regime-probabilities-sum-to-0.99": ["Regime 'working', function 'next_regime', period 0: invalid transition"],
+    "solve-regime-probability-negative": ["Regime 'working', function 'next_regime', period 0: invalid transition"],
     "solve-mass-on-unreachable-regime": None,
-    "solve-discrete-next-state-out-of-range": None,
+    "solve-discrete-next-state-out-of-range": ["Regime 'working', function 'next_health', period 0: invalid transition"],
     "solve-mass-on-regime-inactive-next-period": None,
     "solve-nan-next-state-at-feasible-point": None,
     "solve-epstein-zin-risk-aversion-one": None,
@@ -1859,7 +1886,11 @@ def test_grad_raises_the_same():
         model().solve(BAD_PROBABILITIES)
     with pytest.raises(T) as under_grad:  # no jit: the callback's error reaches the caller
         jax.grad(loss)(BAD_PROBABILITIES)
-    assert str(under_grad.value) == str(eager.value)
+    # Traced, the message says what the flags say: the regime, function and period (the
+    # eager one adds the state and the bad value, re-evaluated on the host).
+    head = "Regime 'working', function 'next_health', period 0: "
+    assert str(eager.value).startswith(head) and str(under_grad.value).startswith(head)
+    assert "[0.6, 0.39]" in str(eager.value)
     with pytest.raises(jax.errors.JaxRuntimeError, match="InvalidTransitionProbabilitiesError"):
         jax.block_until_ready(jax.jit(jax.grad(loss))(BAD_PROBABILITIES))
     assert np.isfinite(jax.jit(jax.grad(loss))(PARAMS)["wage"])

@@ -317,6 +317,7 @@ class Model(eqx.Module):
             solution.violations,
             solution.checks,
             nan_detail=lambda: self.diagnose_nan(params, solution),
+            detail=lambda failure: self._transition_detail(params, solution, failure),
             stacklevel=2,
         )
         if infeasible and not is_traced(infeasible):
@@ -324,6 +325,11 @@ class Model(eqx.Module):
 
             warn_infeasible_states(self, params, solution, infeasible)
         return solution
+
+    def _transition_detail(self, params, solution: Solution, failure) -> str | None:
+        from .._diagnostics import transition_detail
+
+        return transition_detail(self, params, solution, failure)
 
     def diagnose_nan(self, params: Params, solution: Solution | None = None) -> str | None:
         """Where a NaN first appears in the solution (regime, period, term, state, action).
