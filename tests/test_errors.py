@@ -1286,7 +1286,7 @@ CASES = [
     ),
     pytest.param(
         lambda: solve(params_with(health_transition=jnp.full((2, 3), 1 / 3))),
-        P,
+        T,  # a probability vector of the wrong length is a transition error
         ["'working'", "'next_health'", "shape (3,)", "(2,)"],
         id="solve-markov-returns-wrong-length",
     ),
@@ -1450,6 +1450,12 @@ CASES = [
         T,
         ["'next_health'", "[0.6, 0.39]", "sum to 0.99", "health='bad'", "[0, 1]"],
         id="solve-probability-row-says-which",
+    ),
+    pytest.param(
+        lambda: solve(params_with(regime_transition=jnp.array([[0.9, 0.05, 0.05], [0, 0, 1.0]]))),
+        T,
+        ["'working'", "'next_regime'", "(3,)", "(2,)", "working=0, retired=1"],
+        id="solve-regime-probabilities-wrong-length",
     ),
     pytest.param(
         lambda: solve(params_with(discount_factor=None, discont_factor=0.95)),

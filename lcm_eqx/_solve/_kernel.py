@@ -582,6 +582,19 @@ class RegimeProblem:
             )
 
     def _check_shape(self, key: str, shape, expected) -> None:
+        if tuple(shape) != tuple(expected) and key.startswith("next_") and len(expected) == 1:
+            # A probability vector of the wrong length: a transition, not a parameter, error.
+            from .._errors import InvalidTransitionProbabilitiesError
+
+            if key == "next_regime":
+                order = ", ".join(f"{n}={r.id}" for n, r in self.model.regimes.items())
+                what = f"one probability per regime in the order of regime_ids ({order})"
+            else:
+                what = f"one probability per code of {key.removeprefix('next_')!r}"
+            raise InvalidTransitionProbabilitiesError(
+                f"Regime {self.regime.name!r}: function {key!r} returns probabilities of shape "
+                f"{tuple(shape)}, expected {tuple(expected)}: {what}."
+            )
         if tuple(shape) != tuple(expected):
             raise InvalidParamsError(
                 f"Regime {self.regime.name!r}: function {key!r} returns shape {tuple(shape)}, "
