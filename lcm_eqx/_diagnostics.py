@@ -256,7 +256,9 @@ def transition_detail(model, params, solution, failure) -> str | None:
             for constraint in regime.constraints.values():
                 feasible = feasible & jnp.asarray(evaluate(constraint), bool)
             if function == "next_regime":
-                out = jnp.asarray(evaluate(regime.next_regime))
+                out = problem.regime_probabilities(evaluate)
+                if not regime.next_regime_is_markov:
+                    out = jnp.asarray(evaluate(regime.next_regime))  # the id itself
             else:
                 out = jnp.asarray(evaluate(regime.state_transitions[state].function))
             return feasible, out

@@ -1458,6 +1458,19 @@ CASES = [
         id="solve-regime-probabilities-wrong-length",
     ),
     pytest.param(
+        lambda: solve(
+            params_with(regime_transition=None),
+            lcm.Model(
+                **model_kwargs(
+                    working=working_regime(transition=lcm.MarkovTransition(lambda: {"retird": 1}))
+                )
+            ),
+        ),
+        M,
+        ["'working'", "'next_regime'", "'retird'", "Did you mean 'retired'?"],
+        id="solve-regime-probabilities-by-unknown-name",
+    ),
+    pytest.param(
         lambda: solve(params_with(discount_factor=None, discont_factor=0.95)),
         P,
         ["'discont_factor'", "did you mean 'discount_factor'?"],

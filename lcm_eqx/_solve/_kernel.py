@@ -688,7 +688,12 @@ class RegimeProblem:
     def _regime_probabilities_and_id(self, evaluate: Evaluator) -> tuple[Array, Array | None]:
         n_regimes = len(self.model.regimes)
         assert self.regime.next_regime is not None
-        raw = jnp.asarray(evaluate(self.regime.next_regime))
+        raw = evaluate(self.regime.next_regime)
+        if isinstance(raw, dict):  # probabilities by regime name, in any order
+            from .._model._markov import regime_vector
+
+            raw = regime_vector(self.model, self.regime, raw)
+        raw = jnp.asarray(raw)
         if self.regime.next_regime_is_markov:
             self._check_shape("next_regime", raw.shape, (n_regimes,))
             return raw, None
