@@ -163,7 +163,6 @@ def warn_infeasible_states(model, params, solution, summaries) -> None:
     `summaries` is `infeasible_summary(solution.values)`.
     """
     from ._errors import warn
-
     from ._validation import first_failures
 
     if first_failures(solution.violations, solution.checks):
@@ -187,7 +186,11 @@ def warn_infeasible_states(model, params, solution, summaries) -> None:
                     point[axis.name] = repr(grid.labels[int(i)])
                 else:
                     points = solution.grids.get(name, {}).get(axis.name)
-                    x = points[t][i] if points is not None else problem.value_of(axis.name, axis.points[i])
+                    x = (
+                        points[t][i]
+                        if points is not None
+                        else problem.value_of(axis.name, axis.points[i])
+                    )
                     point[axis.name] = f"{float(x):.6g}"
             where = ", ".join(f"{k}={v}" for k, v in point.items())
             described.append(f"period {t}: {int(counts[t])} (first at {where})")
@@ -299,7 +302,9 @@ def transition_detail(model, params, solution, failure) -> str | None:
         valid = f"valid regime ids are 0..{n_regimes - 1} ({ids})"
     else:
         labels = getattr(plan.state_grid(state), "labels", None)
-        named = f" ({', '.join(f'{label}={i}' for i, label in enumerate(labels))})" if labels else ""
+        named = (
+            f" ({', '.join(f'{label}={i}' for i, label in enumerate(labels))})" if labels else ""
+        )
         target = f"one per code of {state!r}{named}"
         valid = f"valid codes of {state!r} are 0..{size - 1}{named}"
     if markov:

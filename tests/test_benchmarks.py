@@ -83,7 +83,7 @@ def _run_script(tmp_path, script: str, *options: str) -> tuple[dict, str]:
 def test_overhead_quick(tmp_path):
     """`benchmarks/overhead.py --quick`: cold start (first call, its trace / lower /
     compile split, programs compiled) and steady per-call times, float64 retirement, and
-    API.md's cold-start model."""
+    the quick start's cold-start model."""
     result, stdout = _run_script(tmp_path, "overhead.py", "--quick", "--rounds", "2")
     (row,) = result["rows"]
     assert (row["model"], row["dtype"]) == ("retirement", "float64")
@@ -105,7 +105,7 @@ def test_overhead_quick(tmp_path):
     assert not api["taste_shocks"] and api["dtype"] == "float64"
     for key in ("first_s", "trace_s", "lower_s", "compile_s"):
         assert api[key] > 0, key
-    assert "API.md's retirement model" in stdout
+    assert "The quick start's retirement model" in stdout
 
 
 def test_compile_regimes_quick(tmp_path):

@@ -1757,16 +1757,26 @@ def test_table_is_large_enough():
 # The rows whose check needs traced values, with what a jitted call must say instead of
 # the eager message (None: exactly the eager message). The eager message of a failed
 # transition check re-evaluates the transition on the grids (`transition_detail`: the
-# state, the bad value, the valid range); inside the program only the flags are known. The eager NaN-in-a-value-array
-# message comes from `diagnose_nan`, which runs outside the compiled program; inside it
-# only the regime and period are known.
+# state, the bad value, the valid range); inside the program only the flags are known.
+# The eager NaN-in-a-value-array message comes from `diagnose_nan`, which runs outside
+# the compiled program; inside it only the regime and period are known.
 JITTED = {
-    "solve-state-probabilities-sum-to-0.99": ["Regime 'working', function 'next_health', period 0: invalid transition"],
-    "solve-state-probability-negative": ["Regime 'working', function 'next_health', period 0: invalid transition"],
-    "solve-regime-probabilities-sum-to-0.99": ["Regime 'working', function 'next_regime', period 0: invalid transition"],
-    "solve-regime-probability-negative": ["Regime 'working', function 'next_regime', period 0: invalid transition"],
+    "solve-state-probabilities-sum-to-0.99": [
+        "Regime 'working', function 'next_health', period 0: invalid transition"
+    ],
+    "solve-state-probability-negative": [
+        "Regime 'working', function 'next_health', period 0: invalid transition"
+    ],
+    "solve-regime-probabilities-sum-to-0.99": [
+        "Regime 'working', function 'next_regime', period 0: invalid transition"
+    ],
+    "solve-regime-probability-negative": [
+        "Regime 'working', function 'next_regime', period 0: invalid transition"
+    ],
     "solve-mass-on-unreachable-regime": None,
-    "solve-discrete-next-state-out-of-range": ["Regime 'working', function 'next_health', period 0: invalid transition"],
+    "solve-discrete-next-state-out-of-range": [
+        "Regime 'working', function 'next_health', period 0: invalid transition"
+    ],
     "solve-mass-on-regime-inactive-next-period": None,
     "solve-nan-next-state-at-feasible-point": None,
     "solve-epstein-zin-risk-aversion-one": None,

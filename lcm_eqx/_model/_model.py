@@ -76,9 +76,9 @@ def _direct_method(function: _Method) -> _Method:
 
     Equinox turns every method of a Module into a `BoundMethod` on each attribute
     access, a Module built field by field: 60–150 µs for each `model.solve(...)`, a
-    tenth of a steady solve of API.md's model. A partial keeps the signature and the
-    docstring, and `jax.jit(model.solve)` still works (the model is then a constant of
-    the program, as it was). Type checkers see the method itself.
+    tenth of a steady solve of the quick start's retirement model. A partial keeps the
+    signature and the docstring, and `jax.jit(model.solve)` still works (the model is
+    then a constant of the program, as it was). Type checkers see the method itself.
     """
     return cast(_Method, _DirectMethod(function))
 
@@ -637,7 +637,9 @@ def _infeasible_texts(plan: ModelPlan, record, infeasible) -> dict[str, str]:
             grid = regime.grids[state]
             x = record["state_values"][state][period, subject]
             if isinstance(grid, DiscreteGrid):
-                shown.append(f"{state}={grid.labels[int(record['states'][state][period, subject])]!r}")
+                shown.append(
+                    f"{state}={grid.labels[int(record['states'][state][period, subject])]!r}"
+                )
             else:
                 shown.append(f"{state}={float(x):.6g}")
         constraints = list(regime.constraints) or "none"
