@@ -4,8 +4,9 @@
     python benchmarks/dcegm.py --quick    # small sizes, a smoke run
 
 Models (float64):
-- API.md's retirement model (5 periods, disutility 1): `GridSearch` on API.md's grids
-  (wealth 100 × consumption 500) and `DCEGM` with 200 savings points `400·(i/199)³`.
+- The quick start's retirement model (5 periods, disutility 1): `GridSearch` on the
+  retirement example's grids (wealth 100 × consumption 500) and `DCEGM` with 200 savings
+  points `400·(i/199)³`.
 - A stochastic model (Rouwenhorst income with 5 states, mortality, CRRA utility): Euler
   errors of `DCEGM` and of `GridSearch` at about equal solve time.
 
@@ -168,7 +169,7 @@ def main() -> None:
 
 
 def print_retirement(r: dict) -> None:
-    print("== retirement model (API.md), 5 periods, float64")
+    print("== retirement model (the quick start's), 5 periods, float64")
     print(
         f"  steady solve   DC-EGM {r['dcegm_steady_s'] * 1e3:7.2f} ms   grid search "
         f"{r['grid_steady_s'] * 1e3:7.2f} ms   ratio {r['steady_ratio_dcegm_to_grid']:.3f}"

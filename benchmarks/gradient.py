@@ -1,6 +1,6 @@
 """Cost of differentiating through the solve: time and memory of the likelihood gradient.
 
-For the retirement model with taste shocks (API.md grids by default):
+For the retirement model with taste shocks (the retirement example's grids by default):
 
 - time of `jax.value_and_grad` of the log-likelihood of a simulated panel, relative to
   one solve (both jitted, best of repeats after a warm-up; compile time reported
@@ -14,7 +14,7 @@ For the retirement model with taste shocks (API.md grids by default):
   in place in both variants. The same comparison is printed for the gradient of a
   scalar of the solution alone.
 
-    python benchmarks/gradient.py                 # n_periods 5 and 20, API.md grids
+    python benchmarks/gradient.py                 # n_periods 5 and 20, 100 x 500 grids
     python benchmarks/gradient.py --quick         # small grids, smoke run
 """
 

@@ -20,7 +20,7 @@ processes with the persistent compilation cache off (`jax_enable_x64` is set at 
 - for the retirement model, the hand-fused reference (`reference_retirement.make_solve`)
   in the same interleaved rounds, and the ratio `model.solve / reference`.
 
-Plus the issue's cold-start model: API.md's retirement model (5 periods, wealth 100 x
+Plus the issue's cold-start model: the quick start's retirement model (5 periods, wealth 100 x
 consumption 500, no taste shocks), float64: first solve and its trace / lower / compile
 split, also in fresh processes with an empty cache.
 
@@ -108,7 +108,7 @@ print(json.dumps(result))
 
 def build(spec: dict):
     """The model and params a child measures (`spec["model"]` is a benchmark model name
-    or `"api"`, API.md's retirement model)."""
+    or `"api"`, the quick start's retirement model)."""
     from benchmarks import _models
 
     if spec["model"] == "api":
@@ -253,7 +253,7 @@ def print_row(row: dict) -> None:
 
 def print_api(row: dict) -> None:
     print(
-        f"\nAPI.md's retirement model (5 periods, wealth 100 x consumption 500, float64), "
+        f"\nThe quick start's retirement model (5 periods, wealth 100 x consumption 500, float64), "
         f"fresh process, empty cache:\n  first solve {row['first_s']:.2f} s "
         f"({row['n_compiled']} program(s) compiled, {row['backend_compile_s']:.2f} s in XLA); "
         f"split: trace {row['trace_s']:.2f} s, lower {row['lower_s']:.2f} s, compile "
@@ -286,7 +286,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--rounds", type=int, default=None, help="interleaved steady rounds")
     parser.add_argument("--cold-rounds", type=int, default=None, help="fresh processes per cold")
-    parser.add_argument("--no-api", action="store_true", help="skip API.md's cold-start model")
+    parser.add_argument(
+        "--no-api", action="store_true", help="skip the quick start's cold-start model"
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/overhead.json")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"

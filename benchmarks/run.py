@@ -264,7 +264,7 @@ def main() -> None:
 
 
 def dcegm_rows(quick: bool) -> dict:
-    """DC-EGM against grid search on API.md's retirement model (`benchmarks/dcegm.py`, in
+    """DC-EGM against grid search on the quick start's retirement model (`benchmarks/dcegm.py`, in
     its own process because it runs in float64); quick runs skip the fresh-process cold
     starts and the Euler-error rows."""
     with tempfile.TemporaryDirectory() as folder:
@@ -281,7 +281,7 @@ def script_rows(script: str, options: list[str]) -> dict:
     """The JSON of another benchmark script run in its own process: `overhead.py` (cold
     start and per-call overhead, float32 and float64 in fresh processes) and
     `compile_regimes.py` (compile time against regimes and user functions). Quick runs
-    measure float64 retirement only, without API.md's cold-start model, and skip the
+    measure float64 retirement only, without the quick start's cold-start model, and skip the
     kernel counts."""
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "out.json"

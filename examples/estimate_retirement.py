@@ -1,6 +1,6 @@
 """Maximum-likelihood estimation of the retirement model with taste shocks.
 
-1. Simulate 2,000 subjects over 5 periods from the API.md retirement model with EV1
+1. Simulate 2,000 subjects over 5 periods from the quick start's retirement model with EV1
    taste shocks on the labor choice, at known parameters.
 2. Maximise the log-likelihood of the observed labor choices (given observed wealth)
    with optax's L-BFGS, on unconstrained transforms of the parameters (log for the

@@ -1,4 +1,5 @@
-"""The retirement model of Iskhakov, Jørgensen, Rust & Schjerning (2017), as in API.md.
+"""The retirement model of Iskhakov, Jørgensen, Rust & Schjerning (2017), as in the quick
+start (docs/quickstart.md).
 
 A worker chooses each period whether to keep working (and earn a wage at a utility cost)
 or to retire for good, and how much to consume; wealth earns interest. Five periods.

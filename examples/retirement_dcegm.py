@@ -1,4 +1,4 @@
-"""The retirement model of API.md solved with DC-EGM and with grid search, side by side.
+"""The quick start's retirement model solved with DC-EGM and with grid search, side by side.
 
 The model of `examples/retirement.py` (Iskhakov, Jørgensen, Rust & Schjerning 2017): a
 worker chooses each period whether to keep working or to retire for good, and how much
@@ -7,8 +7,8 @@ to consume. It is solved twice:
 - with `lcm.DCEGM` (the discrete-continuous endogenous grid method) on 200 savings
   points `400·(i/199)³`: consumption comes from inverting the Euler equation, so it is
   continuous, not a point of the consumption grid;
-- with `lcm.GridSearch` (the default) on API.md's grids: 100 wealth × 500 consumption
-  points.
+- with `lcm.GridSearch` (the default) on the retirement example's grids: 100 wealth × 500
+  consumption points.
 
 Prints the steady solve time of each (after a warm-up), the mean Euler error of each in
 the retired regime (`lcm.euler_errors`, log10 of the relative consumption error) and the

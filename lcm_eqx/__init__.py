@@ -7,10 +7,12 @@ function, simulate panels into pandas, and differentiate through the solution.
 # First: importing `_config` sets lcm_eqx's JAX defaults before anything imports jax.
 from . import _config as _config
 from ._errors import GridInitializationError as GridInitializationError
+from ._errors import InfeasibleStateError as InfeasibleStateError
 from ._errors import InvalidDataError as InvalidDataError
 from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError
 from ._errors import InvalidParamsError as InvalidParamsError
 from ._errors import InvalidPeriodError as InvalidPeriodError
+from ._errors import InvalidRegimeError as InvalidRegimeError
 from ._errors import (
     InvalidTransitionProbabilitiesError as InvalidTransitionProbabilitiesError,
 )

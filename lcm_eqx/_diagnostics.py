@@ -15,9 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._errors import warn
+from ._grids import DiscreteGrid
 from ._grids._age import age_of
 from ._model._params import resolve_params
-from ._solve._kernel import RegimeProblem
+from ._solve._kernel import RegimeProblem, probability_violation
+from ._validation import CHECKS, first_failures
 
 
 def _helper_order(helpers) -> list[str]:
@@ -39,6 +42,32 @@ def _describe_point(point: dict) -> str:
     return ", ".join(f"{k}={float(v):.6g}" for k, v in point.items())
 
 
+def _problem_at(model, params, solution, name: str, period: int) -> RegimeProblem:
+    """The problem of regime `name` in `period`, eagerly, against `solution`."""
+    plan = model.plan
+    regime = plan.regimes[name]
+    next_values = None
+    if not regime.is_terminal:
+        carried = solution.continuation_values
+        next_values = {
+            r: (
+                carried[r][period + 1]
+                if period + 1 < plan.n_periods
+                else jnp.zeros(carried[r].shape[1:], carried[r].dtype)
+            )
+            for r in plan.regimes
+        }
+    return RegimeProblem(
+        plan,
+        regime,
+        resolve_params(plan, params)[name],
+        jnp.asarray(period),
+        jnp.asarray(age_of(model.ages, period)),
+        next_values,
+        False,
+    )
+
+
 def diagnose_nan(model, params, solution) -> str | None:
     """A message locating the first NaN of `solution`, or None when it has none."""
     plan = model.plan
@@ -57,27 +86,7 @@ def diagnose_nan(model, params, solution) -> str | None:
         return None
     name, period, values = found
     regime = plan.regimes[name]
-    resolved = resolve_params(plan, params)[name]
-    next_values = None
-    if not regime.is_terminal:
-        carried = solution.continuation_values
-        next_values = {
-            r: (
-                carried[r][period + 1]
-                if period + 1 < plan.n_periods
-                else jnp.zeros(carried[r].shape[1:], carried[r].dtype)
-            )
-            for r in plan.regimes
-        }
-    problem = RegimeProblem(
-        plan,
-        regime,
-        resolved,
-        jnp.asarray(period),
-        jnp.asarray(age_of(model.ages, period)),
-        next_values,
-        False,
-    )
+    problem = _problem_at(model, params, solution, name, period)
     index = np.argwhere(np.isnan(values))[0] if values.ndim else ()
     state = {axis.name: axis.points[i] for axis, i in zip(problem.state_axes, index, strict=True)}
     shown_state = {s: problem.value_of(s, x) for s, x in state.items()}
@@ -134,3 +143,190 @@ def diagnose_nan(model, params, solution) -> str | None:
             point = f" at action ({_describe_point(action)})" if action else ""
             return f"{where}: NaN first appears in {kind}{point}."
     return f"{where}: the value is NaN, but no single term is NaN at a feasible action."
+
+
+def infeasible_summary(values: dict) -> dict:
+    """By regime, per period: how many states have value -inf, and the first of them (a
+    flat index). Two small arrays leave the device, not the value arrays."""
+
+    def summary(array):
+        flat = jnp.isneginf(array.reshape(array.shape[0], -1))
+        return jnp.sum(flat, axis=1), jnp.argmax(flat, axis=1)
+
+    return {name: summary(array) for name, array in values.items()}
+
+
+def warn_infeasible_states(model, params, solution, summaries) -> None:
+    """Warn, per regime, of the active periods whose value arrays have states with no
+    feasible action (value -inf): how many in each period, and the first state of each.
+
+    Such states are harmless until a subject reaches one (then `simulate` raises
+    `InfeasibleStateError`), but they usually mean action grids that start too high.
+    `summaries` is `infeasible_summary(solution.values)`.
+    """
+    if first_failures(solution.violations, solution.checks):
+        return  # a failed check was reported; its states may be -inf in consequence
+    plan = model.plan
+    for name, (counts, firsts) in jax.device_get(summaries).items():
+        regime = plan.regimes[name]
+        periods = [t for t in regime.active if counts[t] > 0]
+        if not periods:
+            continue
+        problem = _problem_at(model, params, solution, name, periods[0])
+        shape = tuple(axis.points.shape[0] for axis in problem.state_axes)
+        n_states = int(np.prod(shape))
+        described = []
+        for t in periods:
+            index = np.unravel_index(int(firsts[t]), shape)
+            point = {}
+            for axis, i in zip(problem.state_axes, index, strict=True):
+                grid = regime.grids[axis.name]
+                if isinstance(grid, DiscreteGrid):
+                    point[axis.name] = repr(grid.labels[int(i)])
+                else:
+                    points = solution.grids.get(name, {}).get(axis.name)
+                    x = (
+                        points[t][i]
+                        if points is not None
+                        else problem.value_of(axis.name, axis.points[i])
+                    )
+                    point[axis.name] = f"{float(x):.6g}"
+            where = ", ".join(f"{k}={v}" for k, v in point.items())
+            described.append(f"period {t}: {int(counts[t])} (first at {where})")
+            if len(described) == 3 and len(periods) > 3:
+                described.append(f"and {len(periods) - 3} more periods")
+                break
+        warn(
+            f"Regime {name!r}: states with no feasible action (value -inf) of "
+            f"{n_states} per period — " + "; ".join(described) + f". The constraints "
+            f"{list(regime.constraints)} rule out every point of the action grids there, or "
+            "every feasible action leads only to such states; a subject simulated into one "
+            "raises InfeasibleStateError. Start the action grids low enough (e.g. the "
+            "consumption grid at or below the lowest wealth) or relax the constraints."
+        )
+
+
+def _shown(regime, problem, name: str, x) -> str:
+    """A state's or action's grid point as user functions see it (labels quoted)."""
+    grid = regime.grids[name]
+    if isinstance(grid, DiscreteGrid):
+        return f"{name}={grid.labels[int(x)]!r}"
+    return f"{name}={float(problem.value_of(name, jnp.asarray(x))):.6g}"
+
+
+def transition_detail(model, params, solution, failure) -> str | None:
+    """The message of a failed transition check that says which: the first state-action
+    point where the transition is invalid, the bad value, and the valid range.
+
+    Re-evaluates the transition eagerly on the regime's grids in the failed period (like
+    `diagnose_nan`). Returns None (the generic message stands) for other checks, or
+    where the point cannot be found.
+    """
+    if failure.kind and failure.kind in CHECKS:
+        return None  # not a plain transition check
+    plan = model.plan
+    regime = plan.regimes[failure.regime]
+    function = failure.function
+    n_regimes = len(plan.regimes)
+    ids = ", ".join(f"{n}={r.id}" for n, r in plan.regimes.items())
+    if function == "next_regime":
+        if regime.next_regime is None:
+            return None
+        markov, discrete, size = regime.next_regime_is_markov, True, n_regimes
+    else:
+        state = function.removeprefix("next_")
+        transition = regime.state_transitions.get(state)
+        if transition is None or transition.function is None:
+            return None
+        grid = plan.state_grid(state)
+        markov, discrete, size = transition.is_markov, grid.is_discrete, grid.n_points
+        if not (markov or discrete):
+            return None
+    try:
+        problem = _problem_at(model, params, solution, failure.regime, failure.period)
+        axes = (*problem.state_axes, *problem.action_axes)
+        mesh = np.meshgrid(*(np.arange(a.points.shape[0]) for a in axes), indexing="ij")
+        index = [m.reshape(-1) for m in mesh]
+
+        def at(codes):
+            point = {a.name: a.points[i] for a, i in zip(axes, codes, strict=True)}
+            evaluate = problem.evaluator(point)
+            feasible = jnp.asarray(True)
+            for constraint in regime.constraints.values():
+                feasible = feasible & jnp.asarray(evaluate(constraint), bool)
+            if function == "next_regime":
+                out = problem.regime_probabilities(evaluate)
+                if not regime.next_regime_is_markov:
+                    out = jnp.asarray(evaluate(regime.next_regime))  # the id itself
+            else:
+                out = jnp.asarray(evaluate(regime.state_transitions[state].function))
+            return feasible, out
+
+        feasible, out = jax.vmap(at)([jnp.asarray(i) for i in index])
+        feasible, out = np.asarray(feasible), np.asarray(out)
+    except Exception:  # an unusual transition: the generic message stands
+        return None
+    if markov:
+        if out.ndim != 2 or out.shape[1] != size:
+            return None
+        bad = np.asarray(jax.vmap(lambda p: probability_violation(p, problem.tolerance))(out)) > 0
+    else:
+        codes = out.reshape(-1)
+        bad = (codes < 0) | (codes >= size) | (codes != np.floor(codes))
+    candidates = np.flatnonzero(bad & feasible)
+    if not candidates.size:
+        candidates = np.flatnonzero(bad)
+    if not candidates.size:
+        return None
+    first = int(candidates[0])
+    shown_states = [
+        _shown(regime, problem, a.name, a.points[index[k][first]])
+        for k, a in enumerate(problem.state_axes)
+    ]
+    n_states = len(problem.state_axes)
+    shown_actions = [
+        _shown(regime, problem, a.name, a.points[index[n_states + k][first]])
+        for k, a in enumerate(problem.action_axes)
+    ]
+    where = f"state ({', '.join(shown_states)})" if shown_states else "its only state"
+    if shown_actions:
+        where += f" and action ({', '.join(shown_actions)})"
+    head = f"Regime {failure.regime!r}, function {function!r}, period {failure.period}"
+    count = int(np.sum(bad))
+    if function == "next_regime":
+        target = f"one per regime in the order of regime_ids ({ids})"
+        valid = f"valid regime ids are 0..{n_regimes - 1} ({ids})"
+    else:
+        labels = getattr(plan.state_grid(state), "labels", None)
+        named = (
+            f" ({', '.join(f'{label}={i}' for i, label in enumerate(labels))})" if labels else ""
+        )
+        target = f"one per code of {state!r}{named}"
+        valid = f"valid codes of {state!r} are 0..{size - 1}{named}"
+    if markov:
+        p = out[first]
+        shown = "[" + ", ".join(f"{float(x):.6g}" for x in p) + "]"
+        problems = []
+        if np.isnan(p).any():
+            problems.append("contain NaN")
+        if (p < 0).any() or (p > 1).any():
+            problems.append("lie outside [0, 1]")
+        total = float(np.sum(p))
+        if abs(total - 1.0) > problem.tolerance:
+            problems.append(f"sum to {total:.6g}, not 1")
+        what = " and ".join(problems) or "are invalid"
+        message = (
+            f"{head}: returns probabilities {shown} ({target}) that {what}, at {where}; "
+            f"{count} of the {bad.size} state-action points are invalid. Each must lie in "
+            f"[0, 1] and they must sum to 1 (tolerance {problem.tolerance:g}). Nothing is "
+            "renormalised."
+        )
+    else:
+        value = out.reshape(-1)[first]
+        shown = f"{int(value)}" if value == np.floor(value) else f"{float(value):g}"
+        what = "regime id" if function == "next_regime" else "code"
+        message = (
+            f"{head}: returns {what} {shown} at {where}, outside the valid range: {valid}; "
+            f"{count} of the {bad.size} state-action points are out of range."
+        )
+    return message

@@ -35,6 +35,11 @@ class InvalidTransitionProbabilitiesError(LcmError, ValueError):
     """A Markov transition returned probabilities outside [0, 1] or not summing to 1."""
 
 
+class InvalidRegimeError(LcmError, ValueError):
+    """A regime name that is not one of the model's regimes (e.g. in
+    `solution.value(regime, period)`)."""
+
+
 class InvalidPeriodError(LcmError, ValueError):
     """A period outside the model's horizon, or one in which a regime is inactive."""
 
@@ -47,6 +52,12 @@ class SavedFileError(LcmError, ValueError):
 
 class InvalidDataError(LcmError, ValueError):
     """Observed data that do not fit the model (unknown regimes, labels, missing columns)."""
+
+
+class InfeasibleStateError(LcmError, ValueError):
+    """A simulated subject reached a state where no action is feasible (every action is
+    ruled out by a constraint, or leads only to such states); the message names the
+    regime, period, constraints and the subject's state."""
 
 
 class NaNError(LcmError, FloatingPointError):

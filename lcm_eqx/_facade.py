@@ -16,6 +16,7 @@ import jax
 import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 
 from . import _describe, _diagnostics
 from ._errors import (
@@ -51,7 +52,7 @@ from ._solve._grid_search import GridSearch, assign_solvers
 from ._solve._solution import Solution
 from ._solve._solver import AbstractSolver
 from ._typing import InitialConditions, Params
-from ._validation import enforce, is_traced
+from ._validation import INFEASIBLE_ADVICE, INFEASIBLE_CHECK, enforce, is_traced
 
 VALIDATE_OPTIONS = ("raise", "warn", "off")
 
@@ -85,9 +86,9 @@ def _direct_method(function: _Method) -> _Method:
 
     Equinox turns every method of a Module into a `BoundMethod` on each attribute
     access, a Module built field by field: 60–150 µs for each `model.solve(...)`, a
-    tenth of a steady solve of API.md's model. A partial keeps the signature and the
-    docstring, and `jax.jit(model.solve)` still works (the model is then a constant of
-    the program, as it was). Type checkers see the method itself.
+    tenth of a steady solve of the quick start's retirement model. A partial keeps the
+    signature and the docstring, and `jax.jit(model.solve)` still works (the model is
+    then a constant of the program, as it was). Type checkers see the method itself.
     """
     return cast(_Method, _DirectMethod(function))
 
@@ -223,7 +224,7 @@ class Model(eqx.Module):
         self.solver = solver
         self.solvers = assign_solvers(plan, regimes, solver)
         self.plan = plan
-        solve = functools.partial(solve_model, plan, self.solvers, ages)
+        solve = functools.partial(solve_model_with_infeasible_states, plan, self.solvers, ages)
         static = ("validate", "progress")
         self._solve_nested = jax.jit(solve, static_argnames=static)
         options = _compiler_options(plan, self.solvers)
@@ -322,12 +323,12 @@ class Model(eqx.Module):
         with timed(program, "solve", params, **options) as timer:
             with _CollectorPaused():
                 try:
-                    raw = program(params, **options)
+                    raw, infeasible = program(params, **options)
                 except jax.errors.JaxRuntimeError as error:
                     if program is self._solve_nested or "No such compile option" not in str(error):
                         raise
                     _OPTIONS_REFUSED.append(str(error))  # this XLA lacks an option: go without
-                    raw = self._solve_nested(params, **options)
+                    raw, infeasible = self._solve_nested(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = raw  # it records the model's structure (`Solution.model_structure`)
         enforce(
@@ -335,9 +336,15 @@ class Model(eqx.Module):
             solution.violations,
             solution.checks,
             nan_detail=lambda: _diagnostics.diagnose_nan(self, params, solution),
+            detail=lambda failure: self._transition_detail(params, solution, failure),
             stacklevel=3,  # the caller of `solve` (of `simulate`, `distribution`)
         )
+        if infeasible and not is_traced(infeasible):
+            _diagnostics.warn_infeasible_states(self, params, solution, infeasible)
         return solution
+
+    def _transition_detail(self, params, solution: Solution, failure) -> str | None:
+        return _diagnostics.transition_detail(self, params, solution, failure)
 
     def diagnose_nan(self, params: Params, solution: Solution | None = None) -> str | None:
         """Where a NaN first appears in the solution (regime, period, term, state, action).
@@ -459,11 +466,21 @@ class Model(eqx.Module):
         record = jax.tree.map(lambda *xs: concatenate(xs, axis=1), *parts)
         if validate != "off":
             maximum = jnp.maximum if traced else np.maximum
+            flags = jax.tree.map(lambda *xs: functools.reduce(maximum, xs), *violations)
+            checks = {name: draw_checks(self.plan, r) for name, r in self.plan.regimes.items()}
+            infeasible = _infeasible_subjects(self.plan, record, traced)
+            texts = {} if traced else _infeasible_texts(self.plan, record, infeasible)
             enforce(
                 validate,
-                jax.tree.map(lambda *xs: functools.reduce(maximum, xs), *violations),
-                {name: draw_checks(self.plan, r) for name, r in self.plan.regimes.items()},
+                {
+                    name: jnp.concatenate([flags[name], counts], axis=1)
+                    if traced
+                    else np.concatenate([np.asarray(flags[name]), counts], axis=1)
+                    for name, counts in infeasible.items()
+                },
+                {name: (*checks[name], f"{INFEASIBLE_CHECK}:{name}") for name in checks},
                 context=" (in simulate, at a simulated state and choice)",
+                texts=texts,
                 stacklevel=2,
             )
         return self._result(record)
@@ -583,6 +600,66 @@ class Model(eqx.Module):
             ages=ages,
             model_structure=model_structure(self),
         )
+
+
+def solve_model_with_infeasible_states(plan, solvers, ages, params, *, validate, progress=None):
+    """`solve_model`, and with `validate` by regime and period how many states have no
+    feasible action and the first of them, counted in the same program (a few numbers
+    leave it; `warn_infeasible_states` reports them)."""
+    solution = solve_model(plan, solvers, ages, params, validate=validate, progress=progress)
+    if not validate:
+        return solution, {}
+    return solution, _diagnostics.infeasible_summary(solution.values)
+
+
+def _infeasible_subjects(plan: ModelPlan, record, traced: bool) -> dict[str, Any]:
+    """By regime, `(n_periods, 1)`: how many simulated subjects had no feasible action
+    (value -inf) in each period."""
+    xp = jnp if traced else np
+    stuck = xp.asarray(record["present"]) & xp.isneginf(xp.asarray(record["value"]))
+    dtype = record["value"].dtype
+    regime = xp.asarray(record["regime"])
+    return {
+        name: xp.sum(stuck & (regime == r.id), axis=1, keepdims=True).astype(dtype)
+        for name, r in plan.regimes.items()
+    }
+
+
+def _infeasible_texts(plan: ModelPlan, record, infeasible) -> dict[str, str]:
+    """The eager message of each regime's first simulated subject with no feasible
+    action: the subject, its state and the regime's constraints."""
+    texts = {}
+    for name, counts in infeasible.items():
+        periods = np.flatnonzero(counts[:, 0])
+        if not periods.size:
+            continue
+        period = int(periods[0])
+        regime = plan.regimes[name]
+        stuck = (
+            np.asarray(record["present"][period])
+            & np.isneginf(np.asarray(record["value"][period]))
+            & (np.asarray(record["regime"][period]) == regime.id)
+        )
+        subject = int(np.flatnonzero(stuck)[0])
+        shown = []
+        for state in regime.states:
+            grid = regime.grids[state]
+            x = record["state_values"][state][period, subject]
+            if isinstance(grid, DiscreteGrid):
+                shown.append(
+                    f"{state}={grid.labels[int(record['states'][state][period, subject])]!r}"
+                )
+            else:
+                shown.append(f"{state}={float(x):.6g}")
+        constraints = list(regime.constraints) or "none"
+        texts[f"{INFEASIBLE_CHECK}:{name}"] = (
+            f"Regime {name!r}, period {period}: {int(counts[period, 0])} simulated subject(s) "
+            f"reached a state where no action is feasible, the first subject {subject} at "
+            f"({', '.join(shown)}): the constraints {constraints} rule out every point of "
+            "the action grids there, or every feasible action leads only to such states. "
+            "Their continuous actions are NaN and their value -inf. " + INFEASIBLE_ADVICE
+        )
+    return texts
 
 
 def _simulate_chunk_with_params(
@@ -714,8 +791,6 @@ def _initial_conditions(
     """
     checks = _ValueChecks()
     try:
-        import pandas as pd
-
         if isinstance(initial_conditions, pd.DataFrame):
             initial_conditions = {c: initial_conditions[c].to_numpy() for c in initial_conditions}
     except ImportError:  # pragma: no cover

@@ -31,6 +31,7 @@ from jax import custom_batching
 from jax.typing import ArrayLike
 
 from ._errors import (
+    InfeasibleStateError,
     InvalidInitialConditionsError,
     InvalidParamsError,
     InvalidTransitionProbabilitiesError,
@@ -115,6 +116,25 @@ def _finite(f: Failure) -> str:
         "interpolated there. Check the function and its parameters (points that a "
         "constraint rules out may return anything)."
     )
+
+
+INFEASIBLE_CHECK = "constraints:infeasible"  # simulated subjects with no feasible action
+
+
+def _infeasible(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, period {f.period}: {f.size:.0f} simulated subject(s) reached "
+        "a state where no action is feasible (the constraints rule out every point of the "
+        "action grids, or every feasible action leads only to such states); their "
+        "continuous actions are NaN and their value -inf. " + INFEASIBLE_ADVICE
+    )
+
+
+INFEASIBLE_ADVICE = (
+    "Start the action grids low enough (e.g. the consumption grid at or below the lowest "
+    "wealth) or relax the constraints; with validate='warn' the simulation warns and "
+    "carries on with these rows flagged (value -inf, continuous actions NaN)."
+)
 
 
 def _nan(f: Failure) -> str:
@@ -208,6 +228,7 @@ CHECKS: dict[str, CheckKind] = {
     "inactive": CheckKind(InvalidTransitionProbabilitiesError, _inactive),
     "finite": CheckKind(NaNError, _finite),
     "nan": CheckKind(NaNError, _nan),
+    "infeasible": CheckKind(InfeasibleStateError, _infeasible),  # a simulated subject
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
     "limit": CheckKind(ModelInitializationError, _limit),  # DCEGM's borrowing limit
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds
@@ -270,11 +291,13 @@ def describe(
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
     texts: Mapping[str, str] | None = None,
+    detail: Callable[[Failure], str | None] | None = None,
 ):
     """The error class and message of a failure (`nan_detail`: an eager, more precise
     message for a NaN in the value arrays, e.g. from `diagnose_nan`; `context` is
     appended, e.g. that the check failed in simulation; `texts`: fixed messages by
-    check name)."""
+    check name; `detail`: an eager, more precise message for any other failure, e.g.
+    the state and the bad value from `transition_detail`, or None)."""
     # A kind without an entry (e.g. a solver's own check) reads as a transition check.
     kind = CHECKS.get(failure.kind, CHECKS[""])
     message = None
@@ -282,6 +305,8 @@ def describe(
         message = texts[failure.check]
     elif failure.check == NAN_CHECK and nan_detail is not None:
         message = nan_detail()
+    elif detail is not None and not failure.batch:
+        message = detail(failure)
     if message is None:
         message = kind.message(failure)
     if failure.batch:
@@ -298,11 +323,12 @@ def report(
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
     texts: Mapping[str, str] | None = None,
+    detail: Callable[[Failure], str | None] | None = None,
     stacklevel: int = 2,
 ) -> None:
     """Raise (`validate="raise"`) or warn (`"warn"`) on failed checks; host side."""
     for failure in first_failures(violations, checks):
-        error, message = describe(failure, nan_detail, context, texts)
+        error, message = describe(failure, nan_detail, context, texts, detail)
         if validate == "raise":
             raise error(message)
         warnings.warn(message, LcmWarning, stacklevel=stacklevel + 1)
@@ -320,10 +346,12 @@ def enforce(
     nan_detail: Callable[[], str | None] | None = None,
     context: str = "",
     texts: Mapping[str, str] | None = None,
+    detail: Callable[[Failure], str | None] | None = None,
     stacklevel: int = 2,
 ) -> None:
     """`report` the flags: on the host now if they are concrete, else inside the caller's
-    program (a host callback that raises or warns with the same message)."""
+    program (a host callback that raises or warns with the same message; `nan_detail`
+    and `detail` only apply on the host)."""
     if validate == "off" or not any(np.size(v) for v in violations.values()):
         return
     if not is_traced(violations):
@@ -334,6 +362,7 @@ def enforce(
             nan_detail=nan_detail,
             context=context,
             texts=texts,
+            detail=detail,
             stacklevel=stacklevel + 1,
         )
         return

@@ -69,9 +69,15 @@ def build(case: Case, aggregator, *, per_target: bool = False):
     health = lcm.MarkovTransition(health_probs)
     n_periods = len(case.survival) + 1
     alive = lcm.Regime(
-        states={"wealth": lcm.LinSpacedGrid(*case.wealth), "health": lcm.DiscreteGrid(["bad", "good"])},
+        states={
+            "wealth": lcm.LinSpacedGrid(*case.wealth),
+            "health": lcm.DiscreteGrid(["bad", "good"]),
+        },
         actions={"consumption": lcm.LinSpacedGrid(*case.consumption)},
-        state_transitions={"wealth": next_wealth, "health": {"alive": health} if per_target else health},
+        state_transitions={
+            "wealth": next_wealth,
+            "health": {"alive": health} if per_target else health,
+        },
         transition=lcm.MarkovTransition(next_regime),
         constraints={"budget": lambda consumption, wealth: consumption <= wealth},
         functions={"utility": lambda consumption: consumption},
@@ -202,7 +208,7 @@ def test_the_conventions_move_values():
 def test_zero_terminal_value_inside_the_certainty_equivalent_is_an_error():
     """pylcm's bequest grid starts at wealth 0: with γ > 1 the CE form cannot read it."""
     model = build(PYLCM, lcm.EpsteinZin())
-    with pytest.raises(lcm.ModelInitializationError, match="Regime 'alive'.*time_aggregator"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"Regime 'alive'.*time_aggregator"):
         model.solve({**params(PYLCM), "risk_aversion": 5.0})
     # In the time aggregator, 0^(1-1/ψ) is read as 0: no error.
     build(PYLCM, lcm.EpsteinZin(terminal="time_aggregator")).solve(
@@ -211,9 +217,9 @@ def test_zero_terminal_value_inside_the_certainty_equivalent_is_an_error():
 
 
 def test_unknown_conventions_are_model_errors():
-    with pytest.raises(lcm.ModelInitializationError, match="terminal.*'death'"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"terminal.*'death'"):
         lcm.EpsteinZin(terminal="death")
-    with pytest.raises(lcm.ModelInitializationError, match="interpolate.*'levels'"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"interpolate.*'levels'"):
         lcm.EpsteinZin(interpolate="levels")
     with pytest.raises(lcm.ModelInitializationError, match="LinearExpectation"):
         lcm.EpsteinZin(certainty_equivalent=None)
@@ -245,7 +251,9 @@ def _two_laws(per_target: bool):
         }
     else:
         health = lcm.MarkovTransition(
-            lambda health, labor: jnp.where(labor == 1, jnp.asarray(B)[health], jnp.asarray(A)[health])
+            lambda health, labor: jnp.where(
+                labor == 1, jnp.asarray(B)[health], jnp.asarray(A)[health]
+            )
         )  # fmt: skip
     retired_health = lcm.MarkovTransition(lambda health: jnp.asarray(B)[health])
     wealth = lcm.LinSpacedGrid(1.0, 8.0, 5)

@@ -481,6 +481,21 @@ def _numpy_table_solve():
     return solve(PARAMS, lcm.Model(**model_kwargs(working=working)))
 
 
+def _infeasible_state_simulate():
+    """A consumption grid from 3: a worker at wealth 1 has no feasible action."""
+    actions = {"labor": lcm.DiscreteGrid(Labor), "consumption": lcm.LinSpacedGrid(3.0, 10.0, 4)}
+    the_model = lcm.Model(**model_kwargs(working=working_regime(actions=actions)))
+    with pytest.warns(lcm.LcmWarning, match="no feasible action"):  # solve warns of it
+        the_solution = the_model.solve(PARAMS)
+    return functools.partial(
+        the_model.simulate,
+        PARAMS,
+        initial_conditions(wealth=np.array([1.0, 8.0])),
+        solution=the_solution,
+        key=jax.random.key(0),
+    )
+
+
 CASES = [
     # ------------------------------------------------------ preference aggregators
     pytest.param(
@@ -1333,7 +1348,7 @@ CASES = [
     ),
     pytest.param(
         lambda: solve(params_with(health_transition=jnp.full((2, 3), 1 / 3))),
-        P,
+        T,  # a probability vector of the wrong length is a transition error
         ["'working'", "'next_health'", "shape (3,)", "(2,)"],
         id="solve-markov-returns-wrong-length",
     ),
@@ -1402,7 +1417,7 @@ CASES = [
     # ---------------------------------------------------------------- solution
     pytest.param(
         lambda: functools.partial(solution().value, "dead", 0),
-        lcm.InvalidPeriodError,
+        lcm.InvalidRegimeError,
         ["'dead'", "'working'", "'retired'"],
         id="solution-value-unknown-regime",
     ),
@@ -1478,6 +1493,56 @@ CASES = [
         I,
         ["subject_batch_size", "-1"],
         id="simulate-negative-subject-batch-size",
+    ),
+    pytest.param(
+        lambda: solve(
+            params_with(regime_transition=None),
+            lcm.Model(
+                **model_kwargs(
+                    working=working_regime(transition=lambda labor: jnp.where(labor == 0, 5, 1))
+                )
+            ),
+        ),
+        T,
+        ["'working'", "'next_regime'", "regime id 5", "health='bad'", "labor='work'", "0..1"],
+        id="solve-regime-id-out-of-range-says-which",
+    ),
+    pytest.param(
+        lambda: solve(BAD_PROBABILITIES),
+        T,
+        ["'next_health'", "[0.6, 0.39]", "sum to 0.99", "health='bad'", "[0, 1]"],
+        id="solve-probability-row-says-which",
+    ),
+    pytest.param(
+        lambda: solve(params_with(regime_transition=jnp.array([[0.9, 0.05, 0.05], [0, 0, 1.0]]))),
+        T,
+        ["'working'", "'next_regime'", "(3,)", "(2,)", "working=0, retired=1"],
+        id="solve-regime-probabilities-wrong-length",
+    ),
+    pytest.param(
+        lambda: solve(
+            params_with(regime_transition=None),
+            lcm.Model(
+                **model_kwargs(
+                    working=working_regime(transition=lcm.MarkovTransition(lambda: {"retird": 1}))
+                )
+            ),
+        ),
+        M,
+        ["'working'", "'next_regime'", "'retird'", "Did you mean 'retired'?"],
+        id="solve-regime-probabilities-by-unknown-name",
+    ),
+    pytest.param(
+        lambda: solve(params_with(discount_factor=None, discont_factor=0.95)),
+        P,
+        ["'discont_factor'", "did you mean 'discount_factor'?"],
+        id="solve-misspelt-parameter",
+    ),
+    pytest.param(
+        _infeasible_state_simulate,
+        lcm.InfeasibleStateError,
+        ["'working'", "period 0", "subject 0", "wealth=1", "health='good'", "'borrowing'"],
+        id="simulate-state-with-no-feasible-action",
     ),
     pytest.param(
         lambda: simulate(
@@ -1899,16 +1964,28 @@ def test_table_is_large_enough():
 # ---------------------------------------------------------------------------------------
 
 # The rows whose check needs traced values, with what a jitted call must say instead of
-# the eager message (None: exactly the eager message). The eager NaN-in-a-value-array
-# message comes from `diagnose_nan`, which runs outside the compiled program; inside it
-# only the regime and period are known.
+# the eager message (None: exactly the eager message). The eager message of a failed
+# transition check re-evaluates the transition on the grids (`transition_detail`: the
+# state, the bad value, the valid range); inside the program only the flags are known.
+# The eager NaN-in-a-value-array message comes from `diagnose_nan`, which runs outside
+# the compiled program; inside it only the regime and period are known.
 JITTED = {
-    "solve-state-probabilities-sum-to-0.99": None,
-    "solve-state-probability-negative": None,
-    "solve-regime-probabilities-sum-to-0.99": None,
-    "solve-regime-probability-negative": None,
+    "solve-state-probabilities-sum-to-0.99": [
+        "Regime 'working', function 'next_health', period 0: invalid transition"
+    ],
+    "solve-state-probability-negative": [
+        "Regime 'working', function 'next_health', period 0: invalid transition"
+    ],
+    "solve-regime-probabilities-sum-to-0.99": [
+        "Regime 'working', function 'next_regime', period 0: invalid transition"
+    ],
+    "solve-regime-probability-negative": [
+        "Regime 'working', function 'next_regime', period 0: invalid transition"
+    ],
     "solve-mass-on-unreachable-regime": None,
-    "solve-discrete-next-state-out-of-range": None,
+    "solve-discrete-next-state-out-of-range": [
+        "Regime 'working', function 'next_health', period 0: invalid transition"
+    ],
     "solve-mass-on-regime-inactive-next-period": None,
     "solve-nan-next-state-at-feasible-point": None,
     "solve-epstein-zin-risk-aversion-one": None,
@@ -2047,7 +2124,11 @@ def test_grad_raises_the_same():
         model().solve(BAD_PROBABILITIES)
     with pytest.raises(T) as under_grad:  # no jit: the callback's error reaches the caller
         jax.grad(loss)(BAD_PROBABILITIES)
-    assert str(under_grad.value) == str(eager.value)
+    # Traced, the message says what the flags say: the regime, function and period (the
+    # eager one adds the state and the bad value, re-evaluated on the host).
+    head = "Regime 'working', function 'next_health', period 0: "
+    assert str(eager.value).startswith(head) and str(under_grad.value).startswith(head)
+    assert "[0.6, 0.39]" in str(eager.value)
     with pytest.raises(jax.errors.JaxRuntimeError, match="InvalidTransitionProbabilitiesError"):
         jax.block_until_ready(jax.jit(jax.grad(loss))(BAD_PROBABILITIES))
     assert np.isfinite(jax.jit(jax.grad(loss))(PARAMS)["wage"])

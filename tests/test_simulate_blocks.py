@@ -38,7 +38,10 @@ def test_simulation_does_not_depend_on_the_block_size(monkeypatch):
     n = 40
     initial = {
         "regime": jnp.asarray(np.arange(n) % 2),
-        "wealth": jnp.linspace(1.0, 60.0, n),
+        # Not from wealth 1: on this coarse consumption grid (1, 7.8, ...) a poor retired
+        # subject soon reaches a wealth below 1, where no consumption on the grid is
+        # feasible (`InfeasibleStateError`).
+        "wealth": jnp.linspace(100.0, 300.0, n),
     }
     params = _models.RETIREMENT_PARAMS
     frames = []

@@ -224,7 +224,7 @@ def test_choice_probabilities_match_simulated_frequencies(model, solution):
 def test_choice_probabilities_errors(model, solution):
     with pytest.raises(lcm.InvalidPeriodError, match="period"):
         choice_probabilities(model, PARAMS, solution, "working", N_PERIODS)
-    with pytest.raises(lcm.InvalidPeriodError, match="unemployed"):
+    with pytest.raises(lcm.InvalidRegimeError, match="unemployed"):
         choice_probabilities(model, PARAMS, solution, "unemployed", 0)
     p = choice_probabilities(model, PARAMS, solution, "working", np.int64(1))
     np.testing.assert_allclose(p, choice_probabilities(model, PARAMS, solution, "working", 1))

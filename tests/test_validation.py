@@ -153,4 +153,7 @@ def test_a_first_solve_compiles_one_program(validate):
         else (pytest.warns(UserWarning) if validate == "warn" else warnings.catch_warnings())
     ):
         jax.block_until_ready(model.solve(bad, validate=validate))
-    assert COMPILES == []  # failing checks are reported from the same program's flags
+    # Failing checks are reported from the same program's flags: no second solve program
+    # (the eager message re-evaluates the failed transition on the grids, op by op, to
+    # name the state and the bad value: `transition_detail`).
+    assert not [c for c in COMPILES if "solve" in c], COMPILES

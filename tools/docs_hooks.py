@@ -43,25 +43,34 @@ SECTIONS = (
     ("_errors", "Errors"),
     ("_logging", "Logging"),
 )
+# As a user reads: the model, its grids, the solvers, the results, estimation, errors.
 SECTION_ORDER = [
     "Models",
     "Grids",
     "Solvers",
     "Results",
+    "Estimation",
+    "Errors",
     "Diagnostics",
     "Parameters as pandas",
     "Plots",
-    "Estimation",
-    "Errors",
     "Logging",
     "Other",
 ]
+# Names that open their section, in this order; the other names follow in import order,
+# abstract base classes last.
+FIRST = ("Model", "Regime", "MarkovTransition", "ExtremeValueShocks", "GridSearch", "DCEGM")
+# The solver interface: documented on a page of its own (`solver_authors.md`), not in the
+# user's reference; the concrete solvers there show no protocol methods.
+SOLVER_PROTOCOL = ("AbstractSolver", "AbstractPointwiseSolver", "AbstractUpperEnvelope")
+SOLVER_PROTOCOL_USERS = ("GridSearch", "DCEGM", "ExactEnvelope")
 
 # Reading order of the hand-written pages; any other docs/*.md page joins "Guides".
 GUIDES = ["quickstart.md", "models.md", "tuning.md", "estimation.md"]
 PERFORMANCE = ["performance.md", "benchmarking.md"]
 CONTRIBUTORS = ["architecture.md"]
 API = ["api.md", "reference.md"]
+CONTRIBUTORS_GENERATED = ["solver_authors.md"]
 
 
 def public_names() -> dict[str, list[str]]:
@@ -84,7 +93,15 @@ def public_names() -> dict[str, list[str]]:
                 (title for prefix, title in SECTIONS if module.startswith(prefix)), "Other"
             )
             sections[title].append(name)
+    for names in sections.values():
+        names.sort(key=_reading_order)
     return {title: names for title, names in sections.items() if names}
+
+
+def _reading_order(name: str) -> tuple[int, int]:
+    if name in FIRST:
+        return (0, FIRST.index(name))
+    return (2 if name.startswith("Abstract") else 1, 0)  # a stable sort keeps the rest
 
 
 def reference_markdown() -> str:
@@ -97,9 +114,36 @@ def reference_markdown() -> str:
         "",
     ]
     for title, names in public_names().items():
+        names = [n for n in names if n not in SOLVER_PROTOCOL]
+        if not names:
+            continue
         lines += [f"## {title}", ""]
         for name in names:
-            lines += [f"::: {PACKAGE}.{name}", ""]
+            lines.append(f"::: {PACKAGE}.{name}")
+            if name in SOLVER_PROTOCOL_USERS:  # the protocol's methods: see solver_authors
+                lines += ["    options:", "      members: false"]
+            lines.append("")
+        if title == "Solvers":
+            lines += [
+                "The interface a solver implements (`AbstractSolver`) is documented in "
+                "[Writing a solver](solver_authors.md).",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def solver_authors_markdown() -> str:
+    lines = [
+        "# Writing a solver",
+        "",
+        "For authors of new solvers: the interface every solver implements, and the "
+        "upper-envelope interface of endogenous-grid solvers. A model's user needs none "
+        "of this (see [the reference](reference.md) and [Solvers](solvers.md)). "
+        "[Architecture](architecture.md) explains how the backward induction calls it.",
+        "",
+    ]
+    for name in SOLVER_PROTOCOL:
+        lines += [f"::: {PACKAGE}.{name}", ""]
     return "\n".join(lines)
 
 
@@ -161,7 +205,7 @@ def on_config(config, **kwargs):
             ]
         },
         {"Performance": [p for p in PERFORMANCE if p in pages]},
-        {"Contributors": [p for p in CONTRIBUTORS if p in pages]},
+        {"Contributors": [p for p in CONTRIBUTORS if p in pages] + CONTRIBUTORS_GENERATED},
         {"README": "readme.md"},
     ]
     return config
@@ -170,6 +214,7 @@ def on_config(config, **kwargs):
 def on_files(files, config, **kwargs):
     generated = {
         "reference.md": reference_markdown(),
+        "solver_authors.md": solver_authors_markdown(),
         "readme.md": readme_markdown(),
         "examples/index.md": examples_index_markdown(),
         **{f"examples/{s.stem}.md": example_markdown(s) for s in _examples()},

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import InvalidPeriodError, LcmError
+from .._errors import InvalidPeriodError, InvalidRegimeError, LcmError
 from .._grids._age import age_of
 from .._model._params import resolve_params
 from .._solve._axes import lift
@@ -160,7 +160,7 @@ def _probabilities_on_grid(model, regime, params, solution_values, policies, per
 def _check(model, solution: Solution, regime: str, period) -> None:
     plan = model.plan
     if regime not in plan.regimes:
-        raise InvalidPeriodError(
+        raise InvalidRegimeError(
             f"Unknown regime {regime!r}; the model's regimes are {list(plan.regimes)}."
         )
     if (

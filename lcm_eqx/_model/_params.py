@@ -317,9 +317,15 @@ def _check_unknown(plan: ModelPlan, params: Mapping, root: str = "params") -> No
             )
         elif key not in used_anywhere:
             raise InvalidParamsError(
-                f"Unknown parameter {root}[{key!r}]: no function of any regime uses it "
-                f"(known: {sorted(used_anywhere)})."
+                f"Unknown parameter {root}[{key!r}]: no function of any regime uses it"
+                f"{_did_you_mean(key, used_anywhere)} (known: {sorted(used_anywhere)})."
             )
+
+
+def _did_you_mean(name: str, known) -> str:
+    """`"; did you mean 'x'?"` for the closest of `known` to a misspelt `name`, or ""."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _used_in(regime: RegimePlan) -> set[str]:
@@ -337,7 +343,8 @@ def _check_regime_level(regime: RegimePlan, values: Mapping, root: str = "params
                 if name not in regime.parameters[key]:
                     raise InvalidParamsError(
                         f"Regime {regime.name!r}, function {key!r}: unknown parameter "
-                        f"{name!r} (it takes {list(regime.parameters[key])})."
+                        f"{name!r}{_did_you_mean(name, regime.parameters[key])} (it takes "
+                        f"{list(regime.parameters[key])})."
                     )
         elif isinstance(value, Mapping):
             raise InvalidParamsError(
@@ -348,7 +355,7 @@ def _check_regime_level(regime: RegimePlan, values: Mapping, root: str = "params
         elif key not in used:
             raise InvalidParamsError(
                 f"Regime {regime.name!r}: unknown parameter {key!r} (no function of this regime "
-                f"uses it; known: {sorted(used)})."
+                f"uses it{_did_you_mean(key, used)}; known: {sorted(used)})."
             )
 
 

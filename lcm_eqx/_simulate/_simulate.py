@@ -24,9 +24,9 @@ from .._model._plan import ModelPlan, RegimePlan
 from .._progress import simulate_tick
 from .._solve._kernel import (
     RegimeProblem,
-    any_nan,
     age_varying_points,
     aggregator_checks,
+    any_nan,
     probability_violation,
     shifted,
 )
@@ -317,9 +317,10 @@ def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
 
     The subjects where `mask` holds are moved to the front (a stable sort) and `fn` runs
     on blocks of `block` of them, in a loop with as many iterations as needed
-    (`ceil(sum(mask) / block)`): a regime's kernel then costs in proportion to the
-    subjects in that regime, not to the whole panel (`block` defaults to
-    `SUBJECT_BLOCK`, read when traced). Entries where `mask` does not hold
+    (`ceil(sum(mask) / block)`; a static trip count, the blocks past it skipped): a
+    regime's kernel then costs in proportion to the subjects in that regime, not to the
+    whole panel (`block` defaults to `SUBJECT_BLOCK`, read when traced); reverse mode
+    differentiates through it. Entries where `mask` does not hold
     are left at zero (callers select with `mask`). Results do not depend on the blocking:
     each subject's computation (including its random draws, keyed by subject id) is
     the same.
@@ -343,7 +344,12 @@ def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
         result = jax.vmap(fn)(*jax.tree.map(lambda x: x[read], args))
         return jax.tree.map(lambda o, r: o.at[write].set(r, mode="drop"), out, result)
 
-    return jax.lax.fori_loop(0, n_blocks, body, init)
+    def maybe_body(i, out):
+        return jax.lax.cond(i < n_blocks, body, lambda i, out: out, i, out)
+
+    # A static trip count (blocks past `n_blocks` are skipped by the `cond`): a fori_loop
+    # with dynamic bounds is a while_loop, which reverse mode cannot differentiate.
+    return jax.lax.fori_loop(0, n_slots // block, maybe_body, init)
 
 
 def draw_checks(plan: ModelPlan, regime: RegimePlan) -> tuple[str, ...]:
@@ -400,6 +406,14 @@ def _simulate_subject(
 ):
     regime = problem.regime
     chosen, value = solver.choose(problem, state, jax.random.fold_in(key, _TASTE))
+    # With no feasible action (value -inf) the argmax picked an infeasible one: its
+    # continuous actions are NaN instead, so that nothing downstream passes for valid
+    # (`Model.simulate` reports these subjects).
+    feasible = value > -jnp.inf
+    chosen = {
+        name: x if regime.grids[name].is_discrete else jnp.where(feasible, x, jnp.nan)
+        for name, x in chosen.items()
+    }
     shown = {s: problem.value_of(s, x) for s, x in state.items()}
     no_checks = jnp.zeros((0,), value.dtype)
     if regime.is_terminal:

@@ -16,10 +16,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from .._errors import InvalidParamsError
+from .._errors import InvalidParamsError, InvalidTransitionProbabilitiesError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._aggregator import Continuation
 from .._model._dag import Evaluator, has_array_parameter
+from .._model._markov import regime_vector
 from .._model._plan import ModelPlan, RegimePlan
 from ._axes import Axis, Carried, lift
 from ._continuation import (
@@ -631,6 +632,17 @@ class RegimeProblem:
             )
 
     def _check_shape(self, key: str, shape, expected) -> None:
+        if tuple(shape) != tuple(expected) and key.startswith("next_") and len(expected) == 1:
+            # A probability vector of the wrong length: a transition, not a parameter, error.
+            if key == "next_regime":
+                order = ", ".join(f"{n}={r.id}" for n, r in self.model.regimes.items())
+                what = f"one probability per regime in the order of regime_ids ({order})"
+            else:
+                what = f"one probability per code of {key.removeprefix('next_')!r}"
+            raise InvalidTransitionProbabilitiesError(
+                f"Regime {self.regime.name!r}: function {key!r} returns probabilities of shape "
+                f"{tuple(shape)}, expected {tuple(expected)}: {what}."
+            )
         if tuple(shape) != tuple(expected):
             raise InvalidParamsError(
                 f"Regime {self.regime.name!r}: function {key!r} returns shape {tuple(shape)}, "
@@ -733,7 +745,10 @@ class RegimeProblem:
     def regime_probabilities_and_id(self, evaluate: Evaluator) -> tuple[Array, Array | None]:
         n_regimes = len(self.model.regimes)
         assert self.regime.next_regime is not None
-        raw = jnp.asarray(evaluate(self.regime.next_regime))
+        raw = evaluate(self.regime.next_regime)
+        if isinstance(raw, dict):  # probabilities by regime name, in any order
+            raw = regime_vector(self.model, self.regime, raw)
+        raw = jnp.asarray(raw)
         if self.regime.next_regime_is_markov:
             self._check_shape("next_regime", raw.shape, (n_regimes,))
             return raw, None

@@ -8,7 +8,7 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import InvalidPeriodError
+from .._errors import InvalidPeriodError, InvalidRegimeError
 from .._persistence import save
 from .._typing import FilePath
 from .._validation import first_failures
@@ -79,7 +79,7 @@ class Solution(eqx.Module):
     def value(self, regime: str, period: int) -> Float[Array, "..."]:
         """The value array of `regime` in `period` (axes = its states in declaration order)."""
         if regime not in self.values:
-            raise InvalidPeriodError(
+            raise InvalidRegimeError(
                 f"Unknown regime {regime!r}; the model's regimes are {list(self.values)}."
             )
         if isinstance(period, bool) or not isinstance(period, int | np.integer):
