@@ -29,7 +29,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
@@ -313,7 +312,3 @@ def solver_groups(
             groups.append((solver, [name]))
     return [(solver, tuple(names)) for solver, names in groups]
 
-
-def jax_tree_concatenate(parts: list) -> Any:
-    """Pytrees of one structure concatenated leaf by leaf along their leading axis."""
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
