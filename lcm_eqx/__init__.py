@@ -8,6 +8,7 @@ from ._config import configure_jax as _configure_jax
 
 _configure_jax()
 
+from ._errors import EstimationError as EstimationError  # noqa: E402
 from ._errors import GridInitializationError as GridInitializationError  # noqa: E402
 from ._errors import InvalidDataError as InvalidDataError  # noqa: E402
 from ._errors import InvalidInitialConditionsError as InvalidInitialConditionsError  # noqa: E402
@@ -23,10 +24,15 @@ from ._errors import NaNError as NaNError  # noqa: E402
 from ._errors import SavedFileError as SavedFileError  # noqa: E402
 from ._estimation import ChoiceData as ChoiceData  # noqa: E402
 from ._estimation import Distribution as Distribution  # noqa: E402
+from ._estimation import EstimationResult as EstimationResult  # noqa: E402
+from ._estimation import Identification as Identification  # noqa: E402
+from ._estimation import Profile as Profile  # noqa: E402
 from ._estimation import best_continuous_actions as best_continuous_actions  # noqa: E402
 from ._estimation import choice_moments as choice_moments  # noqa: E402
 from ._estimation import choice_probabilities as choice_probabilities  # noqa: E402
+from ._estimation import data_moments as data_moments  # noqa: E402
 from ._estimation import discrete_values as discrete_values  # noqa: E402
+from ._estimation import estimate as estimate  # noqa: E402
 from ._estimation import euler_errors as euler_errors  # noqa: E402
 from ._estimation import log_likelihood as log_likelihood  # noqa: E402
 from ._estimation import prepare_data as prepare_data  # noqa: E402
