@@ -35,6 +35,7 @@ What it does, in order:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -580,14 +581,18 @@ def estimate(
     else:
         fields, panel = _msm_fields(model, data, moments, weighting, initial, subject)
         n_subjects = panel.influence.shape[0]
-    objective = Objective(
-        model=model,
-        method=method,
-        params=params,
-        free=free_specs,
-        types=types,
-        **{**empty, **fields},
-    )
+    with warnings.catch_warnings():
+        # The model is static, as everywhere in the library (`static_argnames="model"`);
+        # its grids hold arrays, which Equinox warns about.
+        warnings.filterwarnings("ignore", "A JAX array is being set as static")
+        objective = Objective(
+            model=model,
+            method=method,
+            params=params,
+            free=free_specs,
+            types=types,
+            **{**empty, **fields},
+        )
     names = _names(free_specs, types)
     runs = []
     for x0 in _starts(free_specs, params, shares0, starts):
