@@ -114,7 +114,7 @@ def test_bad_inputs_get_named_errors(one_period):
         lcm.estimate(model, start, data=df.drop(columns="wealth"), free=free)
     with pytest.raises(lcm.EstimationError, match="outside its bounds"):
         lcm.estimate(model, start, data=df, free=free, bounds={"disutility_of_work": (0.5, 2)})
-    with pytest.raises(lcm.EstimationError, match="'taste_shock_scale'.*outside"):
+    with pytest.raises(lcm.EstimationError, match=r"'taste_shock_scale'.*outside"):
         lcm.estimate(model, {**start, "taste_shock_scale": -1.0}, data=df,
                      free=["taste_shock_scale"])  # fmt: skip
     with pytest.raises(lcm.EstimationError, match="'salary' is not in params"):
@@ -164,10 +164,10 @@ def typed_model():
         taste_shocks=lcm.ExtremeValueShocks(),
     )
     retired = lcm.Regime(
-        states={"wealth": wealth},
+        states={"wealth": wealth, "kind": lcm.DiscreteGrid(Kind)},
         actions={"consumption": consumption},
         functions={"utility": retirement.utility_retired},
-        state_transitions={"wealth": retirement.next_wealth_retired},
+        state_transitions={"wealth": retirement.next_wealth_retired, "kind": lambda kind: kind},
         transition=lambda: RegimeId.retired,
         constraints={"borrowing": retirement.borrowing},
     )

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pandas as pd
+from jaxtyping import Array
 
 from .._errors import EstimationError, InvalidDataError, warn
 from .._pandas import coerce_params
@@ -150,9 +151,8 @@ class Objective(eqx.Module):
         rest = theta[len(self.free) :]
         return jnp.concatenate([1.0 - jnp.sum(rest, keepdims=True), rest])
 
-    def contributions(self, theta):
-        """`"mle"`: each subject's log-likelihood."""
-        params = self.model_params(theta)
+    def contributions(self, params, theta):
+        """`"mle"`: each subject's log-likelihood (the type shares read from `theta`)."""
         solution = self.model.solve(params, validate="off")
 
         def by_subject(data):
@@ -172,9 +172,8 @@ class Objective(eqx.Module):
         log_shares = jnp.log(self.shares(theta))
         return jax.nn.logsumexp(per_type + log_shares[:, None], axis=0)
 
-    def moments(self, theta, mass=None):
+    def moments(self, params, mass=None):
         """`"msm"`: the model's moments (from the data's initial mass unless given)."""
-        params = self.model_params(theta)
         dist = self.model.distribution(params, self.mass if mass is None else mass, validate="off")
         return jnp.concatenate([profile.of(dist, periods) for profile, periods in self.profiles])
 
@@ -191,20 +190,6 @@ class Objective(eqx.Module):
         return 0.5 * float(residual @ weighted), jacobian.T @ weighted, moments
 
 
-@eqx.filter_jit
-def _likelihood_and_gradient(objective: Objective, theta):
-    """The subjects' log-likelihoods and the gradient of their sum (reverse mode)."""
-    contributions, pullback = jax.vjp(objective.contributions, theta)
-    return contributions, pullback(jnp.ones_like(contributions))[0]
-
-
-@eqx.filter_jit
-def _moments_and_jacobian(objective: Objective, theta):
-    """The model's moments and their exact Jacobian `∂m/∂θ` (forward mode)."""
-    jacobian, moments = jax.jacfwd(lambda t: (objective.moments(t),) * 2, has_aux=True)(theta)
-    return moments, jacobian
-
-
 def _replace(tree, path, value):
     if len(path) == 1:
         return {**tree, path[0]: value}
@@ -215,6 +200,37 @@ def _get(tree, path):
     for key in path:
         tree = tree[key]
     return tree
+
+
+# Derivatives are taken with respect to the `params` pytree that `model.solve` receives
+# and the free leaves read off it (plus the type shares, which only the mixture reads).
+def _free_part(objective: Objective, tangent, shares) -> Array:
+    parts = [_get(tangent, f.path) for f in objective.free]
+    return jnp.concatenate([jnp.stack(parts), shares]) if objective.types else jnp.stack(parts)
+
+
+@eqx.filter_jit
+def _likelihood_and_gradient(objective: Objective, theta):
+    """The subjects' log-likelihoods and the gradient of their sum (reverse mode)."""
+    params = objective.model_params(theta)
+    contributions, pullback = jax.vjp(objective.contributions, params, theta)
+    by_params, by_theta = pullback(jnp.ones_like(contributions))
+    return contributions, _free_part(objective, by_params, by_theta[len(objective.free) :])
+
+
+@eqx.filter_jit
+def _moments_and_jacobian(objective: Objective, theta):
+    """The model's moments and their exact Jacobian `∂m/∂θ` (forward mode)."""
+    params = objective.model_params(theta)
+
+    def along(i):
+        tangent = jax.tree.map(jnp.zeros_like, params)
+        for j, f in enumerate(objective.free):
+            tangent = _replace(tangent, f.path, jnp.where(i == j, 1.0, 0.0).astype(theta.dtype))
+        return jax.jvp(objective.moments, (params,), (tangent,))
+
+    moments, jacobian = jax.vmap(along)(jnp.arange(len(objective.free)))
+    return moments[0], jacobian.T
 
 
 # Armijo's sufficient-decrease constant and the most halvings of a step.
@@ -271,7 +287,8 @@ def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: 
 @eqx.filter_jit
 def _moments_by_initial_mass(objective: Objective, theta):
     """`∂m/∂μ`: each moment's derivative in the initial mass (by regime)."""
-    return jax.jacrev(lambda mass: objective.moments(theta, mass))(objective.mass)
+    params = objective.model_params(theta)
+    return jax.jacrev(lambda mass: objective.moments(params, mass))(objective.mass)
 
 
 def _likelihood_curvature(objective: Objective, theta: np.ndarray):
@@ -612,9 +629,10 @@ def estimate(
     theta, _ = objective.natural(x)
 
     if method == "mle":
-        curvature, jacobian = _likelihood_curvature(objective, theta)
+        information, jacobian = _likelihood_curvature(objective, theta)
         outer = jacobian.T @ jacobian
-        covariances = {"hessian": _inverse(curvature), "opg": _inverse(outer)}
+        curvature = (information, outer)
+        covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
         covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
         reported = -value * n_subjects
         model_moments = None
@@ -630,8 +648,8 @@ def estimate(
                 model, objective, jnp.asarray(theta), data, subject, panel
             )
         omega = influence.T @ influence / influence.shape[0] ** 2
-        curvature = jacobian.T @ weight @ jacobian
-        bread = _inverse(curvature)
+        bread = _inverse(jacobian.T @ weight @ jacobian)
+        curvature = (jacobian.T @ weight @ jacobian,)
         covariances = {"sandwich": bread @ jacobian.T @ weight @ omega @ weight @ jacobian @ bread}
         reported = 2 * value
 
@@ -893,10 +911,8 @@ def _subject_initial(model, data, subject, panel):
             if name not in first.columns:
                 raise InvalidDataError(f"estimate: data lack the state {name!r}.")
             column = first[name]
-            if (
-                (grid.is_discrete
-                and column.dtype.kind in "OUS")
-                or isinstance(column.dtype, pd.CategoricalDtype)
+            if (grid.is_discrete and column.dtype.kind in "OUS") or isinstance(
+                column.dtype, pd.CategoricalDtype
             ):
                 lookup = {str(label): i for i, label in enumerate(grid.labels)}
                 column = column.astype(object).map(lambda v, lookup=lookup: lookup.get(str(v), 0))
@@ -944,6 +960,8 @@ def _model_influence(model, objective, theta, data, subject, panel) -> np.ndarra
 
 def _inverse(matrix: np.ndarray) -> np.ndarray:
     """The inverse of a symmetric matrix, or NaN where it is singular."""
+    if not np.all(np.isfinite(matrix)):
+        return np.full(matrix.shape, np.nan)
     scale = np.sqrt(np.abs(np.diag(matrix)))
     scale = np.where(scale > 0, scale, 1.0)
     scaled = matrix / np.outer(scale, scale)
@@ -967,10 +985,14 @@ def _status(
                 f"max_steps={max_steps} reached with gradient {gradient:.2e} > {tolerance:g}",
             )
         return False, f"stopped with gradient {gradient:.2e} > tolerance {tolerance:g}"
-    scale = np.sqrt(np.abs(np.diag(curvature)))
-    scale = np.where(scale > 0, scale, 1.0)
-    eigenvalues, vectors = np.linalg.eigh(curvature / np.outer(scale, scale))
-    if not np.all(np.isfinite(eigenvalues)) or eigenvalues[0] <= SINGULAR * max(eigenvalues[-1], 1):
+    for matrix in curvature:
+        if not np.all(np.isfinite(matrix)):
+            return False, f"the curvature at the estimate is not finite ({names})"
+        scale = np.sqrt(np.abs(np.diag(matrix)))
+        scale = np.where(scale > 0, scale, 1.0)
+        eigenvalues, vectors = np.linalg.eigh(matrix / np.outer(scale, scale))
+        if np.all(np.isfinite(eigenvalues)) and eigenvalues[0] > SINGULAR * max(eigenvalues[-1], 1):
+            continue
         flat = [n for n, v in zip(names, vectors[:, 0], strict=True) if abs(v) >= 0.3]
         return False, (
             f"gradient {gradient:.2e} is below the tolerance, but the curvature is not positive "
