@@ -74,15 +74,18 @@ class Free(eqx.Module):
         return "/".join(self.path)
 
     def to_natural(self, x: float) -> tuple[float, float]:
-        """`θ` and `dθ/dx` at the unconstrained `x`."""
+        """`θ` and `dθ/dx` at the unconstrained `x` (a line search's wild trial step
+        gives an infinite or boundary `θ`, whose objective it then rejects)."""
         lo, hi = self.lower, self.upper
         if math.isinf(lo) and math.isinf(hi):
             return x, 1.0
+        with np.errstate(over="ignore"):
+            growth = float(np.exp(x))
         if math.isinf(hi):
-            return lo + math.exp(x), math.exp(x)
+            return lo + growth, growth
         if math.isinf(lo):
-            return hi - math.exp(x), -math.exp(x)
-        u = 1.0 / (1.0 + math.exp(-x))
+            return hi - growth, -growth
+        u = 0.5 * (1.0 + math.tanh(0.5 * x))  # the logistic function, without overflow
         return lo + (hi - lo) * u, (hi - lo) * u * (1.0 - u)
 
     def to_unconstrained(self, theta: float) -> float:
