@@ -239,6 +239,9 @@ def _moments_and_jacobian(objective: Objective, theta):
 # Armijo's sufficient-decrease constant and the most halvings of a step.
 ARMIJO = 1e-4
 MAX_HALVINGS = 40
+# The L-BFGS direction (no line search of its own), compiled once for every estimation.
+LBFGS = optax.lbfgs(linesearch=None)
+_lbfgs_direction = jax.jit(LBFGS.update)
 
 
 def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int):
@@ -249,8 +252,7 @@ def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: 
     final `x`, the objective and largest gradient entry there, the steps taken, the
     trace and why it stopped (`None` when the gradient criterion was met).
     """
-    optimiser = optax.lbfgs(linesearch=None)
-    direction_of = jax.jit(optimiser.update)
+    optimiser, direction_of = LBFGS, _lbfgs_direction
 
     def value_and_gradient(x):
         theta, dtheta_dx = objective.natural(x)
