@@ -119,23 +119,31 @@ def coverage(args) -> None:
         result = fit(model, df, args.method, args.n_periods)
         if not result.converged:
             failed += 1
-            continue
-        estimates.append(result.estimates)
-        errors.append(np.sqrt(np.diag(result.covariance)))
+        else:
+            estimates.append(result.estimates)
+            errors.append(np.sqrt(np.diag(result.covariance)))
+        if (replication + 1) % args.report_every == 0 or replication + 1 == args.replications:
+            report(args, names, estimates, errors, failed, replication + 1, began)
+
+
+def report(args, names, estimates, errors, failed, done, began) -> None:
+    """Bias, RMSE, mean standard error and 95% coverage over the replications so far."""
     estimates, errors = np.asarray(estimates), np.asarray(errors)
     truth = np.asarray([TRUE[n] for n in names])
     covered = np.abs(estimates - truth) <= 1.959963984540054 * errors
     print(
-        f"{args.method}: {len(estimates)} converged replications of {args.replications} "
+        f"{args.method}: {len(estimates)} converged replications of {done} "
         f"({failed} not converged), {args.subjects} subjects, grids {args.n_wealth}x"
-        f"{args.n_consumption}, {args.n_periods} periods, {time.perf_counter() - began:.0f} s"
+        f"{args.n_consumption} ({args.solver}), {args.n_periods} periods, "
+        f"{time.perf_counter() - began:.0f} s"
     )
     print(f"{'parameter':<20} {'truth':>8} {'bias':>9} {'rmse':>8} {'mean se':>8} {'cover95':>8}")
     for i, name in enumerate(names):
         print(
             f"{name:<20} {truth[i]:>8.3f} {np.mean(estimates[:, i]) - truth[i]:>9.4f} "
             f"{np.sqrt(np.mean((estimates[:, i] - truth[i]) ** 2)):>8.4f} "
-            f"{np.mean(errors[:, i]):>8.4f} {np.mean(covered[:, i]):>8.3f}"
+            f"{np.mean(errors[:, i]):>8.4f} {np.mean(covered[:, i]):>8.3f}",
+            flush=True,
         )
 
 
@@ -172,6 +180,7 @@ def main() -> None:
     parser.add_argument("--n-consumption", type=int, default=500)
     parser.add_argument("--n-periods", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--report-every", type=int, default=25)
     args = parser.parse_args()
     {"timing": timing, "coverage": coverage, "bootstrap": bootstrap}[args.what](args)
 
