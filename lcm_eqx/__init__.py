@@ -6,6 +6,7 @@ function, simulate panels into pandas, and differentiate through the solution.
 
 # First: importing `_config` sets lcm_eqx's JAX defaults before anything imports jax.
 from . import _config as _config
+from ._errors import EstimationError as EstimationError
 from ._errors import GridInitializationError as GridInitializationError
 from ._errors import InfeasibleStateError as InfeasibleStateError
 from ._errors import InvalidDataError as InvalidDataError
@@ -23,10 +24,15 @@ from ._errors import NaNError as NaNError
 from ._errors import SavedFileError as SavedFileError
 from ._estimation import ChoiceData as ChoiceData
 from ._estimation import Distribution as Distribution
+from ._estimation import EstimationResult as EstimationResult
+from ._estimation import Identification as Identification
+from ._estimation import Profile as Profile
 from ._estimation import best_continuous_actions as best_continuous_actions
 from ._estimation import choice_moments as choice_moments
 from ._estimation import choice_probabilities as choice_probabilities
+from ._estimation import data_moments as data_moments
 from ._estimation import discrete_values as discrete_values
+from ._estimation import estimate as estimate
 from ._estimation import euler_errors as euler_errors
 from ._estimation import log_likelihood as log_likelihood
 from ._estimation import prepare_data as prepare_data

@@ -85,3 +85,10 @@ def warn(message: str) -> None:
 
 def _is_internal(frame) -> bool:
     return frame.f_globals.get("__name__", "").partition(".")[0] in _INTERNAL_PACKAGES
+
+
+class EstimationError(LcmError, ValueError):
+    """An estimation that cannot start or be read: free parameters that are not in
+    `params`, bounds that do not hold the start, moments with a singular covariance, an
+    objective that is not finite at the start (the message names the parameter or
+    moment)."""

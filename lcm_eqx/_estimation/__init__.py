@@ -3,17 +3,24 @@
 from ._choice import choice_probabilities, discrete_values
 from ._data import ChoiceData, InvalidDataError, prepare_data
 from ._distribution import Distribution
+from ._estimate import EstimationResult, Identification, estimate
 from ._euler import euler_errors
 from ._likelihood import best_continuous_actions, choice_moments, log_likelihood
+from ._moments import Profile, data_moments
 
 __all__ = [
     "ChoiceData",
     "Distribution",
+    "EstimationResult",
+    "Identification",
     "InvalidDataError",
+    "Profile",
     "best_continuous_actions",
     "choice_moments",
     "choice_probabilities",
+    "data_moments",
     "discrete_values",
+    "estimate",
     "euler_errors",
     "log_likelihood",
     "prepare_data",

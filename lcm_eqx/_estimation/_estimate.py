@@ -1,0 +1,1010 @@
+"""Estimation in one call: `estimate(model, params, data=..., method=..., free=[...])`.
+
+What it does, in order:
+
+1. **Free parameters.** Each entry of `free` names a scalar leaf of `params` (`"wage"`
+   or a path `("working", "wage")`); the rest stay fixed. Each free parameter lives in
+   an interval (`bounds`, with defaults `(0, 1)` for `discount_factor` and `(0, ∞)` for
+   `taste_shock_scale`) and is optimised on an unconstrained coordinate `x`:
+   `θ = x` on `(−∞, ∞)`, `θ = lo + exp(x)` on `(lo, ∞)` (log), `θ = hi − exp(x)` on
+   `(−∞, hi)`, `θ = lo + (hi − lo)·sigmoid(x)` on `(lo, hi)` (logit).
+2. **The objective**, a pure JAX function of `x` through `model.solve`:
+   - `"mle"`: minus the mean over subjects of each subject's log-likelihood
+     (`log_likelihood(..., per_row=True)` summed by subject); with unobserved types,
+     each subject's likelihood is the share-weighted mixture over the types of the
+     product of its rows' likelihoods, from one solve (the type is a permanent
+     discrete state of the model).
+   - `"msm"`: `½ (m(θ) − m̂)ᵀ W (m(θ) − m̂)`, with `m(θ)` the `Profile` moments of the
+     exact distribution (`model.distribution`, no simulation noise) started from the
+     data's period-0 rows, `m̂` the data's moments (`data_moments`) and `W` the
+     weighting matrix.
+3. **L-BFGS** (optax, zoom line search) in one compiled `lax.while_loop`, vmapped over
+   several starts when `starts` is given. Converged means: the gradient's largest
+   entry (in `x`) is at most `tolerance`, the objective is finite, and the curvature
+   matrix (the Hessian, or `GᵀWG`) is positive definite. Anything else is reported as
+   not converged, with a message and an `LcmWarning`.
+4. **Standard errors** in the natural parameters `θ`: for `"mle"`, from the Hessian
+   `H` of minus the log-likelihood, the outer product of the subjects' scores `S`,
+   and the robust sandwich `H⁻¹ SᵀS H⁻¹`; for `"msm"`, the sandwich
+   `(GᵀWG)⁻¹ GᵀWΩWG (GᵀWG)⁻¹` with the exact Jacobian `G = ∂m/∂θ` and `Ω` the
+   covariance of `m̂ − m(θ̂)`: both move with the sample's initial conditions, which
+   the model's moments share with the data, so `Ω` uses the difference of the data
+   moments' influence and the model moments' influence through the initial mass.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pandas as pd
+from jaxtyping import Array
+
+from .._errors import EstimationError, InvalidDataError, warn
+from .._pandas import coerce_params
+from ._data import ChoiceData, prepare_data
+from ._distribution import bin_initial
+from ._likelihood import log_likelihood
+from ._moments import Profile, panel_moments, profiles_tuple
+
+if TYPE_CHECKING:
+    from .._model._model import Model
+
+DEFAULT_BOUNDS = {"discount_factor": (0.0, 1.0), "taste_shock_scale": (0.0, math.inf)}
+# Relative eigenvalue below which a curvature matrix counts as singular.
+SINGULAR = 1e-10
+
+
+class Free(eqx.Module):
+    """One free parameter: where it is in `params`, its label and its interval."""
+
+    path: tuple[str, ...] = eqx.field(static=True)
+    lower: float = eqx.field(static=True)
+    upper: float = eqx.field(static=True)
+
+    @property
+    def label(self) -> str:
+        return "/".join(self.path)
+
+    def to_natural(self, x: float) -> tuple[float, float]:
+        """`θ` and `dθ/dx` at the unconstrained `x` (a line search's wild trial step
+        gives an infinite or boundary `θ`, whose objective it then rejects)."""
+        lo, hi = self.lower, self.upper
+        if math.isinf(lo) and math.isinf(hi):
+            return x, 1.0
+        with np.errstate(over="ignore"):
+            growth = float(np.exp(x))
+        if math.isinf(hi):
+            return lo + growth, growth
+        if math.isinf(lo):
+            return hi - growth, -growth
+        u = 0.5 * (1.0 + math.tanh(0.5 * x))  # the logistic function, without overflow
+        return lo + (hi - lo) * u, (hi - lo) * u * (1.0 - u)
+
+    def to_unconstrained(self, theta: float) -> float:
+        lo, hi = self.lower, self.upper
+        if math.isinf(lo) and math.isinf(hi):
+            return theta
+        if math.isinf(hi):
+            return math.log(theta - lo)
+        if math.isinf(lo):
+            return math.log(hi - theta)
+        u = (theta - lo) / (hi - lo)
+        return math.log(u / (1 - u))
+
+
+class Types(eqx.Module):
+    """Unobserved types: a permanent discrete state left out of the data, with shares."""
+
+    state: str = eqx.field(static=True)
+    n_types: int = eqx.field(static=True)
+
+
+class Objective(eqx.Module):
+    """Everything the optimiser's objective needs; arrays are leaves, structure static."""
+
+    model: Any = eqx.field(static=True)
+    method: str = eqx.field(static=True)
+    params: dict
+    free: tuple[Free, ...] = eqx.field(static=True)
+    types: Types | None = eqx.field(static=True)
+    # "mle"
+    data: tuple[ChoiceData, ...] | None
+    clusters: Any
+    n_clusters: int = eqx.field(static=True)
+    measurement_sd: Any
+    # "msm"
+    mass: dict | None
+    profiles: tuple[tuple[Profile, tuple[int, ...]], ...] = eqx.field(static=True)
+    data_moments: Any
+    weight: Any
+
+    @property
+    def n_free(self) -> int:
+        return len(self.free) + (self.types.n_types - 1 if self.types else 0)
+
+    def natural(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`θ` (the free parameters, then the type shares 1…K−1) and `dθ/dx` at `x`."""
+        n = len(self.free)
+        theta, jacobian = np.zeros(self.n_free), np.zeros((self.n_free, self.n_free))
+        for i, f in enumerate(self.free):
+            theta[i], jacobian[i, i] = f.to_natural(float(x[i]))
+        if self.types:
+            logits = np.concatenate([[0.0], x[n:]])
+            shares = np.exp(logits - logits.max())
+            shares = shares[1:] / shares.sum()
+            theta[n:] = shares
+            jacobian[n:, n:] = np.diag(shares) - np.outer(shares, shares)
+        return theta, jacobian
+
+    def model_params(self, theta):
+        params = self.params
+        for i, f in enumerate(self.free):
+            params = _replace(params, f.path, theta[i])
+        return params
+
+    def shares(self, theta):
+        rest = theta[len(self.free) :]
+        return jnp.concatenate([1.0 - jnp.sum(rest, keepdims=True), rest])
+
+    def contributions(self, params, theta):
+        """`"mle"`: each subject's log-likelihood (the type shares read from `theta`)."""
+        solution = self.model.solve(params, validate="off")
+
+        def by_subject(data):
+            rows = log_likelihood(
+                self.model,
+                params,
+                data,
+                solution=solution,
+                measurement_sd=self.measurement_sd,
+                per_row=True,
+            )
+            return jax.ops.segment_sum(rows, self.clusters, self.n_clusters)
+
+        if self.types is None:
+            return by_subject(self.data[0])
+        per_type = jnp.stack([by_subject(d) for d in self.data])
+        log_shares = jnp.log(self.shares(theta))
+        return jax.nn.logsumexp(per_type + log_shares[:, None], axis=0)
+
+    def moments(self, params, mass=None):
+        """`"msm"`: the model's moments (from the data's initial mass unless given)."""
+        dist = self.model.distribution(params, self.mass if mass is None else mass, validate="off")
+        return jnp.concatenate([profile.of(dist, periods) for profile, periods in self.profiles])
+
+    def evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """The objective, its gradient in `θ`, and the subjects' log-likelihoods
+        (`"mle"`) or the model's moments (`"msm"`), from one compiled call."""
+        if self.method == "mle":
+            contributions, gradient = (np.asarray(a) for a in _likelihood_and_gradient(self, theta))
+            n = contributions.shape[0]
+            return -float(np.sum(contributions)) / n, -gradient / n, contributions
+        moments, jacobian = (np.asarray(a) for a in _moments_and_jacobian(self, theta))
+        residual = moments - np.asarray(self.data_moments)
+        weighted = np.asarray(self.weight) @ residual
+        return 0.5 * float(residual @ weighted), jacobian.T @ weighted, moments
+
+
+def _replace(tree, path, value):
+    if len(path) == 1:
+        return {**tree, path[0]: value}
+    return {**tree, path[0]: _replace(tree[path[0]], path[1:], value)}
+
+
+def _get(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+# Derivatives are taken with respect to the `params` pytree that `model.solve` receives
+# and the free leaves read off it (plus the type shares, which only the mixture reads).
+def _free_part(objective: Objective, tangent, shares) -> Array:
+    parts = [_get(tangent, f.path) for f in objective.free]
+    return jnp.concatenate([jnp.stack(parts), shares]) if objective.types else jnp.stack(parts)
+
+
+@eqx.filter_jit
+def _likelihood_and_gradient(objective: Objective, theta):
+    """The subjects' log-likelihoods and the gradient of their sum (reverse mode)."""
+    params = objective.model_params(theta)
+    contributions, pullback = jax.vjp(objective.contributions, params, theta)
+    by_params, by_theta = pullback(jnp.ones_like(contributions))
+    return contributions, _free_part(objective, by_params, by_theta[len(objective.free) :])
+
+
+@eqx.filter_jit
+def _moments_and_jacobian(objective: Objective, theta):
+    """The model's moments and their exact Jacobian `∂m/∂θ` (forward mode)."""
+    params = objective.model_params(theta)
+
+    def along(i):
+        tangent = jax.tree.map(jnp.zeros_like, params)
+        for j, f in enumerate(objective.free):
+            tangent = _replace(tangent, f.path, jnp.where(i == j, 1.0, 0.0).astype(theta.dtype))
+        return jax.jvp(objective.moments, (params,), (tangent,))
+
+    moments, jacobian = jax.vmap(along)(jnp.arange(len(objective.free)))
+    return moments[0], jacobian.T
+
+
+# Armijo's sufficient-decrease constant and the most halvings of a step.
+ARMIJO = 1e-4
+MAX_HALVINGS = 40
+# The L-BFGS direction (no line search of its own), compiled once for every estimation.
+LBFGS = optax.lbfgs(linesearch=None)
+_lbfgs_direction = jax.jit(LBFGS.update)
+
+
+def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int):
+    """L-BFGS (optax's direction) with a backtracking line search, from `x`.
+
+    Every evaluation is the one compiled `objective.evaluate`, so the optimiser adds no
+    compilation of its own; the loop runs in Python on `n_free` numbers. Returns the
+    final `x`, the objective and largest gradient entry there, the steps taken, the
+    trace and why it stopped (`None` when the gradient criterion was met).
+    """
+    optimiser, direction_of = LBFGS, _lbfgs_direction
+
+    def value_and_gradient(x):
+        theta, dtheta_dx = objective.natural(x)
+        value, gradient, _ = objective.evaluate(jnp.asarray(theta))
+        return value, dtheta_dx.T @ gradient
+
+    value, gradient = value_and_gradient(x)
+    state = optimiser.init(jnp.asarray(x))
+    trace = [(value, float(np.max(np.abs(gradient))))]
+    reason = None
+    step = 0
+    while step < max_steps and np.max(np.abs(gradient)) > tolerance:
+        updates, state = direction_of(jnp.asarray(gradient), state, jnp.asarray(x))
+        direction = np.asarray(updates)
+        slope = float(gradient @ direction)
+        if not slope < 0:  # not a descent direction: restart from steepest descent
+            state = optimiser.init(jnp.asarray(x))
+            updates, state = direction_of(jnp.asarray(gradient), state, jnp.asarray(x))
+            direction = np.asarray(updates)
+            slope = float(gradient @ direction)
+        size = 1.0
+        for _ in range(MAX_HALVINGS):
+            trial = x + size * direction
+            trial_value, trial_gradient = value_and_gradient(trial)
+            if np.isfinite(trial_value) and trial_value <= value + ARMIJO * size * slope:
+                break
+            size /= 2
+        else:
+            reason = f"the line search found no decrease after {MAX_HALVINGS} halvings"
+            break
+        x, value, gradient = trial, trial_value, trial_gradient
+        step += 1
+        trace.append((value, float(np.max(np.abs(gradient)))))
+    return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
+
+
+@eqx.filter_jit
+def _moments_by_initial_mass(objective: Objective, theta):
+    """`∂m/∂μ`: each moment's derivative in the initial mass (by regime)."""
+    params = objective.model_params(theta)
+    return jax.jacrev(lambda mass: objective.moments(params, mass))(objective.mass)
+
+
+def _likelihood_curvature(objective: Objective, theta: np.ndarray):
+    """Minus the Hessian of the log-likelihood and the subjects' scores, in `θ`: central
+    differences of the exact gradient and of the subjects' log-likelihoods (2 calls of
+    the compiled evaluation per parameter, so nothing else is compiled)."""
+    n = len(theta)
+    information, scores = np.zeros((n, n)), None
+    for j in range(n):
+        h = 1e-4 * max(abs(theta[j]), 1e-3)
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        _, gradient_up, rows_up = objective.evaluate(jnp.asarray(up))
+        _, gradient_down, rows_down = objective.evaluate(jnp.asarray(down))
+        n_subjects = rows_up.shape[0]
+        if scores is None:
+            scores = np.zeros((n_subjects, n))
+        # evaluate's gradient is that of minus the mean log-likelihood
+        information[:, j] = (gradient_up - gradient_down) * n_subjects / (2 * h)
+        scores[:, j] = (rows_up - rows_down) / (2 * h)
+    return 0.5 * (information + information.T), scores
+
+
+class Identification(eqx.Module):
+    """How well the data pin down each free parameter, at the estimates.
+
+    The matrix examined is the one the estimator sees, each column scaled by its
+    parameter's size (`|θ_j|`, or 1 at 0) so that the numbers do not depend on units:
+    `W^½ G diag(θ)` for the method of moments (`G = ∂m/∂θ`), the subjects' scores
+    times `diag(θ)` over `√N` for maximum likelihood (its Gram matrix is the scaled
+    information matrix). A parameter is *weakly identified* when it loads (|entry| ≥
+    0.3) on a right singular vector whose singular value is below `threshold` times the
+    largest: moving the parameters along that direction barely changes the fit. Two
+    parameters that enter only as a product have a singular value of 0 and are both
+    flagged.
+
+    Attributes:
+        names: the free parameters.
+        singular_values: in decreasing order.
+        directions: `(n_free, n_free)`; column `i` is the right singular vector of
+            `singular_values[i]`.
+        condition_number: the largest singular value over the smallest.
+        weak: the weakly identified parameters.
+        elasticity: `(n_moments, n_free)` `∂log m_k / ∂log θ_j` (method of moments;
+            `None` for maximum likelihood).
+        moment_labels: the moments' `(moment, period)` labels (method of moments).
+    """
+
+    names: tuple[str, ...] = eqx.field(static=True)
+    singular_values: np.ndarray
+    directions: np.ndarray
+    condition_number: float
+    weak: tuple[str, ...] = eqx.field(static=True)
+    elasticity: np.ndarray | None
+    moment_labels: tuple[tuple[str, int], ...] | None = eqx.field(static=True)
+
+    def summary(self) -> pd.DataFrame:
+        """One row per parameter: its loading on the weakest direction and the flag."""
+        return pd.DataFrame(
+            {
+                "weakest_direction": self.directions[:, -1],
+                "weak": [name in self.weak for name in self.names],
+            },
+            index=pd.Index(self.names, name="parameter"),
+        )
+
+    def elasticities(self) -> pd.DataFrame:
+        """`∂log m / ∂log θ` as a table: one row per moment, one column per parameter."""
+        if self.elasticity is None:
+            raise EstimationError(
+                "Identification.elasticities: only the method of moments has moments; "
+                "for maximum likelihood read singular_values and weak."
+            )
+        index = pd.MultiIndex.from_tuples(self.moment_labels, names=["moment", "period"])
+        return pd.DataFrame(self.elasticity, index=index, columns=list(self.names))
+
+    def plot(self):
+        """A figure: the singular values (log scale) and the elasticities (or, for
+        maximum likelihood, the singular vectors) as a heat map."""
+        import matplotlib.pyplot as plt
+
+        figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+        left.bar(range(len(self.singular_values)), self.singular_values)
+        left.set(yscale="log", xlabel="direction", ylabel="singular value", title="Singular values")
+        if self.elasticity is not None:
+            matrix, rows = self.elasticity, [f"{m} [{t}]" for m, t in self.moment_labels]
+            title = "Elasticity of each moment"
+        else:
+            matrix, rows = self.directions, [f"direction {i}" for i in range(len(self.names))]
+            matrix, title = matrix.T, "Right singular vectors"
+        bound = float(np.nanmax(np.abs(matrix))) or 1.0
+        image = right.imshow(matrix, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+        right.set_xticks(range(len(self.names)), self.names, rotation=30, ha="right")
+        right.set_yticks(range(len(rows)), rows, fontsize=7)
+        right.set_title(title)
+        figure.colorbar(image, ax=right)
+        figure.tight_layout()
+        return figure
+
+
+class EstimationResult(eqx.Module):
+    """The result of `lcm.estimate`: estimates, standard errors and how the fit went.
+
+    Attributes:
+        params: the estimates, shaped like the `params` passed in (fixed ones as given).
+        standard_errors: shaped like `params`; NaN for the fixed parameters.
+        covariance: `(n_free, n_free)` covariance of the free parameters (in the order
+            of `names`), of the kind `covariance_kind`.
+        covariances: every covariance computed: `"hessian"`, `"opg"` and `"sandwich"`
+            for maximum likelihood, `"sandwich"` for the method of moments.
+        covariance_kind: which of them `covariance` is.
+        names: the free parameters' labels (`"wage"`, `"working/wage"`,
+            `"type_share[1]"`).
+        estimates: `(n_free,)` the free parameters' estimates.
+        start: `(n_free,)` the best start's values.
+        type_shares: `(n_types,)` the estimated shares of the unobserved types, or None.
+        method: `"mle"` or `"msm"`.
+        objective: the log-likelihood (`"mle"`) or `(m − m̂)ᵀ W (m − m̂)` (`"msm"`; the
+            J statistic with optimal weighting) at the estimates.
+        trace: `(2, n_steps + 1)`: the optimiser's objective and largest gradient
+            entry at each step.
+        n_steps: the optimiser's steps.
+        converged: the gradient is below the tolerance, the objective is finite and the
+            curvature is positive definite; `message` says which failed otherwise.
+        message: how the optimisation ended.
+        n_subjects: the number of subjects (the clusters of the standard errors).
+        jacobian: `∂m/∂θ` (`"msm"`) or the subjects' scores (`"mle"`), in `θ`.
+        moments, data_moments, weight: the method of moments' model and data moments
+            and weighting matrix (None for `"mle"`).
+        moment_labels: their `(moment, period)` labels.
+    """
+
+    params: dict
+    standard_errors: dict
+    covariance: np.ndarray
+    covariances: dict
+    covariance_kind: str = eqx.field(static=True)
+    names: tuple[str, ...] = eqx.field(static=True)
+    estimates: np.ndarray
+    start: np.ndarray
+    lower: tuple[float, ...] = eqx.field(static=True)
+    upper: tuple[float, ...] = eqx.field(static=True)
+    type_shares: np.ndarray | None
+    method: str = eqx.field(static=True)
+    objective: float
+    trace: np.ndarray
+    n_steps: int
+    converged: bool
+    message: str = eqx.field(static=True)
+    n_subjects: int
+    jacobian: np.ndarray
+    moments: np.ndarray | None
+    data_moments: np.ndarray | None
+    weight: np.ndarray | None
+    moment_labels: tuple[tuple[str, int], ...] | None = eqx.field(static=True)
+
+    def summary(self) -> pd.DataFrame:
+        """One row per free parameter: estimate, standard error, 95% interval, start, bounds."""
+        se = np.sqrt(np.diag(self.covariance))
+        return pd.DataFrame(
+            {
+                "estimate": self.estimates,
+                "std_error": se,
+                "ci_lower": self.estimates - 1.959963984540054 * se,
+                "ci_upper": self.estimates + 1.959963984540054 * se,
+                "start": self.start,
+                "lower_bound": self.lower,
+                "upper_bound": self.upper,
+            },
+            index=pd.Index(self.names, name="parameter"),
+        )
+
+    def identification(self, threshold: float = 1e-3) -> Identification:
+        """The identification report at the estimates (see `Identification`).
+
+        Args:
+            threshold: singular values below `threshold` times the largest count as
+                (nearly) unidentified directions.
+        """
+        scale = np.where(self.estimates != 0, np.abs(self.estimates), 1.0)
+        if self.method == "msm":
+            root = np.linalg.cholesky(self.weight).T
+            matrix = root @ self.jacobian * scale
+            with np.errstate(divide="ignore", invalid="ignore"):
+                elasticity = self.jacobian * self.estimates / self.moments[:, None]
+        else:
+            matrix = self.jacobian * scale / np.sqrt(self.jacobian.shape[0])
+            elasticity = None
+        _, singular_values, vt = np.linalg.svd(matrix, full_matrices=False)
+        directions = vt.T
+        smallest = singular_values[-1]
+        condition = float(singular_values[0] / smallest) if smallest > 0 else math.inf
+        weak_directions = singular_values < threshold * singular_values[0]
+        loads = np.abs(directions[:, weak_directions]) >= 0.3
+        weak = tuple(n for n, flag in zip(self.names, loads.any(axis=1), strict=True) if flag)
+        return Identification(
+            names=self.names,
+            singular_values=singular_values,
+            directions=directions,
+            condition_number=condition,
+            weak=weak,
+            elasticity=elasticity,
+            moment_labels=self.moment_labels,
+        )
+
+    def __repr__(self) -> str:
+        status = "converged" if self.converged else "NOT converged"
+        head = (
+            f"EstimationResult(method={self.method!r}, {status}: {self.message}; "
+            f"{self.n_steps} steps, objective {self.objective:.6g}, {self.n_subjects} subjects, "
+            f"{self.covariance_kind} standard errors)"
+        )
+        return head + "\n" + self.summary().to_string(float_format=lambda v: f"{v:.5g}")
+
+    __str__ = __repr__
+
+
+def estimate(
+    model: Model,
+    params,
+    *,
+    data,
+    method: str = "mle",
+    free: Sequence[str | tuple[str, ...]],
+    bounds: Mapping[str | tuple[str, ...], tuple[float, float]] | None = None,
+    moments: Sequence[Profile] | None = None,
+    weighting: str | Any = "optimal",
+    initial=None,
+    measurement_sd=None,
+    unobserved_type: str | None = None,
+    type_shares=None,
+    starts: Sequence[Mapping[str, float]] | None = None,
+    covariance: str | None = None,
+    tolerance: float = 1e-6,
+    max_steps: int = 200,
+    subject: str = "subject_id",
+) -> EstimationResult:
+    """Estimate the free parameters of `model` from data, with standard errors.
+
+    Args:
+        model: the `Model`.
+        params: all parameters; the free ones at their starting values.
+        data: a panel DataFrame (`model.simulate(...).to_dataframe()` layout: a row per
+            subject and period with `subject`, `period`, `regime`, the states and the
+            observed actions); `"mle"` also takes a dict of arrays or a `ChoiceData`
+            (then each row counts as its own subject).
+        method: `"mle"` (likelihood of the observed choices) or `"msm"` (method of
+            moments on `moments` of the exact distribution).
+        free: the parameters to estimate: names of top-level entries of `params` or
+            paths such as `("working", "wage")`; each must be a scalar.
+        bounds: `{name: (lower, upper)}` (use `math.inf` for none); the start must lie
+            strictly inside. Defaults: `(0, 1)` for `discount_factor`, `(0, inf)` for
+            `taste_shock_scale`, unbounded otherwise.
+        moments: `"msm"`: the `lcm.Profile`s to match.
+        weighting: `"msm"`: `"optimal"` (the inverse of the data moments' covariance),
+            `"diagonal"` (the inverse of its diagonal), `"identity"`, or a matrix.
+        initial: `"msm"`: the initial conditions of the distribution (default: the
+            data's period-0 rows, whose sampling variation then enters the standard
+            errors).
+        measurement_sd: `"mle"`: the measurement error of observed continuous choices
+            (see `log_likelihood`); `None` uses the discrete choices only.
+        unobserved_type: `"mle"`: a permanent discrete state of the model that the
+            data lack; the likelihood mixes over its values with estimated shares.
+        type_shares: the shares' starting values (default: equal).
+        starts: further starting values, `{name: value}` each (missing names: the
+            value in `params`); all starts run at once (vmapped) and the best is kept.
+        covariance: `"hessian"`, `"opg"` or `"sandwich"` for `"mle"` (default
+            `"hessian"`); `"msm"` has `"sandwich"` only.
+        tolerance: converged when the objective's gradient in the unconstrained
+            coordinates has no entry above this (the `"mle"` objective is the mean
+            negative log-likelihood per subject).
+        max_steps: the most L-BFGS steps.
+        subject: the column identifying subjects.
+
+    Returns:
+        An `EstimationResult`.
+
+    Example:
+        >>> result = lcm.estimate(model, start, data=df, free=["disutility_of_work", "wage"])
+        >>> result.summary()          # estimate, std_error, ci_lower, ci_upper, ...
+        >>> result.params             # shaped like `start`
+    """
+    params = _as_arrays(coerce_params(params))
+    if method not in ("mle", "msm"):
+        raise EstimationError(f"estimate: method must be 'mle' or 'msm', got {method!r}.")
+    free_specs = _free(model, params, free, bounds or {})
+    kind = covariance or ("hessian" if method == "mle" else "sandwich")
+    kinds = ("hessian", "opg", "sandwich") if method == "mle" else ("sandwich",)
+    if kind not in kinds:
+        raise EstimationError(
+            f"estimate: method {method!r} has covariance in {kinds}, got {kind!r}."
+        )
+    types = None
+    shares0 = None
+    if unobserved_type is not None:
+        if method != "mle":
+            raise EstimationError("estimate: unobserved_type works with method='mle'.")
+        types, shares0 = _types(model, unobserved_type, type_shares)
+    empty = dict(data=None, clusters=None, n_clusters=0, measurement_sd=None)
+    empty.update(mass=None, profiles=(), data_moments=None, weight=None)
+    if method == "mle":
+        fields, n_subjects = _mle_fields(model, data, types, subject), None
+        fields["measurement_sd"] = measurement_sd
+        n_subjects = fields["n_clusters"]
+        panel = None
+    else:
+        fields, panel = _msm_fields(model, data, moments, weighting, initial, subject)
+        n_subjects = panel.influence.shape[0]
+    with warnings.catch_warnings():
+        # The model is static, as everywhere in the library (`static_argnames="model"`);
+        # its grids hold arrays, which Equinox warns about.
+        warnings.filterwarnings("ignore", "A JAX array is being set as static")
+        objective = Objective(
+            model=model,
+            method=method,
+            params=params,
+            free=free_specs,
+            types=types,
+            **{**empty, **fields},
+        )
+    names = _names(free_specs, types)
+    runs = []
+    for x0 in _starts(free_specs, params, shares0, starts):
+        theta0, _ = objective.natural(x0)
+        value = objective.evaluate(jnp.asarray(theta0))[0]
+        if not math.isfinite(value):
+            at = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, theta0, strict=True))
+            raise EstimationError(
+                f"estimate({method!r}): the objective is {value} at the start ({at}); "
+                "check the start values (and that every observed choice is feasible)."
+            )
+        runs.append((theta0, *_minimise(objective, x0, tolerance, max_steps)))
+    finite = [r for r in runs if math.isfinite(r[2])]
+    start_theta, x, value, gradient, n_steps, trace, reason = min(
+        finite or runs, key=lambda r: r[2] if math.isfinite(r[2]) else math.inf
+    )
+    theta, _ = objective.natural(x)
+
+    if method == "mle":
+        information, jacobian = _likelihood_curvature(objective, theta)
+        outer = jacobian.T @ jacobian
+        curvature = (information, outer)
+        covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
+        covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
+        reported = -value * n_subjects
+        model_moments = None
+    else:
+        _, _, model_moments = objective.evaluate(jnp.asarray(theta))
+        model_moments, jacobian = (
+            np.asarray(a) for a in _moments_and_jacobian(objective, jnp.asarray(theta))
+        )
+        weight = np.asarray(objective.weight)
+        influence = panel.influence
+        if initial is None:
+            influence = influence - _model_influence(
+                model, objective, jnp.asarray(theta), data, subject, panel
+            )
+        omega = influence.T @ influence / influence.shape[0] ** 2
+        bread = _inverse(jacobian.T @ weight @ jacobian)
+        curvature = (jacobian.T @ weight @ jacobian,)
+        covariances = {"sandwich": bread @ jacobian.T @ weight @ omega @ weight @ jacobian @ bread}
+        reported = 2 * value
+
+    converged, message = _status(
+        value, gradient, tolerance, n_steps, max_steps, reason, curvature, names
+    )
+    if not converged:
+        warn(f"estimate({method!r}) did not converge: {message}")
+    cov = covariances[kind]
+    se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
+    estimates = theta
+    model_params = objective.model_params(jnp.asarray(theta))
+    standard_errors = jax.tree.map(lambda leaf: jnp.full(jnp.shape(leaf), jnp.nan), params)
+    for i, f in enumerate(free_specs):
+        standard_errors = _replace(standard_errors, f.path, jnp.asarray(se[i]))
+    bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
+    bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
+    return EstimationResult(
+        params=model_params,
+        standard_errors=standard_errors,
+        covariance=cov,
+        covariances=covariances,
+        covariance_kind=kind,
+        names=names,
+        estimates=estimates,
+        start=start_theta,
+        lower=bounds_lo,
+        upper=bounds_hi,
+        type_shares=None if types is None else np.asarray(objective.shares(jnp.asarray(theta))),
+        method=method,
+        objective=reported,
+        trace=trace,
+        n_steps=n_steps,
+        converged=converged,
+        message=message,
+        n_subjects=int(n_subjects),
+        jacobian=jacobian,
+        moments=model_moments,
+        data_moments=None if panel is None else panel.values,
+        weight=None if method == "mle" else np.asarray(objective.weight),
+        moment_labels=None if panel is None else panel.labels,
+    )
+
+
+# ----------------------------------------------------------------------------- inputs
+def _as_arrays(params):
+    """Every leaf a float64 (or integer) JAX array, so new values reuse the compiled fit."""
+    if not isinstance(params, Mapping):
+        raise EstimationError(f"estimate: params must be a dict, got {type(params).__name__}.")
+
+    def leaf(value):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return jnp.asarray(float(value))
+        return jnp.asarray(value)
+
+    return {k: _as_arrays(v) if isinstance(v, Mapping) else leaf(v) for k, v in params.items()}
+
+
+def _free(model, params, free, bounds) -> tuple[Free, ...]:
+    if isinstance(free, str) or not free:
+        raise EstimationError(
+            "estimate: free must be a non-empty list of parameter names or paths, e.g. "
+            "free=['disutility_of_work', ('working', 'wage')]."
+        )
+    paths = [(f,) if isinstance(f, str) else tuple(f) for f in free]
+    unknown_bounds = [b for b in bounds if ((b,) if isinstance(b, str) else tuple(b)) not in paths]
+    if unknown_bounds:
+        raise EstimationError(f"estimate: bounds for {unknown_bounds}, which are not free.")
+    if len(set(paths)) != len(paths):
+        raise EstimationError(f"estimate: free names a parameter twice: {free}.")
+    specs = []
+    for path in paths:
+        label = "/".join(path)
+        try:
+            value = _get(params, path)
+        except (KeyError, TypeError):
+            raise EstimationError(
+                f"estimate: free parameter {label!r} is not in params (its keys: {list(params)})."
+            ) from None
+        if isinstance(value, Mapping) or jnp.shape(value) != ():
+            raise EstimationError(
+                f"estimate: free parameter {label!r} must be a scalar, got shape "
+                f"{getattr(value, 'shape', type(value).__name__)}; free each element as its "
+                "own scalar parameter."
+            )
+        if not jnp.issubdtype(jnp.asarray(value).dtype, jnp.floating):
+            raise EstimationError(f"estimate: free parameter {label!r} must be a float.")
+        bound = bounds.get(path[0] if len(path) == 1 else path, bounds.get(label))
+        if bound is None:
+            bound = DEFAULT_BOUNDS.get(path[-1], (-math.inf, math.inf))
+        lower, upper = (float(b) for b in bound)
+        start = float(value)
+        if not lower < start < upper:
+            raise EstimationError(
+                f"estimate: the start of {label!r} is {start}, outside its bounds "
+                f"({lower}, {upper}); start strictly inside."
+            )
+        specs.append(Free(path=path, lower=lower, upper=upper))
+    return tuple(specs)
+
+
+def _names(free_specs, types) -> tuple[str, ...]:
+    names = tuple(f.label for f in free_specs)
+    if types is not None:
+        names += tuple(f"type_share[{k}]" for k in range(1, types.n_types))
+    return names
+
+
+def _types(model, state, shares):
+    from .._grids import DiscreteGrid
+
+    grids = [r.grids.get(state) for r in model.plan.regimes.values()]
+    grids = [g for g in grids if g is not None]
+    if not grids or not all(isinstance(g, DiscreteGrid) for g in grids):
+        raise EstimationError(
+            f"estimate: unobserved_type={state!r} must be a discrete state of the model."
+        )
+    n_types = grids[0].n_points
+    if shares is None:
+        shares = np.full(n_types, 1.0 / n_types)
+    shares = np.asarray(shares, dtype=float)
+    if shares.shape != (n_types,) or np.any(shares <= 0) or abs(shares.sum() - 1) > 1e-9:
+        raise EstimationError(
+            f"estimate: type_shares must be {n_types} positive shares summing to 1, got {shares}."
+        )
+    return Types(state=state, n_types=n_types), shares
+
+
+def _starts(free_specs, params, shares0, starts) -> list[np.ndarray]:
+    def one(values):
+        x = []
+        for f in free_specs:
+            value = float(values.get(f.label, _get(params, f.path)))
+            if not f.lower < value < f.upper:
+                raise EstimationError(
+                    f"estimate: a start of {f.label!r} is {value}, outside its bounds "
+                    f"({f.lower}, {f.upper})."
+                )
+            x.append(f.to_unconstrained(value))
+        if shares0 is not None:
+            x += list(np.log(shares0[1:] / shares0[0]))
+        return np.asarray(x, dtype=float)
+
+    labels = {f.label for f in free_specs}
+    for values in starts or ():
+        unknown = sorted(set(values) - labels)
+        if unknown:
+            raise EstimationError(f"estimate: starts name {unknown}, which are not free.")
+    return [one({}), *(one(values) for values in starts or ())]
+
+
+def _mle_fields(model, data, types, subject) -> dict:
+    if types is not None:
+        if not isinstance(data, pd.DataFrame):
+            raise EstimationError("estimate: unobserved_type needs data as a DataFrame.")
+        if types.state in data.columns:
+            raise InvalidDataError(
+                f"estimate: data have a column {types.state!r}, which unobserved_type says is "
+                "not observed; drop it (or estimate without unobserved_type)."
+            )
+        prepared = tuple(
+            prepare_data(model, data.assign(**{types.state: k})) for k in range(types.n_types)
+        )
+    else:
+        prepared = (prepare_data(model, data),)
+    n_rows = prepared[0].n_rows
+    if isinstance(data, pd.DataFrame) and subject in data.columns:
+        clusters, uniques = pd.factorize(data[subject])
+        n_clusters = uniques.size
+    else:
+        if types is not None:
+            raise InvalidDataError(f"estimate: unobserved_type needs the column {subject!r}.")
+        clusters, n_clusters = np.arange(n_rows), n_rows
+    return dict(
+        data=prepared, clusters=jnp.asarray(clusters, jnp.int32), n_clusters=int(n_clusters)
+    )
+
+
+def _msm_fields(model, data, moments, weighting, initial, subject):
+    profiles = profiles_tuple(moments)
+    panel = panel_moments(model, data, profiles, subject)
+    covariance = panel.covariance
+    weight = _weight(weighting, covariance, panel.labels)
+    if initial is None:
+        mass = _data_mass(model, data, subject, panel)
+    else:
+        mass = model._initial_mass(None, initial)
+        if mass is None:
+            from .._model._model import _initial_conditions
+
+            regime, states, _ = _initial_conditions(model.plan, initial, model.ages, lambda: {})
+            mass = bin_initial(model.plan, jnp.asarray(regime), states)
+    fields = dict(
+        mass=mass,
+        profiles=tuple(zip(profiles, panel.periods, strict=True)),
+        data_moments=jnp.asarray(panel.values),
+        weight=jnp.asarray(weight),
+    )
+    return fields, panel
+
+
+def _weight(weighting, covariance, labels) -> np.ndarray:
+    n = covariance.shape[0]
+    variances = np.diag(covariance)
+    if isinstance(weighting, str):
+        if weighting == "identity":
+            return np.eye(n)
+        if weighting not in ("optimal", "diagonal"):
+            raise EstimationError(
+                f"estimate: weighting must be 'optimal', 'diagonal', 'identity' or a matrix, "
+                f"got {weighting!r}."
+            )
+        flat = [f"{m} [period {t}]" for (m, t), v in zip(labels, variances, strict=True) if v <= 0]
+        if flat:
+            raise EstimationError(
+                f"estimate: the data moments {flat} have variance 0 (every subject the same), "
+                f"so {weighting!r} weighting cannot use them; drop them from the moments' periods."
+            )
+        if weighting == "diagonal":
+            return np.diag(1.0 / variances)
+        scale = np.sqrt(variances)
+        correlation = covariance / np.outer(scale, scale)
+        smallest = float(np.linalg.eigvalsh(correlation)[0])
+        if smallest < 1e-10:
+            raise EstimationError(
+                f"estimate: the data moments' covariance is singular (smallest eigenvalue of "
+                f"their correlation {smallest:.2e}): some moments are linear combinations of "
+                "others; drop them or use weighting='diagonal'."
+            )
+        return np.linalg.inv(correlation) / np.outer(scale, scale)
+    matrix = np.asarray(weighting, dtype=float)
+    if matrix.shape != (n, n) or not np.allclose(matrix, matrix.T):
+        raise EstimationError(
+            f"estimate: a weighting matrix must be symmetric of shape ({n}, {n}) (one row per "
+            f"moment), got shape {matrix.shape}."
+        )
+    if float(np.linalg.eigvalsh(matrix)[0]) <= 0:
+        raise EstimationError("estimate: the weighting matrix must be positive definite.")
+    return matrix
+
+
+def _subject_initial(model, data, subject, panel):
+    """Each subject's period-0 regime and states, in the panel's subject order."""
+    first = data[data["period"] == 0].set_index(subject)
+    missing = [s for s in panel.subjects if s not in first.index]
+    if missing:
+        raise InvalidDataError(
+            f"estimate: subjects {missing[:5]} have no period-0 row, which the distribution "
+            "starts from; give initial=... or the subjects' first rows."
+        )
+    first = first.loc[panel.subjects]
+    from ._data import _regime_ids
+
+    regime = _regime_ids(model.plan, first["regime"])
+    states = {}
+    for regime_plan in model.plan.regimes.values():
+        for name in regime_plan.states:
+            grid = regime_plan.grids[name]
+            if name not in first.columns:
+                raise InvalidDataError(f"estimate: data lack the state {name!r}.")
+            column = first[name]
+            if (grid.is_discrete and column.dtype.kind in "OUS") or isinstance(
+                column.dtype, pd.CategoricalDtype
+            ):
+                lookup = {str(label): i for i, label in enumerate(grid.labels)}
+                column = column.astype(object).map(lambda v, lookup=lookup: lookup.get(str(v), 0))
+            values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+            own = regime == regime_plan.id
+            if np.any(own & ~np.isfinite(values)):
+                raise InvalidDataError(
+                    f"estimate: data[{name!r}] is missing in period 0 for subjects in regime "
+                    f"{regime_plan.name!r}."
+                )
+            # Subjects in other regimes put no mass here; any finite value will do.
+            states[name] = np.where(np.isfinite(values), values, 0.0)
+    return regime, states
+
+
+def _data_mass(model, data, subject, panel):
+    regime, states = _subject_initial(model, data, subject, panel)
+    return bin_initial(
+        model.plan, jnp.asarray(regime), {k: jnp.asarray(v) for k, v in states.items()}
+    )
+
+
+def _model_influence(model, objective, theta, data, subject, panel) -> np.ndarray:
+    """Each subject's influence on the model's moments through its initial state.
+
+    The moments are ratios of quantities linear in the initial mass `μ`, so moving the
+    sample's mass `μ̂` towards subject `i`'s own mass `μ_i` (its nodes, summing to 1)
+    changes them by `∂m/∂μ · (μ_i − μ̂)`: the `ψ_i` subtracted from the data's `φ_i`.
+    """
+    regime, states = _subject_initial(model, data, subject, panel)
+
+    def own_mass(r, s):
+        return bin_initial(model.plan, r[None], {k: v[None] for k, v in s.items()})
+
+    masses = jax.vmap(own_mass)(jnp.asarray(regime), {k: jnp.asarray(v) for k, v in states.items()})
+    derivative = _moments_by_initial_mass(objective, theta)
+    influence = 0.0
+    for name, d in derivative.items():
+        n_moments = d.shape[0]
+        own = np.asarray(masses[name]).reshape(len(regime), -1)
+        sample = np.asarray(objective.mass[name]).reshape(1, -1)
+        influence = influence + (own - sample) @ np.asarray(d).reshape(n_moments, -1).T
+    return np.asarray(influence)
+
+
+def _inverse(matrix: np.ndarray) -> np.ndarray:
+    """The inverse of a symmetric matrix, or NaN where it is singular."""
+    if not np.all(np.isfinite(matrix)):
+        return np.full(matrix.shape, np.nan)
+    scale = np.sqrt(np.abs(np.diag(matrix)))
+    scale = np.where(scale > 0, scale, 1.0)
+    scaled = matrix / np.outer(scale, scale)
+    eigenvalues = np.linalg.eigvalsh(scaled)
+    if not np.all(np.isfinite(eigenvalues)) or eigenvalues[0] < SINGULAR * max(eigenvalues[-1], 1):
+        return np.full(matrix.shape, np.nan)
+    return np.linalg.inv(scaled) / np.outer(scale, scale)
+
+
+def _status(
+    value, gradient, tolerance, n_steps, max_steps, reason, curvature, names
+) -> tuple[bool, str]:
+    if not math.isfinite(value):
+        return False, f"the objective became {value} after {n_steps} steps"
+    if not gradient <= tolerance:
+        if reason is not None:
+            return False, f"{reason}, with gradient {gradient:.2e} > tolerance {tolerance:g}"
+        if n_steps >= max_steps:
+            return (
+                False,
+                f"max_steps={max_steps} reached with gradient {gradient:.2e} > {tolerance:g}",
+            )
+        return False, f"stopped with gradient {gradient:.2e} > tolerance {tolerance:g}"
+    for matrix in curvature:
+        if not np.all(np.isfinite(matrix)):
+            return False, f"the curvature at the estimate is not finite ({names})"
+        scale = np.sqrt(np.abs(np.diag(matrix)))
+        scale = np.where(scale > 0, scale, 1.0)
+        eigenvalues, vectors = np.linalg.eigh(matrix / np.outer(scale, scale))
+        if np.all(np.isfinite(eigenvalues)) and eigenvalues[0] > SINGULAR * max(eigenvalues[-1], 1):
+            continue
+        flat = [n for n, v in zip(names, vectors[:, 0], strict=True) if abs(v) >= 0.3]
+        return False, (
+            f"gradient {gradient:.2e} is below the tolerance, but the curvature is not positive "
+            f"definite (a flat or downward direction in {flat}): a saddle point or parameters "
+            "the data do not identify (see result.identification())"
+        )
+    return True, f"gradient {gradient:.2e} <= tolerance {tolerance:g} after {n_steps} steps"
+
+
+__all__ = ["EstimationResult", "Identification", "estimate"]

@@ -1,0 +1,206 @@
+"""`lcm.estimate`: closed-form estimates and standard errors, identification, types, errors.
+
+The closed forms use the retirement model with taste shocks over a single period. Then
+both labor choices consume all wealth, `v_work − v_retire = −δ` at every wealth, and
+`P(work) = 1 / (1 + exp(δ / λ))`: the maximum-likelihood estimate of `δ` (λ known) is
+`λ · log((1 − p̂) / p̂)` with `p̂` the share working, and its standard error (the delta
+method on the Bernoulli share) is `λ / sqrt(n p̂ (1 − p̂))`. The method of moments on the
+share working is exactly identified and gives the same numbers. With both `δ` and `λ`
+free only their ratio is identified.
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import warnings  # noqa: E402
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import lcm_eqx as lcm  # noqa: E402
+from tests.models import retirement  # noqa: E402
+from tests.test_taste_shocks import build_model  # noqa: E402
+
+Labor, RegimeId = retirement.Labor, retirement.RegimeId
+TRUE = {
+    "discount_factor": 0.95,
+    "interest_rate": 0.02,
+    "disutility_of_work": -0.4,
+    "wage": 8.0,
+    "taste_shock_scale": 0.5,
+}
+N = 400
+
+
+@pytest.fixture(scope="module")
+def one_period():
+    model = build_model(n_periods=1, wealth=(1.0, 40.0, 6), consumption=(1.0, 40.0, 8))
+    rng = np.random.default_rng(5)
+    initial = {"regime": np.zeros(N, dtype=int), "wealth": rng.uniform(2.0, 30.0, N)}
+    df = model.simulate(TRUE, initial, key=jax.random.key(7)).to_dataframe()
+    return model, df
+
+
+def closed_form(df, scale):
+    share = float(np.mean(df["labor"] == "work"))
+    estimate = scale * np.log((1 - share) / share)
+    return estimate, scale / np.sqrt(len(df) * share * (1 - share))
+
+
+def test_mle_equals_the_closed_form(one_period):
+    model, df = one_period
+    start = {**TRUE, "disutility_of_work": 0.3}
+    result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    assert result.converged, result.message
+    np.testing.assert_allclose(float(result.params["disutility_of_work"]), estimate, rtol=1e-7)
+    for kind in ("hessian", "opg", "sandwich"):  # all three agree at a Bernoulli MLE
+        np.testing.assert_allclose(np.sqrt(result.covariances[kind][0, 0]), se, rtol=1e-5)
+    np.testing.assert_allclose(float(result.standard_errors["disutility_of_work"]), se, rtol=1e-5)
+    assert np.isnan(float(result.standard_errors["wage"]))  # fixed
+    # The reported objective is the log-likelihood at the estimate.
+    p = 1 / (1 + np.exp(estimate / TRUE["taste_shock_scale"]))
+    work = np.asarray(df["labor"] == "work")
+    log_l = np.sum(np.where(work, np.log(p), np.log(1 - p)))
+    np.testing.assert_allclose(result.objective, log_l, rtol=1e-9)
+    table = result.summary()
+    assert list(table.index) == ["disutility_of_work"]
+    np.testing.assert_allclose(table["ci_upper"] - table["ci_lower"], 2 * 1.959964 * se, rtol=1e-5)
+    assert "converged" in repr(result)
+
+
+def test_msm_equals_the_closed_form(one_period):
+    model, df = one_period
+    start = {**TRUE, "disutility_of_work": 0.3}
+    moments = [lcm.Profile("labor", Labor.work)]
+    values, covariance = lcm.data_moments(model, df, moments)
+    share = float(np.mean(df["labor"] == "work"))
+    np.testing.assert_allclose(values.to_numpy(), [share])
+    np.testing.assert_allclose(covariance.to_numpy(), [[share * (1 - share) / N]])
+    result = lcm.estimate(
+        model, start, data=df, method="msm", moments=moments, free=["disutility_of_work"],
+        tolerance=1e-12,
+    )  # fmt: skip
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    assert result.converged, result.message
+    np.testing.assert_allclose(result.estimates, [estimate], rtol=1e-6)
+    np.testing.assert_allclose(np.sqrt(result.covariance[0, 0]), se, rtol=1e-5)
+
+
+def test_a_ratio_is_flagged_and_never_reported_converged(one_period):
+    model, df = one_period
+    start = {**TRUE, "disutility_of_work": 0.3, "taste_shock_scale": 0.7}
+    with pytest.warns(lcm.LcmWarning, match="not positive definite"):
+        result = lcm.estimate(
+            model, start, data=df, free=["disutility_of_work", "taste_shock_scale"],
+            tolerance=1e-9,
+        )  # fmt: skip
+    assert not result.converged
+    report = result.identification()
+    assert set(report.weak) == {"disutility_of_work", "taste_shock_scale"}
+    assert report.condition_number > 1e6
+    # Only δ/λ is pinned down: it equals the closed form's.
+    ratio = result.estimates[0] / result.estimates[1]
+    np.testing.assert_allclose(ratio, closed_form(df, 1.0)[0], rtol=1e-4)
+
+
+def test_bad_inputs_get_named_errors(one_period):
+    model, df = one_period
+    start = {**TRUE, "disutility_of_work": 0.3}
+    free = ["disutility_of_work"]
+    with pytest.raises(lcm.InvalidDataError, match="wealth"):
+        lcm.estimate(model, start, data=df.drop(columns="wealth"), free=free)
+    with pytest.raises(lcm.EstimationError, match="outside its bounds"):
+        lcm.estimate(model, start, data=df, free=free, bounds={"disutility_of_work": (0.5, 2)})
+    with pytest.raises(lcm.EstimationError, match=r"'taste_shock_scale'.*outside"):
+        lcm.estimate(model, {**start, "taste_shock_scale": -1.0}, data=df,
+                     free=["taste_shock_scale"])  # fmt: skip
+    with pytest.raises(lcm.EstimationError, match="'salary' is not in params"):
+        lcm.estimate(model, start, data=df, free=["salary"])
+    with pytest.raises(lcm.EstimationError, match="objective is nan at the start"):
+        lcm.estimate(model, {**start, "taste_shock_scale": np.nan}, data=df, free=free)
+    twice = [lcm.Profile("labor", Labor.work), lcm.Profile("labor", "work")]
+    with pytest.raises(lcm.EstimationError, match="covariance is singular"):
+        lcm.estimate(model, start, data=df, method="msm", moments=twice, free=free)
+    with pytest.raises(lcm.InvalidDataError, match="consumption_share"):
+        lcm.estimate(model, start, data=df, method="msm", free=free,
+                     moments=[lcm.Profile("consumption_share")])  # fmt: skip
+    with pytest.raises(lcm.EstimationError, match="method must be"):
+        lcm.estimate(model, start, data=df, method="gmm", free=free)
+
+
+def test_max_steps_reached_is_not_converged(one_period):
+    model, df = one_period
+    start = {**TRUE, "disutility_of_work": 0.3}
+    with pytest.warns(lcm.LcmWarning, match="max_steps=1"):
+        result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], max_steps=1,
+                              tolerance=1e-14)  # fmt: skip
+    assert not result.converged and result.n_steps == 1
+
+
+# ------------------------------------------------------------------ unobserved types
+class Kind(retirement.IntEnum):
+    low = 0
+    high = 1
+
+
+def typed_utility(consumption, labor, kind, disutility_low, disutility_high):
+    disutility = jnp.where(kind == Kind.low, disutility_low, disutility_high)
+    return jnp.log(consumption) - disutility * (labor == Labor.work)
+
+
+def typed_model():
+    wealth = lcm.LinSpacedGrid(1.0, 60.0, 12)
+    consumption = lcm.LinSpacedGrid(1.0, 60.0, 15)
+    working = lcm.Regime(
+        states={"wealth": wealth, "kind": lcm.DiscreteGrid(Kind)},
+        actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
+        functions={"utility": typed_utility, "labor_income": retirement.labor_income},
+        state_transitions={"wealth": retirement.next_wealth, "kind": lambda kind: kind},
+        transition=retirement.next_regime,
+        constraints={"borrowing": retirement.borrowing},
+        taste_shocks=lcm.ExtremeValueShocks(),
+    )
+    retired = lcm.Regime(
+        states={"wealth": wealth, "kind": lcm.DiscreteGrid(Kind)},
+        actions={"consumption": consumption},
+        functions={"utility": retirement.utility_retired},
+        state_transitions={"wealth": retirement.next_wealth_retired, "kind": lambda kind: kind},
+        transition=lambda: RegimeId.retired,
+        constraints={"borrowing": retirement.borrowing},
+    )
+    return lcm.Model(
+        regimes={"working": working, "retired": retired}, n_periods=4, regime_ids=RegimeId
+    )
+
+
+def test_two_type_mixture_recovers_the_share_and_both_types():
+    model = typed_model()
+    truth = {**TRUE, "disutility_low": -1.0, "disutility_high": 1.0}
+    del truth["disutility_of_work"]
+    rng = np.random.default_rng(3)
+    n, share_high = 800, 0.35
+    initial = {
+        "regime": np.zeros(n, dtype=int),
+        "wealth": rng.uniform(2.0, 40.0, n),
+        "kind": (rng.uniform(size=n) < share_high).astype(int),
+    }
+    df = model.simulate(truth, initial, key=jax.random.key(2)).to_dataframe()
+    with pytest.raises(lcm.InvalidDataError, match="'kind'"):
+        lcm.estimate(model, truth, data=df, free=["disutility_low"], unobserved_type="kind")
+    start = {**truth, "disutility_low": -0.5, "disutility_high": 0.5}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lcm.LcmWarning)
+        result = lcm.estimate(
+            model, start, data=df.drop(columns="kind"), free=["disutility_low", "disutility_high"],
+            unobserved_type="kind", type_shares=[0.6, 0.4],
+        )  # fmt: skip
+    assert result.converged, result.message
+    assert result.names == ("disutility_low", "disutility_high", "type_share[1]")
+    se = np.sqrt(np.diag(result.covariance))
+    values = [truth["disutility_low"], truth["disutility_high"], share_high]
+    z = (result.estimates - values) / se
+    assert np.all(np.abs(z) < 2), (result.estimates, se)
+    np.testing.assert_allclose(result.type_shares.sum(), 1.0)
