@@ -533,6 +533,15 @@ class Model(eqx.Module):
             mass = bin_initial(self.plan, jnp.asarray(regime), states)
         return forward(self, params, solution.continuation_values, solution.policies, mass)
 
+    def initial_mass(self, initial) -> dict[str, Any]:
+        """`initial` (initial conditions with a `regime` entry, or mass arrays by
+        regime) as the mass arrays by regime that `distribution` starts from."""
+        mass = self._initial_mass(None, initial)
+        if mass is None:
+            regime, states, _ = _initial_conditions(self.plan, initial, self.ages, lambda: {})
+            mass = bin_initial(self.plan, jnp.asarray(regime), states)
+        return mass
+
     def _initial_mass(self, params, initial) -> dict[str, Any] | None:
         """`initial` as mass arrays by regime, or None when it is initial conditions."""
         if not isinstance(initial, Mapping) or "regime" in initial:

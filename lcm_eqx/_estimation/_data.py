@@ -67,7 +67,7 @@ def prepare_data(model: Model, data: Data | ChoiceData) -> ChoiceData:
     plan = model.plan
     if "regime" not in columns or "period" not in columns:
         raise InvalidDataError("data needs columns 'regime' and 'period'.")
-    regime = _regime_ids(plan, columns["regime"])
+    regime = regime_codes(plan, columns["regime"])
     period = np.asarray(columns["period"])
     n_rows = regime.shape[0]
     if period.shape != (n_rows,) or np.any(period != np.round(period)):
@@ -104,7 +104,8 @@ def _columns(data) -> dict:
     return dict(data)
 
 
-def _regime_ids(plan, raw) -> np.ndarray:
+def regime_codes(plan, raw) -> np.ndarray:
+    """The regime ids of a data column of regime names or ids."""
     values = _plain(raw)
     ids = {name: r.id for name, r in plan.regimes.items()}
     if values.dtype.kind in "OUS":

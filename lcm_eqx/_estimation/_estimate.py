@@ -48,8 +48,9 @@ import pandas as pd
 from jaxtyping import Array
 
 from .._errors import EstimationError, InvalidDataError, warn
+from .._grids import DiscreteGrid
 from .._pandas import coerce_params
-from ._data import ChoiceData, prepare_data
+from ._data import ChoiceData, prepare_data, regime_codes
 from ._distribution import bin_initial
 from ._likelihood import log_likelihood
 from ._moments import Profile, panel_moments, profiles_tuple
@@ -764,8 +765,6 @@ def _names(free_specs, types) -> tuple[str, ...]:
 
 
 def _types(model, state, shares):
-    from .._grids import DiscreteGrid
-
     grids = [r.grids.get(state) for r in model.plan.regimes.values()]
     grids = [g for g in grids if g is not None]
     if not grids or not all(isinstance(g, DiscreteGrid) for g in grids):
@@ -841,12 +840,7 @@ def _msm_fields(model, data, moments, weighting, initial, subject):
     if initial is None:
         mass = _data_mass(model, data, subject, panel)
     else:
-        mass = model._initial_mass(None, initial)
-        if mass is None:
-            from .._model._model import _initial_conditions
-
-            regime, states, _ = _initial_conditions(model.plan, initial, model.ages, lambda: {})
-            mass = bin_initial(model.plan, jnp.asarray(regime), states)
+        mass = model.initial_mass(initial)
     fields = dict(
         mass=mass,
         profiles=tuple(zip(profiles, panel.periods, strict=True)),
@@ -906,9 +900,7 @@ def _subject_initial(model, data, subject, panel):
             "starts from; give initial=... or the subjects' first rows."
         )
     first = first.loc[panel.subjects]
-    from ._data import _regime_ids
-
-    regime = _regime_ids(model.plan, first["regime"])
+    regime = regime_codes(model.plan, first["regime"])
     states = {}
     for regime_plan in model.plan.regimes.values():
         for name in regime_plan.states:
