@@ -364,12 +364,16 @@ def by_age(values: np.ndarray, n_periods: int, name: str) -> pd.Series:
     return pd.Series(np.asarray(values)[:n_periods], index=pd.Index(_ages(n_periods), name="age"), name=name)
 
 
-def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0):
+def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0, **grid_sizes: int):
     """The model, its parameters and initial conditions at `size` ("full", "medium",
-    "reduced" or "tiny")."""
+    "reduced" or "tiny"); `grid_sizes` override entries of `SIZES[size]` (e.g.
+    `saving=4`)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, not {size!r}")
-    n = SIZES[size]
+    unknown = set(grid_sizes) - set(SIZES[size])
+    if unknown:
+        raise ValueError(f"unknown grid sizes {sorted(unknown)}; known: {sorted(SIZES[size])}")
+    n = {**SIZES[size], **grid_sizes}
     n_periods = n["periods"]
     effort_labels = [f"level_{i}" for i in range(n["effort"])]
     effort_grid = np.linspace(0.0, 1.0, n["effort"])
@@ -430,9 +434,25 @@ def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0):
     )
     dead = lcm.Regime(functions={"utility": lambda: 0.0}, active=lambda period: period >= 1)
 
+    model = lcm.Model(
+        regimes={"alive": alive, "dead": dead},
+        ages=lcm.AgeGrid(start=START_AGE, step=AGE_STEP),
+        n_periods=n_periods,
+        regime_ids=RegimeId,
+        fixed_params=make_fixed_params(n_periods, effort_grid),
+    )
+    params = make_params(n_periods)
+    initial_conditions = make_initial_conditions(
+        n_subjects=n_subjects, seed=seed, effort_grid=effort_grid, n=n
+    )
+    return model, params, initial_conditions
+
+
+def make_fixed_params(n_periods: int, effort_grid: np.ndarray) -> dict:
+    """The constants of the model (not estimated in the paper): bound at construction."""
     health_age_effects = pd.Series(HEALTH_AGE_EFFECT_KNOTS).reindex(_ages(n_periods), method="ffill")
     health_age_effects.index.name = "age"
-    fixed_params = {
+    return {
         "alive": {
             "effort_grid": effort_grid,
             "productivity_type_multiplier": np.exp([-PRODUCTIVITY_TYPE_LOG, PRODUCTIVITY_TYPE_LOG]),
@@ -441,18 +461,6 @@ def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0):
             "next_regime": {"survival": survival_table(n_periods)},
         }
     }
-    model = lcm.Model(
-        regimes={"alive": alive, "dead": dead},
-        ages=lcm.AgeGrid(start=START_AGE, step=AGE_STEP),
-        n_periods=n_periods,
-        regime_ids=RegimeId,
-        fixed_params=fixed_params,
-    )
-    params = make_params(n_periods)
-    initial_conditions = make_initial_conditions(
-        n_subjects=n_subjects, seed=seed, effort_grid=effort_grid, n=n
-    )
-    return model, params, initial_conditions
 
 
 def income_normalization(sigx: float) -> float:
