@@ -188,6 +188,9 @@ def describe(
                 parameters=template,
             )
         )
+    if params is not None:
+        # normalised as solve normalises them (a params Series, labelled Series leaves)
+        params = model._checked(params)
     memory = None if params is None else _memory(model, params)
     advice = None
     if memory_budget is not None:

@@ -192,3 +192,11 @@ def test_tiny_simulates(my, tiny):
     assert np.isfinite(alive["value"]).all() and (alive["wealth"] >= 0).all()
     table = my.moments(frame, np.linspace(0, 1, my.SIZES["tiny"]["effort"]))
     assert table.notna().all().all()
+
+
+def test_describe_compiles_with_labelled_series_params(tiny):
+    # describe(params) once compiled the solve with the raw Series (1-d arrays), not the
+    # labelled tables solve reads: an IndexError in the user's function.
+    model, params, _, _ = tiny
+    summary = model.describe(params)
+    assert summary.temp_bytes is not None and summary.temp_bytes > 0
