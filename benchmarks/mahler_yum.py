@@ -38,7 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("mahler_yum_example", ROOT / "examples" / "mahler_yum.py")
+    spec = importlib.util.spec_from_file_location(
+        "mahler_yum_example", ROOT / "examples" / "mahler_yum.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -48,8 +50,12 @@ def pair_counts(sizes: dict) -> dict:
     """States, actions and their product per period of the alive regime."""
     states = sizes["wealth"] * 2 * sizes["shock"] * sizes["effort"] * sizes["adjustment"] * 2**4
     actions = 3 * sizes["saving"] * sizes["effort"]
-    return {"states": states, "actions": actions, "pairs_per_period": states * actions,
-            "alive_periods": sizes["periods"] - 1}
+    return {
+        "states": states,
+        "actions": actions,
+        "pairs_per_period": states * actions,
+        "alive_periods": sizes["periods"] - 1,
+    }
 
 
 def _peak_rss_gib() -> float:
@@ -76,8 +82,13 @@ def measure(size: str, *, repeats: int, subjects: int, batch_size: int, xla_memo
         model = model.with_batch_size("wealth", batch_size)
     counts = pair_counts(my.SIZES[size])
     evaluations = counts["pairs_per_period"] * counts["alive_periods"]
-    out = {"size": size, "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
-           "batch_size_wealth": batch_size, "devices": str(jax.devices()), **counts}
+    out = {
+        "size": size,
+        "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
+        "batch_size_wealth": batch_size,
+        "devices": str(jax.devices()),
+        **counts,
+    }
 
     def solve(validate="raise"):
         solution = model.solve(params, validate=validate)
@@ -110,7 +121,9 @@ def measure(size: str, *, repeats: int, subjects: int, batch_size: int, xla_memo
     if subjects:
         solution = model.solve(params)
         start = time.perf_counter()
-        result = model.simulate(params, initial_conditions, solution=solution, key=jax.random.key(0))
+        result = model.simulate(
+            params, initial_conditions, solution=solution, key=jax.random.key(0)
+        )
         frame = result.to_dataframe()
         out["simulate_s"] = time.perf_counter() - start
         out["simulated_rows"] = len(frame)
@@ -127,7 +140,8 @@ def describe_full(x64: bool) -> None:
     itemsize = 8 if x64 else 4
     print(
         f"\nfull size: {counts['states']:,} states x {counts['actions']:,} actions = "
-        f"{counts['pairs_per_period']:.3e} pairs per period, {counts['alive_periods']} alive periods "
+        f"{counts['pairs_per_period']:.3e} pairs per period, "
+        f"{counts['alive_periods']} alive periods "
         f"({counts['pairs_per_period'] * counts['alive_periods']:.3e} pairs in all).\n"
         f"One period's plain product as one {('float64' if x64 else 'float32')} array: "
         f"{counts['pairs_per_period'] * itemsize / 2**30:,.1f} GiB "
@@ -168,8 +182,13 @@ def main() -> None:
         import jax
 
         jax.config.update("jax_enable_x64", args.x64)
-        row = measure(args.child, repeats=args.repeats, subjects=args.subjects,
-                      batch_size=args.batch_size, xla_memory=not args.no_xla_memory)
+        row = measure(
+            args.child,
+            repeats=args.repeats,
+            subjects=args.subjects,
+            batch_size=args.batch_size,
+            xla_memory=not args.no_xla_memory,
+        )
         print("RESULT " + json.dumps(row))
         return
 
@@ -179,19 +198,31 @@ def main() -> None:
         sizes = [s for s in sizes if s != "full"]
         if not sizes:
             return
-    print(f"{'size':>8} {'dtype':>7} {'pairs/period':>14} {'first s':>9} {'steady s':>9} "
-          f"{'v=off s':>9} {'pairs/s':>10} {'XLA temp':>10} {'sim s':>8} {'RSS GiB':>8}")
+    print(
+        f"{'size':>8} {'dtype':>7} {'pairs/period':>14} {'first s':>9} {'steady s':>9} "
+        f"{'v=off s':>9} {'pairs/s':>10} {'XLA temp':>10} {'sim s':>8} {'RSS GiB':>8}"
+    )
     rows = []
     for size in sizes:
-        command = [sys.executable, __file__, "--child", size, "--repeats", str(args.repeats),
-                   "--subjects", str(args.subjects), "--batch-size", str(args.batch_size)]
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            size,
+            "--repeats",
+            str(args.repeats),
+            "--subjects",
+            str(args.subjects),
+            "--batch-size",
+            str(args.batch_size),
+        ]
         command += ["--x64"] * args.x64 + ["--no-xla-memory"] * args.no_xla_memory
         completed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
         lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
         if completed.returncode or not lines:
             print(f"{size}: failed (rc {completed.returncode})\n{completed.stderr[-3000:]}")
             continue
-        row = json.loads(lines[-1][len("RESULT "):])
+        row = json.loads(lines[-1][len("RESULT ") :])
         rows.append(row)
         _print_row(row)
         if row.get("device_memory"):
@@ -199,9 +230,12 @@ def main() -> None:
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]
         ratio = b["pairs_per_period"] / a["pairs_per_period"]
-        print(f"\n{b['size']} / {a['size']}: {ratio:.0f}x the pairs, "
-              f"{b['steady_solve_s'] / a['steady_solve_s']:.1f}x the steady time "
-              f"(log-log slope {math.log(b['steady_solve_s'] / a['steady_solve_s']) / math.log(ratio):.2f}).")
+        time_ratio = b["steady_solve_s"] / a["steady_solve_s"]
+        print(
+            f"\n{b['size']} / {a['size']}: {ratio:.0f}x the pairs, "
+            f"{b['steady_solve_s'] / a['steady_solve_s']:.1f}x the steady time "
+            f"(log-log slope {math.log(time_ratio) / math.log(ratio):.2f})."
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2))

@@ -64,8 +64,22 @@ WEALTH_MAX = 30.0
 
 SIZES = {
     "full": {"wealth": 50, "saving": 50, "effort": 40, "shock": 5, "adjustment": 5, "periods": 39},
-    "medium": {"wealth": 20, "saving": 20, "effort": 10, "shock": 5, "adjustment": 5, "periods": 39},
-    "reduced": {"wealth": 10, "saving": 10, "effort": 5, "shock": 5, "adjustment": 5, "periods": 39},
+    "medium": {
+        "wealth": 20,
+        "saving": 20,
+        "effort": 10,
+        "shock": 5,
+        "adjustment": 5,
+        "periods": 39,
+    },
+    "reduced": {
+        "wealth": 10,
+        "saving": 10,
+        "effort": 5,
+        "shock": 5,
+        "adjustment": 5,
+        "periods": 39,
+    },
     "tiny": {"wealth": 5, "saving": 5, "effort": 3, "shock": 3, "adjustment": 2, "periods": 6},
 }
 
@@ -109,18 +123,48 @@ class DiscountType(IntEnum):
 # pylcm's START_PARAMS (the authors' estimates as pylcm states them).
 START_PARAMS = {
     "work_disutility": {  # knots at ages 27, 41, 51, 65
-        "bad": {27: 2.41177758126754, 41: 1.8133670880598, 51: 1.39103558901915, 65: 2.41466980231321},
-        "good": {27: 2.63390750888379, 41: 1.66602983591164, 51: 1.27839561280412, 65: 1.71439043350863},
+        "bad": {
+            27: 2.41177758126754,
+            41: 1.8133670880598,
+            51: 1.39103558901915,
+            65: 2.41466980231321,
+        },
+        "good": {
+            27: 2.63390750888379,
+            41: 1.66602983591164,
+            51: 1.27839561280412,
+            65: 1.71439043350863,
+        },
     },
     "education_disutility_adjustment": 0.807247922589072,
     "effort_cost": {  # knots at ages 27, 49, 65, 87
         "low": {
-            "bad": {27: 0.628031290227532, 49: 1.36593242946612, 65: 1.64963812690034, 87: 0.734873142494319},
-            "good": {27: 0.146075197675677, 49: 0.55992411008533, 65: 1.04795036000287, 87: 1.60294886005945},
+            "bad": {
+                27: 0.628031290227532,
+                49: 1.36593242946612,
+                65: 1.64963812690034,
+                87: 0.734873142494319,
+            },
+            "good": {
+                27: 0.146075197675677,
+                49: 0.55992411008533,
+                65: 1.04795036000287,
+                87: 1.60294886005945,
+            },
         },
         "high": {
-            "bad": {27: 0.46921037985024, 49: 0.996665589702672, 65: 1.65388250352532, 87: 1.08866246911941},
-            "good": {27: 0.091312997289004, 49: 0.302477689083851, 65: 0.739843441095022, 87: 1.36582077051777},
+            "bad": {
+                27: 0.46921037985024,
+                49: 0.996665589702672,
+                65: 1.65388250352532,
+                87: 1.08866246911941,
+            },
+            "good": {
+                27: 0.091312997289004,
+                49: 0.302477689083851,
+                65: 0.739843441095022,
+                87: 1.36582077051777,
+            },
         },
     },
     "income_process": {
@@ -180,8 +224,12 @@ def effort_cost(period, education, health, effort_value, effort_elasticity, effo
     return effort_cost_grid[period, education, health] * effort_value**exponent / exponent
 
 
-def adjustment_cost_penalty(period, adjustment_cost, effort, lagged_effort, adjustment_cost_envelope):
-    return jnp.where(effort != lagged_effort, adjustment_cost * adjustment_cost_envelope[period], 0.0)
+def adjustment_cost_penalty(
+    period, adjustment_cost, effort, lagged_effort, adjustment_cost_envelope
+):
+    return jnp.where(
+        effort != lagged_effort, adjustment_cost * adjustment_cost_envelope[period], 0.0
+    )
 
 
 def base_income(period, health, education, y1, yt_s, yt_sq, wagep, income_normalization):
@@ -193,7 +241,9 @@ def scaled_productivity_shock(productivity_shock, productivity_shock_scale):
     return productivity_shock * productivity_shock_scale
 
 
-def income(labor_supply, productivity, scaled_productivity_shock, base_income, productivity_type_multiplier):
+def income(
+    labor_supply, productivity, scaled_productivity_shock, base_income, productivity_type_multiplier
+):
     return (
         base_income
         * (labor_supply / 2)
@@ -212,7 +262,9 @@ def benefits(period, health, labor_supply, benefit_rate, avg_earnings):
 
 
 def pension(period, education, pension_base, pension_replacement_rate):
-    return jnp.where(period >= RETIREMENT_PERIOD, pension_base[education] * pension_replacement_rate, 0.0)
+    return jnp.where(
+        period >= RETIREMENT_PERIOD, pension_base[education] * pension_replacement_rate, 0.0
+    )
 
 
 def net_income(taxed_income, pension, benefits):
@@ -317,7 +369,10 @@ def work_disutility_table(n_periods: int) -> pd.Series:
     # As pylcm: the spline read at periods 1..20 is stored at periods 0..19; 0 from 65 on.
     knots = START_PARAMS["work_disutility"]
     splined = {h: _spline(knots[h.name], np.arange(1, RETIREMENT_PERIOD + 1)) for h in Health}
-    factor = {Education.low: np.exp(START_PARAMS["education_disutility_adjustment"]), Education.high: 1.0}
+    factor = {
+        Education.low: np.exp(START_PARAMS["education_disutility_adjustment"]),
+        Education.high: 1.0,
+    }
     values = {
         (p, e, h): (splined[h][p] * factor[e] if p < RETIREMENT_PERIOD else 0.0)
         for p in range(n_periods)
@@ -361,7 +416,9 @@ def survival_table(n_periods: int) -> pd.Series:
 
 
 def by_age(values: np.ndarray, n_periods: int, name: str) -> pd.Series:
-    return pd.Series(np.asarray(values)[:n_periods], index=pd.Index(_ages(n_periods), name="age"), name=name)
+    return pd.Series(
+        np.asarray(values)[:n_periods], index=pd.Index(_ages(n_periods), name="age"), name=name
+    )
 
 
 def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0, **grid_sizes: int):
@@ -450,7 +507,9 @@ def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0, **gr
 
 def make_fixed_params(n_periods: int, effort_grid: np.ndarray) -> dict:
     """The constants of the model (not estimated in the paper): bound at construction."""
-    health_age_effects = pd.Series(HEALTH_AGE_EFFECT_KNOTS).reindex(_ages(n_periods), method="ffill")
+    health_age_effects = pd.Series(HEALTH_AGE_EFFECT_KNOTS).reindex(
+        _ages(n_periods), method="ffill"
+    )
     health_age_effects.index.name = "age"
     return {
         "alive": {
@@ -473,7 +532,9 @@ def make_params(n_periods: int) -> dict:
     process = START_PARAMS["income_process"]
     normalization = income_normalization(process["sigx"])
     edu = ("low", "high")
-    y1, yt_s, yt_sq, wagep = (np.array([process[k][e] for e in edu]) for k in ("y1", "yt_s", "yt_sq", "wagep"))
+    y1, yt_s, yt_sq, wagep = (
+        np.array([process[k][e] for e in edu]) for k in ("y1", "yt_s", "yt_sq", "wagep")
+    )
     last_working = RETIREMENT_PERIOD - 1  # full time, good health, median shock
     pension_base = y1 * np.exp(yt_s * last_working + yt_sq * last_working**2) / normalization
     avg_earnings = 57706.57 / WEALTH_NORMALIZATION
@@ -488,7 +549,9 @@ def make_params(n_periods: int) -> dict:
             "taxed_income": {"tax_scale": 1 - 0.321, "labor_tax_rate": 0.128},
             "benefits": {"benefit_rate": 0.115},
             "discount_factor": {
-                "discount_factor_by_type": np.array([beta["mean"] - beta["std"], beta["mean"] + beta["std"]])
+                "discount_factor_by_type": np.array(
+                    [beta["mean"] - beta["std"], beta["mean"] + beta["std"]]
+                )
             },
             "work_disutility": {"work_disutility_grid": work_disutility_table(n_periods)},
             "effort_cost": {
@@ -526,12 +589,18 @@ def type_distribution() -> pd.DataFrame:
         names=["education", "discount_type", "productivity", "health_type"],
     )
     return pd.DataFrame(
-        {"probability": np.diff(raw[:, 0], prepend=0.0), "good_health": raw[:, 1], "initial_effort": raw[:, 2]},
+        {
+            "probability": np.diff(raw[:, 0], prepend=0.0),
+            "good_health": raw[:, 1],
+            "initial_effort": raw[:, 2],
+        },
         index=index,
     ).reset_index()
 
 
-def make_initial_conditions(*, n_subjects: int, seed: int, effort_grid: np.ndarray, n: dict) -> pd.DataFrame:
+def make_initial_conditions(
+    *, n_subjects: int, seed: int, effort_grid: np.ndarray, n: dict
+) -> pd.DataFrame:
     """Subjects at age 25 with no wealth, types from the reference distribution, health
     by the type's good-health share, lagged effort at the grid point nearest the type's
     initial effort, the shock from the chain's stationary distribution."""
@@ -540,7 +609,9 @@ def make_initial_conditions(*, n_subjects: int, seed: int, effort_grid: np.ndarr
     probability = types["probability"].to_numpy()
     drawn = rng.choice(len(types), size=n_subjects, p=probability / probability.sum())
     good = rng.uniform(size=n_subjects) <= types["good_health"].to_numpy()[drawn]
-    effort_code = np.abs(effort_grid[None, :] - types["initial_effort"].to_numpy()[drawn, None]).argmin(axis=1)
+    effort_code = np.abs(
+        effort_grid[None, :] - types["initial_effort"].to_numpy()[drawn, None]
+    ).argmin(axis=1)
     _, chain = lcm.rouwenhorst(n["shock"], rho=SHOCK_PERSISTENCE, sigma=1.0)
     stationary = np.linalg.matrix_power(np.asarray(chain, dtype=np.float64), 2_000)[0]
     return pd.DataFrame(
@@ -548,10 +619,15 @@ def make_initial_conditions(*, n_subjects: int, seed: int, effort_grid: np.ndarr
             "regime": "alive",
             "wealth": np.zeros(n_subjects),
             "health": np.where(good, "good", "bad"),
-            "productivity_shock:index": rng.choice(n["shock"], size=n_subjects, p=stationary / stationary.sum()),
+            "productivity_shock:index": rng.choice(
+                n["shock"], size=n_subjects, p=stationary / stationary.sum()
+            ),
             "lagged_effort": [f"level_{k}" for k in effort_code],
             "adjustment_cost:index": rng.integers(0, n["adjustment"], size=n_subjects),
-            **{c: types[c].to_numpy()[drawn] for c in ("education", "productivity", "health_type", "discount_type")},
+            **{
+                c: types[c].to_numpy()[drawn]
+                for c in ("education", "productivity", "health_type", "discount_type")
+            },
         }
     )
 
@@ -560,7 +636,11 @@ def moments(frame: pd.DataFrame, effort_grid: np.ndarray) -> pd.DataFrame:
     """Mean effort (its value on [0, 1]) and wealth by age and education, alive subjects."""
     alive = frame[frame["regime"] == "alive"].copy()
     alive["effort_value"] = effort_grid[alive["effort"].cat.codes.to_numpy()]
-    return alive.groupby(["age", "education"], observed=True)[["effort_value", "wealth"]].mean().unstack()
+    return (
+        alive.groupby(["age", "education"], observed=True)[["effort_value", "wealth"]]
+        .mean()
+        .unstack()
+    )
 
 
 def main() -> None:
@@ -582,7 +662,11 @@ def main() -> None:
     frame = result.to_dataframe()
     print(f"simulate {args.subjects} subjects: {time.perf_counter() - start:.1f} s")
     v0 = np.asarray(solution.value("alive", 0))
-    print("value at age 25, wealth 0, by discount type (small, large):", v0[0, ..., 0].mean(), v0[0, ..., 1].mean())
+    print(
+        "value at age 25, wealth 0, by discount type (small, large):",
+        v0[0, ..., 0].mean(),
+        v0[0, ..., 1].mean(),
+    )
     table = moments(frame, np.linspace(0.0, 1.0, SIZES[args.size]["effort"]))
     with pd.option_context("display.width", 120, "display.max_rows", 60, "display.precision", 3):
         print("mean effort and wealth by age and education (alive subjects):")

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def my():
-    spec = importlib.util.spec_from_file_location("mahler_yum_example", ROOT / "examples" / "mahler_yum.py")
+    spec = importlib.util.spec_from_file_location(
+        "mahler_yum_example", ROOT / "examples" / "mahler_yum.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -93,11 +95,17 @@ def numpy_solve(my, n, params, fixed):
         shape[i] = -1
         return np.asarray(values, dtype=np.float64).reshape(shape)
 
-    W, H, Z, LE, A, E, PT, HT, D = (ax(v, i) for i, v in enumerate(
-        [wealth, [0, 1], z, np.arange(n["effort"]), adjust, [0, 1], [0, 1], [0, 1], [0, 1]]))
+    W, H, Z, LE, A, E, PT, HT, D = (
+        ax(v, i)
+        for i, v in enumerate(
+            [wealth, [0, 1], z, np.arange(n["effort"]), adjust, [0, 1], [0, 1], [0, 1], [0, 1]]
+        )
+    )
     L, S, F = ax([0, 1, 2], 9), ax(saving, 10), ax(np.arange(n["effort"]), 11)
-    Ei, Hi = np.array([0, 1]).reshape(1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1), np.array([0, 1]).reshape(
-        1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+    Ei, Hi = (
+        np.array([0, 1]).reshape(1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1),
+        np.array([0, 1]).reshape(1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+    )
     Fv, LEv = effort[F.astype(int)], effort[LE.astype(int)]
     multiplier = f["productivity_type_multiplier"]
     tax_scale, tax_rate = a["taxed_income"]["tax_scale"], a["taxed_income"]["labor_tax_rate"]
@@ -112,13 +120,22 @@ def numpy_solve(my, n, params, fixed):
         shock = Z * a["scaled_productivity_shock"]["productivity_shock_scale"]
         gross = base * (L / 2) * multiplier[PT.astype(int)] * np.exp(shock)
         taxed = tax_scale * gross ** (1 - tax_rate) * avg**tax_rate
-        benefit = np.where((H == 0) & (L == 0) & (t < my.RETIREMENT_PERIOD), a["benefits"]["benefit_rate"] * avg, 0.0)
-        pension = np.where(t >= my.RETIREMENT_PERIOD,
-                           a["pension"]["pension_base"][Eint] * a["pension"]["pension_replacement_rate"], 0.0)
+        benefit = np.where(
+            (H == 0) & (L == 0) & (t < my.RETIREMENT_PERIOD),
+            a["benefits"]["benefit_rate"] * avg,
+            0.0,
+        )
+        pension = np.where(
+            t >= my.RETIREMENT_PERIOD,
+            a["pension"]["pension_base"][Eint] * a["pension"]["pension_replacement_rate"],
+            0.0,
+        )
         net = taxed + benefit + pension
         cons = np.maximum(net + W * R - S, a["consumption"]["min_consumption"])
         weight = np.where(H == 1, 1.0, a["consumption_utility"]["health_consumption_penalty"])
-        u_cons = weight * (cons ** (1 - sigma) / (1 - sigma) + a["consumption_utility"]["utility_constant"])
+        u_cons = weight * (
+            cons ** (1 - sigma) / (1 - sigma) + a["consumption_utility"]["utility_constant"]
+        )
         u_work = work[t][Ei, Hi] * (L / 2) ** 2 / 2
         expo = 1 + 1 / a["effort_cost"]["effort_elasticity"]
         u_effort = ecost[t][Ei, Hi] * Fv**expo / expo
@@ -129,18 +146,27 @@ def numpy_solve(my, n, params, fixed):
         if t == last_alive or next_value is None:
             continuation = 0.0  # survival is 0: everyone moves to `dead`, value 0
         else:
-            ev = next_value.mean(axis=4)  # adjustment cost i.i.d. uniform: (w', h', z', l', e, pt, ht, d)
+            ev = next_value.mean(
+                axis=4
+            )  # adjustment cost i.i.d. uniform: (w', h', z', l', e, pt, ht, d)
             ev = np.einsum("kz,whzl...->whkl...", Pz, ev)  # z' given z
             # wealth' = saving: linear interpolation along the wealth axis
             j = np.clip(np.searchsorted(wealth, saving, side="right") - 1, 0, len(wealth) - 2)
             lam = (saving - wealth[j]) / (wealth[j + 1] - wealth[j])
             ev = (1 - lam)[:, None, None, None, None, None, None, None] * ev[j] + lam[
-                :, None, None, None, None, None, None, None] * ev[j + 1]  # (s, h', z, l'=effort, e, pt, ht, d)
-            index = (ht["health_intercept"] + age_effect[t] + ht["college_coefficient"] * E
-                     + ht["good_health_coefficient"] * H + ht["health_type_coefficient"] * HT
-                     + ht["health_effort_coefficient"] * Fv + ht["lagged_health_effort_coefficient"] * LEv)
+                :, None, None, None, None, None, None, None
+            ] * ev[j + 1]  # (s, h', z, l'=effort, e, pt, ht, d)
+            index = (
+                ht["health_intercept"]
+                + age_effect[t]
+                + ht["college_coefficient"] * E
+                + ht["good_health_coefficient"] * H
+                + ht["health_type_coefficient"] * HT
+                + ht["health_effort_coefficient"] * Fv
+                + ht["lagged_health_effort_coefficient"] * LEv
+            )
             good = 1 / (1 + np.exp(-index))
-            # to the broadcast layout: s -> axis 10, h' summed, z -> 2, l'=f -> 11, e 5, pt 6, ht 7, d 8
+            # to the broadcast layout: s axis 10, z 2, l'=f 11, e 5, pt 6, ht 7, d 8
             bad_next = np.transpose(ev[:, 0], (1, 3, 4, 5, 6, 0, 2))  # (z, e, pt, ht, d, s, f)
             good_next = np.transpose(ev[:, 1], (1, 3, 4, 5, 6, 0, 2))
             layout = (1, 1, len(z), 1, 1, 2, 2, 2, 2, 1, len(saving), n["effort"])
@@ -148,15 +174,28 @@ def numpy_solve(my, n, params, fixed):
             continuation = survival[t][Ei, Hi] * ((1 - good) * bad_next + good * good_next)
         q = u + beta[D.astype(int)] * continuation
         q = np.where(feasible, q, -np.inf)
-        full = (len(wealth), 2, len(z), n["effort"], n["adjustment"], 2, 2, 2, 2, 3, len(saving), n["effort"])
+        full = (
+            len(wealth),
+            2,
+            len(z),
+            n["effort"],
+            n["adjustment"],
+            2,
+            2,
+            2,
+            2,
+            3,
+            len(saving),
+            n["effort"],
+        )
         q = np.broadcast_to(q, full)
-        values[t] = q.reshape(q.shape[:9] + (-1,)).max(axis=-1)
+        values[t] = q.reshape((*q.shape[:9], -1)).max(axis=-1)
         next_value = values[t]
     return values
 
 
 def test_tiny_values_equal_the_numpy_oracle_at_every_period(my, tiny):
-    model, params, _, solution = tiny
+    _, params, _, solution = tiny
     n = {**my.SIZES["tiny"], "saving": 4}
     fixed = my.make_fixed_params(n["periods"], np.linspace(0, 1, n["effort"]))
     oracle = numpy_solve(my, n, params, fixed)
@@ -175,7 +214,13 @@ def test_the_discount_types_get_different_values(my, tiny):
     v = np.asarray(solution.value("alive", 0))
     assert (v[..., 1] > v[..., 0] + 1e-3).all()  # more patient: higher value (utility > 0)
     beta = params["alive"]["discount_factor"]["discount_factor_by_type"]
-    same = {**params, "alive": {**params["alive"], "discount_factor": {"discount_factor_by_type": np.full(2, beta[1])}}}
+    same = {
+        **params,
+        "alive": {
+            **params["alive"],
+            "discount_factor": {"discount_factor_by_type": np.full(2, beta[1])},
+        },
+    }
     w = np.asarray(model.solve(same).value("alive", 0))
     np.testing.assert_allclose(w[..., 0], w[..., 1], rtol=0, atol=1e-12)
     np.testing.assert_allclose(w[..., 1], v[..., 1], rtol=1e-13)
@@ -183,7 +228,9 @@ def test_the_discount_types_get_different_values(my, tiny):
 
 def test_tiny_simulates(my, tiny):
     model, params, initial_conditions, solution = tiny
-    frame = model.simulate(params, initial_conditions, solution=solution, key=jax.random.key(0)).to_dataframe()
+    frame = model.simulate(
+        params, initial_conditions, solution=solution, key=jax.random.key(0)
+    ).to_dataframe()
     assert set(frame["regime"].unique()) <= {"alive", "dead"}
     alive = frame[frame["regime"] == "alive"]
     periods = my.SIZES["tiny"]["periods"]
