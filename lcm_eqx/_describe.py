@@ -216,6 +216,9 @@ def describe(
                 automatic_splay=_automatic_splay(regime),
             )
         )
+    if params is not None:
+        # normalised as solve normalises them (a params Series, labelled Series leaves)
+        params = model._checked(params)
     memory = None if params is None else _memory(model, params)
     advice = None
     if memory_budget is not None:

@@ -1,0 +1,249 @@
+"""examples/mahler_yum.py: the tiny size solves and simulates, and its values equal a
+separately written numpy backward induction (float64) at every period."""
+
+import importlib.util
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def my():
+    spec = importlib.util.spec_from_file_location(
+        "mahler_yum_example", ROOT / "examples" / "mahler_yum.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny(my):
+    # saving on 4 points, wealth on 5: next wealth falls between wealth nodes, so the
+    # oracle checks the interpolation too.
+    model, params, initial_conditions = my.build("tiny", n_subjects=64, saving=4)
+    solution = model.solve(params)
+    return model, params, initial_conditions, solution
+
+
+# ---------------------------------------------------------------------------------------
+# The numpy oracle: written from the model's equations, sharing only the example's
+# tables (the parameter values) and grid sizes with the library's solve.
+# ---------------------------------------------------------------------------------------
+
+
+def _rouwenhorst(n, rho, sigma):
+    p = (1 + rho) / 2
+    matrix = np.array([[p, 1 - p], [1 - p, p]])
+    for m in range(3, n + 1):
+        bigger = np.zeros((m, m))
+        bigger[:-1, :-1] += p * matrix
+        bigger[:-1, 1:] += (1 - p) * matrix
+        bigger[1:, :-1] += (1 - p) * matrix
+        bigger[1:, 1:] += p * matrix
+        bigger[1:-1] /= 2
+        matrix = bigger
+    half_width = np.sqrt(n - 1) * sigma / np.sqrt(1 - rho**2)
+    return np.linspace(-half_width, half_width, n), matrix
+
+
+def _table(series, ages):
+    """A labelled (age, education, health) Series as array[period, education, health]."""
+    out = np.empty((len(ages), 2, 2))
+    for p, age in enumerate(ages):
+        for e, edu in enumerate(("low", "high")):
+            for h, health in enumerate(("bad", "good")):
+                out[p, e, h] = series.loc[(age, edu, health)]
+    return out
+
+
+def numpy_solve(my, n, params, fixed):
+    """V[t] of the alive regime, axes (wealth, health, shock, lagged effort, adjustment
+    cost, education, productivity type, health type, discount type)."""
+    T = n["periods"]
+    ages = my.START_AGE + my.AGE_STEP * np.arange(T)
+    last_alive = T - 2
+    a = params["alive"]
+    f = fixed["alive"]
+    wealth = my.wealth_points(n["wealth"])
+    saving = my.wealth_points(n["saving"])
+    effort = np.linspace(0, 1, n["effort"])
+    z, Pz = _rouwenhorst(n["shock"], my.SHOCK_PERSISTENCE, 1.0)
+    adjust = (np.arange(n["adjustment"]) + 0.5) / n["adjustment"]
+    work = _table(a["work_disutility"]["work_disutility_grid"], ages)
+    ecost = _table(a["effort_cost"]["effort_cost_grid"], ages)
+    survival = _table(f["next_regime"]["survival"], ages)
+    envelope = a["adjustment_cost_penalty"]["adjustment_cost_envelope"].loc[ages].to_numpy()
+    age_effect = f["next_health"]["health_age_effects"].loc[ages].to_numpy()
+    ht = f["next_health"]
+    beta = a["discount_factor"]["discount_factor_by_type"]
+    inc = a["base_income"]
+    R = a["gross_interest_rate"]
+    avg = a["avg_earnings"]
+    sigma = f["consumption_utility"]["sigma"]
+
+    # broadcast axes: 0 w, 1 h, 2 z, 3 lagged effort, 4 adj, 5 edu, 6 prod, 7 htype,
+    # 8 dtype | 9 labour, 10 saving, 11 effort
+    def ax(values, i):
+        shape = [1] * 12
+        shape[i] = -1
+        return np.asarray(values, dtype=np.float64).reshape(shape)
+
+    W, H, Z, LE, A, E, PT, HT, D = (
+        ax(v, i)
+        for i, v in enumerate(
+            [wealth, [0, 1], z, np.arange(n["effort"]), adjust, [0, 1], [0, 1], [0, 1], [0, 1]]
+        )
+    )
+    L, S, F = ax([0, 1, 2], 9), ax(saving, 10), ax(np.arange(n["effort"]), 11)
+    Ei, Hi = (
+        np.array([0, 1]).reshape(1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1),
+        np.array([0, 1]).reshape(1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+    )
+    Fv, LEv = effort[F.astype(int)], effort[LE.astype(int)]
+    multiplier = f["productivity_type_multiplier"]
+    tax_scale, tax_rate = a["taxed_income"]["tax_scale"], a["taxed_income"]["labor_tax_rate"]
+
+    values = [None] * T
+    next_value = None
+    for t in range(last_alive, -1, -1):
+        # flow utility
+        Eint = Ei
+        profile = inc["y1"][Eint] * np.exp(inc["yt_s"][Eint] * t + inc["yt_sq"][Eint] * t**2)
+        base = profile * (1 - inc["wagep"][Eint] * (1 - H)) / inc["income_normalization"]
+        shock = Z * a["scaled_productivity_shock"]["productivity_shock_scale"]
+        gross = base * (L / 2) * multiplier[PT.astype(int)] * np.exp(shock)
+        taxed = tax_scale * gross ** (1 - tax_rate) * avg**tax_rate
+        benefit = np.where(
+            (H == 0) & (L == 0) & (t < my.RETIREMENT_PERIOD),
+            a["benefits"]["benefit_rate"] * avg,
+            0.0,
+        )
+        pension = np.where(
+            t >= my.RETIREMENT_PERIOD,
+            a["pension"]["pension_base"][Eint] * a["pension"]["pension_replacement_rate"],
+            0.0,
+        )
+        net = taxed + benefit + pension
+        cons = np.maximum(net + W * R - S, a["consumption"]["min_consumption"])
+        weight = np.where(H == 1, 1.0, a["consumption_utility"]["health_consumption_penalty"])
+        u_cons = weight * (
+            cons ** (1 - sigma) / (1 - sigma) + a["consumption_utility"]["utility_constant"]
+        )
+        u_work = work[t][Ei, Hi] * (L / 2) ** 2 / 2
+        expo = 1 + 1 / a["effort_cost"]["effort_elasticity"]
+        u_effort = ecost[t][Ei, Hi] * Fv**expo / expo
+        u_adjust = np.where(F != LE, A * envelope[t], 0.0)
+        u = u_cons - u_work - u_effort - u_adjust
+        feasible = ((t < my.RETIREMENT_PERIOD) | (L == 0)) & (net + W * R >= S)
+
+        if t == last_alive or next_value is None:
+            continuation = 0.0  # survival is 0: everyone moves to `dead`, value 0
+        else:
+            ev = next_value.mean(
+                axis=4
+            )  # adjustment cost i.i.d. uniform: (w', h', z', l', e, pt, ht, d)
+            ev = np.einsum("kz,whzl...->whkl...", Pz, ev)  # z' given z
+            # wealth' = saving: linear interpolation along the wealth axis
+            j = np.clip(np.searchsorted(wealth, saving, side="right") - 1, 0, len(wealth) - 2)
+            lam = (saving - wealth[j]) / (wealth[j + 1] - wealth[j])
+            ev = (1 - lam)[:, None, None, None, None, None, None, None] * ev[j] + lam[
+                :, None, None, None, None, None, None, None
+            ] * ev[j + 1]  # (s, h', z, l'=effort, e, pt, ht, d)
+            index = (
+                ht["health_intercept"]
+                + age_effect[t]
+                + ht["college_coefficient"] * E
+                + ht["good_health_coefficient"] * H
+                + ht["health_type_coefficient"] * HT
+                + ht["health_effort_coefficient"] * Fv
+                + ht["lagged_health_effort_coefficient"] * LEv
+            )
+            good = 1 / (1 + np.exp(-index))
+            # to the broadcast layout: s axis 10, z 2, l'=f 11, e 5, pt 6, ht 7, d 8
+            bad_next = np.transpose(ev[:, 0], (1, 3, 4, 5, 6, 0, 2))  # (z, e, pt, ht, d, s, f)
+            good_next = np.transpose(ev[:, 1], (1, 3, 4, 5, 6, 0, 2))
+            layout = (1, 1, len(z), 1, 1, 2, 2, 2, 2, 1, len(saving), n["effort"])
+            bad_next, good_next = bad_next.reshape(layout), good_next.reshape(layout)
+            continuation = survival[t][Ei, Hi] * ((1 - good) * bad_next + good * good_next)
+        q = u + beta[D.astype(int)] * continuation
+        q = np.where(feasible, q, -np.inf)
+        full = (
+            len(wealth),
+            2,
+            len(z),
+            n["effort"],
+            n["adjustment"],
+            2,
+            2,
+            2,
+            2,
+            3,
+            len(saving),
+            n["effort"],
+        )
+        q = np.broadcast_to(q, full)
+        values[t] = q.reshape((*q.shape[:9], -1)).max(axis=-1)
+        next_value = values[t]
+    return values
+
+
+def test_tiny_values_equal_the_numpy_oracle_at_every_period(my, tiny):
+    _, params, _, solution = tiny
+    n = {**my.SIZES["tiny"], "saving": 4}
+    fixed = my.make_fixed_params(n["periods"], np.linspace(0, 1, n["effort"]))
+    oracle = numpy_solve(my, n, params, fixed)
+    for t in range(n["periods"] - 1):
+        got = np.asarray(solution.value("alive", t))
+        assert got.dtype == np.float64
+        assert got.shape == oracle[t].shape
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, oracle[t], rtol=1e-12, atol=1e-10, err_msg=f"period {t}")
+    for t in range(1, n["periods"]):
+        np.testing.assert_array_equal(np.asarray(solution.value("dead", t)), 0.0)
+
+
+def test_the_discount_types_get_different_values(my, tiny):
+    model, params, _, solution = tiny
+    v = np.asarray(solution.value("alive", 0))
+    assert (v[..., 1] > v[..., 0] + 1e-3).all()  # more patient: higher value (utility > 0)
+    beta = params["alive"]["discount_factor"]["discount_factor_by_type"]
+    same = {
+        **params,
+        "alive": {
+            **params["alive"],
+            "discount_factor": {"discount_factor_by_type": np.full(2, beta[1])},
+        },
+    }
+    w = np.asarray(model.solve(same).value("alive", 0))
+    np.testing.assert_allclose(w[..., 0], w[..., 1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w[..., 1], v[..., 1], rtol=1e-13)
+
+
+def test_tiny_simulates(my, tiny):
+    model, params, initial_conditions, solution = tiny
+    frame = model.simulate(
+        params, initial_conditions, solution=solution, key=jax.random.key(0)
+    ).to_dataframe()
+    assert set(frame["regime"].unique()) <= {"alive", "dead"}
+    alive = frame[frame["regime"] == "alive"]
+    periods = my.SIZES["tiny"]["periods"]
+    assert 0.9 * 64 * (periods - 1) <= len(alive) <= 64 * (periods - 1)  # survival is ~0.999
+    assert (frame.groupby("subject_id")["regime"].last() == "dead").all()  # survival 0 at the end
+    assert np.isfinite(alive["value"]).all() and (alive["wealth"] >= 0).all()
+    table = my.moments(frame, np.linspace(0, 1, my.SIZES["tiny"]["effort"]))
+    assert table.notna().all().all()
+
+
+def test_describe_compiles_with_labelled_series_params(tiny):
+    # describe(params) once compiled the solve with the raw Series (1-d arrays), not the
+    # labelled tables solve reads: an IndexError in the user's function.
+    model, params, _, _ = tiny
+    summary = model.describe(params)
+    assert summary.temp_bytes is not None and summary.temp_bytes > 0
