@@ -150,8 +150,27 @@ def infeasible_summary(values: dict) -> dict:
     flat index). Two small arrays leave the device, not the value arrays."""
 
     def summary(array):
-        flat = jnp.isneginf(array.reshape(array.shape[0], -1))
-        return jnp.sum(flat, axis=1), jnp.argmax(flat, axis=1)
+        # Reductions over the state axes only (no reshape, no argmax): on a sharded
+        # solution they are all-reduces, never a gather of the value arrays.
+        infeasible = jnp.isneginf(array)
+        shape = array.shape[1:]
+        axes = tuple(range(1, array.ndim))
+        flat = sum(
+            (
+                jax.lax.broadcasted_iota(jnp.int32, array.shape, 1 + i)
+                * int(np.prod(shape[i + 1 :]))
+                for i in range(len(shape))
+            ),
+            jnp.zeros(array.shape, jnp.int32),
+        )
+        size = int(np.prod(shape))
+        first = (
+            jnp.min(jnp.where(infeasible, flat, size), axis=axes)
+            if axes
+            else jnp.zeros(array.shape[:1], jnp.int32)
+        )
+        count = jnp.sum(infeasible, axis=axes) if axes else infeasible.astype(jnp.int32)
+        return count, jnp.where(count > 0, first, 0)
 
     return {name: summary(array) for name, array in values.items()}
 
