@@ -158,7 +158,7 @@ def _automatic_splay(regime) -> dict[str, int]:
     def axis(name):
         grid = regime.grids[name]
         return Axis(
-            name, np.empty(grid.n_points), grid.batch_size, grid.is_discrete, grid.distributed
+            name, jnp.zeros(grid.n_points), grid.batch_size, grid.is_discrete, grid.distributed
         )
 
     states = tuple(axis(n) for n in regime.states)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
@@ -56,7 +56,7 @@ from ._likelihood import log_likelihood
 from ._moments import Profile, panel_moments, profiles_tuple
 
 if TYPE_CHECKING:
-    from .._model._model import Model
+    from .._facade import Model
 
 DEFAULT_BOUNDS = {"discount_factor": (0.0, 1.0), "taste_shock_scale": (0.0, math.inf)}
 # Relative eigenvalue below which a curvature matrix counts as singular.
@@ -171,8 +171,8 @@ class Objective(eqx.Module):
             return jax.ops.segment_sum(rows, self.clusters, self.n_clusters)
 
         if self.types is None:
-            return by_subject(self.data[0])
-        per_type = jnp.stack([by_subject(d) for d in self.data])
+            return by_subject(cast(Any, self.data)[0])
+        per_type = jnp.stack([by_subject(d) for d in cast(Any, self.data)])
         log_shares = jnp.log(self.shares(theta))
         return jax.nn.logsumexp(per_type + log_shares[:, None], axis=0)
 
@@ -181,7 +181,7 @@ class Objective(eqx.Module):
         dist = self.model.distribution(params, self.mass if mass is None else mass, validate="off")
         return jnp.concatenate([profile.of(dist, periods) for profile, periods in self.profiles])
 
-    def evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    def evaluate(self, theta) -> tuple[float, np.ndarray, np.ndarray]:
         """The objective, its gradient in `θ`, and the subjects' log-likelihoods
         (`"mle"`) or the model's moments (`"msm"`), from one compiled call."""
         if self.method == "mle":
@@ -369,7 +369,7 @@ class Identification(eqx.Module):
                 "Identification.elasticities: only the method of moments has moments; "
                 "for maximum likelihood read singular_values and weak."
             )
-        index = pd.MultiIndex.from_tuples(self.moment_labels, names=["moment", "period"])
+        index = pd.MultiIndex.from_tuples(cast(Any, self.moment_labels), names=["moment", "period"])
         return pd.DataFrame(self.elasticity, index=index, columns=list(self.names))
 
     def plot(self):
@@ -381,7 +381,8 @@ class Identification(eqx.Module):
         left.bar(range(len(self.singular_values)), self.singular_values)
         left.set(yscale="log", xlabel="direction", ylabel="singular value", title="Singular values")
         if self.elasticity is not None:
-            matrix, rows = self.elasticity, [f"{m} [{t}]" for m, t in self.moment_labels]
+            labels = cast(Any, self.moment_labels)
+            matrix, rows = self.elasticity, [f"{m} [{t}]" for m, t in labels]
             title = "Elasticity of each moment"
         else:
             matrix, rows = self.directions, [f"direction {i}" for i in range(len(self.names))]
@@ -477,6 +478,8 @@ class EstimationResult(eqx.Module):
         """
         scale = np.where(self.estimates != 0, np.abs(self.estimates), 1.0)
         if self.method == "msm":
+            # Every MSM result has its weighting matrix and model moments.
+            assert self.weight is not None and self.moments is not None
             root = np.linalg.cholesky(self.weight).T
             matrix = root @ self.jacobian * scale
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -490,7 +493,11 @@ class EstimationResult(eqx.Module):
         condition = float(singular_values[0] / smallest) if smallest > 0 else math.inf
         weak_directions = singular_values < threshold * singular_values[0]
         loads = np.abs(directions[:, weak_directions]) >= 0.3
-        weak = tuple(n for n, flag in zip(self.names, loads.any(axis=1), strict=True) if flag)
+        weak = tuple(
+            n
+            for n, flag in zip(self.names, np.asarray(loads.any(axis=1)).tolist(), strict=True)
+            if flag
+        )
         return Identification(
             names=self.names,
             singular_values=singular_values,
@@ -594,7 +601,7 @@ def estimate(
         if method != "mle":
             raise EstimationError("estimate: unobserved_type works with method='mle'.")
         types, shares0 = _types(model, unobserved_type, type_shares)
-    empty = dict(data=None, clusters=None, n_clusters=0, measurement_sd=None)
+    empty: dict[str, Any] = dict(data=None, clusters=None, n_clusters=0, measurement_sd=None)
     empty.update(mass=None, profiles=(), data_moments=None, weight=None)
     if method == "mle":
         fields, n_subjects = _mle_fields(model, data, types, subject), None
@@ -635,9 +642,10 @@ def estimate(
     theta, _ = objective.natural(x)
 
     if method == "mle":
-        information, jacobian = _likelihood_curvature(objective, theta)
+        information, scores = _likelihood_curvature(objective, theta)
+        jacobian = cast(np.ndarray, scores)
         outer = jacobian.T @ jacobian
-        curvature = (information, outer)
+        curvature: tuple = (information, outer)
         covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
         covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
         reported = -value * n_subjects
@@ -648,6 +656,7 @@ def estimate(
             np.asarray(a) for a in _moments_and_jacobian(objective, jnp.asarray(theta))
         )
         weight = np.asarray(objective.weight)
+        assert panel is not None  # MSM always has its data moments
         influence = panel.influence
         if initial is None:
             influence = influence - _model_influence(
@@ -692,7 +701,7 @@ def estimate(
         converged=converged,
         message=message,
         n_subjects=int(n_subjects),
-        jacobian=jacobian,
+        jacobian=cast(np.ndarray, jacobian),
         moments=model_moments,
         data_moments=None if panel is None else panel.values,
         weight=None if method == "mle" else np.asarray(objective.weight),
@@ -913,7 +922,7 @@ def _subject_initial(model, data, subject, panel):
             ):
                 lookup = {str(label): i for i, label in enumerate(grid.labels)}
                 column = column.astype(object).map(lambda v, lookup=lookup: lookup.get(str(v), 0))
-            values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+            values = np.asarray(pd.to_numeric(column, errors="coerce"), dtype=float)
             own = regime == regime_plan.id
             if np.any(own & ~np.isfinite(values)):
                 raise InvalidDataError(

@@ -27,7 +27,7 @@ from .._errors import EstimationError, InvalidDataError
 from .._grids import DiscreteGrid
 
 if TYPE_CHECKING:
-    from .._model._model import Model
+    from .._facade import Model
     from ._distribution import Distribution
 
 
@@ -166,7 +166,7 @@ def panel_moments(
         if profile.regime is not None:
             observed &= regime == profile.regime
         if profile.value is None:
-            y = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+            y = np.asarray(pd.to_numeric(column, errors="coerce"), dtype=float)
             if np.any(observed & ~np.isfinite(y)):
                 raise InvalidDataError(
                     f"data_moments: data[{profile.name!r}] is not numeric; a mean needs numbers."

@@ -311,4 +311,3 @@ def solver_groups(
         else:
             groups.append((solver, [name]))
     return [(solver, tuple(names)) for solver, names in groups]
-
