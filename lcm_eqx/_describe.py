@@ -218,7 +218,7 @@ def describe(
         )
     if params is not None:
         # normalised as solve normalises them (a params Series, labelled Series leaves)
-        params = model._checked(params)
+        params = model.checked_params(params)
     memory = None if params is None else _memory(model, params)
     advice = None
     if memory_budget is not None:

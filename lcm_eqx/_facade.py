@@ -304,9 +304,9 @@ class Model(eqx.Module):
                 (pass it as a static argument), `jax.vmap` and `jax.grad`.
         """
         _check_validate(validate)
-        return self._solve_checked(self._checked(params), validate, progress_mode(progress))
+        return self._solve_checked(self.checked_params(params), validate, progress_mode(progress))
 
-    def _checked(self, params: Params) -> Params:
+    def checked_params(self, params: Params) -> Params:
         """`params` normalised (a Series becomes nested dicts, labelled Series leaves
         arrays) and checked against the model: once per call of a public method, which
         then hands the result down (`_solve_checked`)."""
@@ -315,7 +315,7 @@ class Model(eqx.Module):
         return params
 
     def _solve_checked(self, params: Params, validate: str, mode: str | None) -> Solution:
-        """`solve` of parameters that `_checked` returned."""
+        """`solve` of parameters that `checked_params` returned."""
         options: dict[str, Any] = {"validate": validate != "off", "progress": mode}
         program = self._solve
         if program is not self._solve_nested and (_OPTIONS_REFUSED or is_traced(params)):
@@ -395,7 +395,7 @@ class Model(eqx.Module):
         """
         _check_validate(validate)
         mode = progress_mode(progress)
-        params = self._checked(params)
+        params = self.checked_params(params)
         if (
             not isinstance(subject_batch_size, int)
             or isinstance(subject_batch_size, bool)
@@ -512,7 +512,7 @@ class Model(eqx.Module):
         """
         self.plan.reject_age_varying_grids("distribution")
         _check_validate(validate)
-        params = self._checked(params)
+        params = self.checked_params(params)
         mass = self._initial_mass(params, initial)
         if solution is None:
             solution = self._solve_checked(params, validate, None)
