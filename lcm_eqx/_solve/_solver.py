@@ -224,8 +224,8 @@ class AbstractSolver(eqx.Module):
 
     def choices_on_grid(self, problem: RegimeProblem) -> tuple[Array, dict] | None:
         """`choices_at` at every node of the regime's state grid at once (axes: the
-        states, then the discrete actions), where the solver reads them faster so than
-        node by node; None (the default) to read them node by node."""
+        states, then the discrete actions), where the solver reads them faster that way
+        than node by node; None (the default) to read them node by node."""
         return None
 
     def euler_variables(self) -> tuple[str, str] | None:
