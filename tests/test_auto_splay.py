@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from lcm_eqx._solve import _axes
+from lcm_eqx._solve import _axes, _solver
 from lcm_eqx._solve._axes import Axis, auto_splayed
 from tests.models import retirement
 
@@ -46,7 +46,17 @@ def test_an_automatically_splayed_solve_equals_the_plain_one(monkeypatch):
     monkeypatch.setattr(_axes, "EVALUATION_BYTES", 5 * 2 * 60 * itemsize)
     model = retirement.build(3, 40, 60)
     assert "automatic splay): wealth batch_size=5" in str(model.describe())
+    # The solve itself splays (not only describe's report of it).
+    chosen = []
+
+    def recording(*args, **kwargs):
+        axes = auto_splayed(*args, **kwargs)
+        chosen.append({a.name: a.batch_size for a in axes})
+        return axes
+
+    monkeypatch.setattr(_solver, "auto_splayed", recording)
     splayed = model.solve(params)
+    assert {"wealth": 5} in chosen and {"wealth": 10} in chosen  # working, retired
     # The same to round-off, as the user's splay (XLA fuses a chunk's sums differently).
     tolerance = 16 * float(jnp.finfo(jnp.zeros(()).dtype).eps)
     for name in ("working", "retired"):
