@@ -421,10 +421,17 @@ def by_age(values: np.ndarray, n_periods: int, name: str) -> pd.Series:
     )
 
 
-def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0, **grid_sizes: int):
+def build(
+    size: str = "reduced",
+    *,
+    n_subjects: int = 2_000,
+    seed: int = 0,
+    solver: lcm.AbstractSolver | None = None,
+    **grid_sizes: int,
+):
     """The model, its parameters and initial conditions at `size` ("full", "medium",
     "reduced" or "tiny"); `grid_sizes` override entries of `SIZES[size]` (e.g.
-    `saving=4`)."""
+    `saving=4`); `solver` is the model's solver (default `lcm.GridSearch()`)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, not {size!r}")
     unknown = set(grid_sizes) - set(SIZES[size])
@@ -497,6 +504,7 @@ def build(size: str = "reduced", *, n_subjects: int = 2_000, seed: int = 0, **gr
         n_periods=n_periods,
         regime_ids=RegimeId,
         fixed_params=make_fixed_params(n_periods, effort_grid),
+        solver=lcm.GridSearch() if solver is None else solver,
     )
     params = make_params(n_periods)
     initial_conditions = make_initial_conditions(

@@ -7,12 +7,17 @@ import dataclasses
 import math
 from typing import cast
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._errors import LcmError
 from ._grids import AbstractContinuousGrid, AbstractGrid
+from ._grids._age import age_of
+from ._model._params import resolve_params
 from ._solve._axes import Axis, auto_splayed
+from ._solve._backward import state_shape
+from ._solve._kernel import RegimeProblem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +32,16 @@ class RegimeSummary:
     # State axes that a pointwise solver splays by itself, and their chunk sizes (the
     # state-action product would take more than `EVALUATION_BYTES` at once).
     automatic_splay: dict[str, int] = dataclasses.field(default_factory=dict)
+    # What the solver evaluates in one period where it is not the plain product
+    # (`AbstractSolver.work`: points by piece), known with `params`; None otherwise.
+    work: tuple[tuple[str, int], ...] | None = None
+
+    @property
+    def evaluated_points(self) -> int:
+        """Points evaluated per period: the plain product, or the pieces' sum."""
+        if self.work is None:
+            return self.state_action_points
+        return sum(n for _, n in self.work)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +85,14 @@ class ModelSummary:
                 "  actions: " + (", ".join(f"{n} {g}" for n, g in regime.actions.items()) or "none")
             )
             lines.append(f"  state-action points per period: {regime.state_action_points:,}")
+            if regime.work is not None:
+                ratio = regime.state_action_points / max(regime.evaluated_points, 1)
+                lines.append(
+                    f"  evaluated by piece: {regime.evaluated_points:,} points per period "
+                    f"({ratio:,.1f}x fewer); largest piece "
+                    f"{max(n for _, n in regime.work):,} points"
+                )
+                lines.extend(f"    {n:>15,}  {label}" for label, n in regime.work)
             if regime.automatic_splay:
                 chunks = ", ".join(f"{n} batch_size={b}" for n, b in regime.automatic_splay.items())
                 lines.append(f"  evaluated in chunks by itself (automatic splay): {chunks}")
@@ -171,6 +194,32 @@ def _automatic_splay(regime) -> dict[str, int]:
     }
 
 
+def _work(model, params, name: str) -> tuple[tuple[str, int], ...] | None:
+    """What the solver of regime `name` evaluates in its first active period
+    (`AbstractSolver.work`), traced without computing anything."""
+    plan = model.plan
+    regime = plan.regimes[name]
+    period = min(regime.active)
+    found: list = []
+
+    def trace(params):
+        next_values = {r: jnp.zeros(state_shape(plan, r)) for r in plan.regimes}
+        problem = RegimeProblem(
+            plan,
+            regime,
+            resolve_params(plan, params)[name],
+            jnp.asarray(period),
+            jnp.asarray(age_of(model.ages, period)),
+            next_values,
+            True,
+        )
+        found.append(model.solvers[name].work(problem))
+        return jnp.zeros(())
+
+    jax.eval_shape(trace, params)
+    return found[0]
+
+
 def _memory(model, params) -> tuple[int, int, int] | None:
     compiled = model._solve.lower(params, validate=True).compile()
     analysis = compiled.memory_analysis()
@@ -219,6 +268,10 @@ def describe(
     if params is not None:
         # normalised as solve normalises them (a params Series, labelled Series leaves)
         params = model.checked_params(params)
+        regimes = [
+            dataclasses.replace(r, work=_work(model, params, r.name)) if not r.terminal else r
+            for r in regimes
+        ]
     memory = None if params is None else _memory(model, params)
     advice = None
     if memory_budget is not None:

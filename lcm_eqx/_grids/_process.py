@@ -32,6 +32,8 @@ class AbstractProcessGrid(AbstractGrid):
 
     n_points_: eqx.AbstractVar[int]
     is_discrete: ClassVar[bool] = True
+    # Drawn independently of its current value: every row of the matrix is the same.
+    is_iid: ClassVar[bool] = False
 
     @property
     def n_points(self) -> int:
@@ -186,6 +188,8 @@ class _AbstractIIDGrid(_AbstractAR1Grid):
     probabilities `w_k / √π` (every row of the transition matrix). `mean` and `sigma`
     left as `None` are parameters of `next_<state>`, like a process's."""
 
+    is_iid: ClassVar[bool] = True
+
     n_points_: int = eqx.field(static=True)
     rho: float | None
     sigma: float | None
@@ -275,6 +279,8 @@ class UniformIIDGrid(AbstractProcessGrid):
         >>> adjustment_cost = UniformIIDGrid(n_points=5)   # start, stop are parameters
     """
 
+    is_iid: ClassVar[bool] = True
+
     n_points_: int = eqx.field(static=True)
     start: float | None
     stop: float | None
@@ -348,6 +354,8 @@ class IIDGrid(AbstractProcessGrid):
         >>> income = IIDGrid.equiprobable_lognormal(7, mean=0.0, sigma=0.1).with_atom(0.3, 0.05)
         >>> estimated = IIDGrid(n_points=4)   # points, probabilities are parameters
     """
+
+    is_iid: ClassVar[bool] = True
 
     n_points_: int = eqx.field(static=True)
     points: np.ndarray | None

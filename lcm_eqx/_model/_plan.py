@@ -405,7 +405,9 @@ def _regime_plan(
                     precontract = tuple(s for s in states if s in depends_on)
             state_transitions[state] = StateTransition(state, resolved, is_markov, precontract)
         for state in process_states:
-            state_transitions[state] = StateTransition(state, None, True, (state,))
+            # An i.i.d. draw's expectation depends on no current state (one row).
+            iid = regime.states[state].is_iid
+            state_transitions[state] = StateTransition(state, None, True, () if iid else (state,))
         missing = [s for s in states if s not in state_transitions]
         if missing:
             raise ModelInitializationError(

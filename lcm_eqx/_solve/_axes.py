@@ -169,15 +169,32 @@ def _inline_eval(jaxpr, consts, args) -> list:
             inner = eqn.params["jaxpr"]
             outs = _inline_eval(inner.jaxpr, inner.consts, invals)
         else:
-            bound = eqn.primitive.get_bind_params(eqn.params)
-            # JAX < 0.7 returns `(subfuns, params)`.
-            subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
-            with eqn.ctx.manager:
-                outs = eqn.primitive.bind(*subfuns, *invals, **params)
-            if not eqn.primitive.multiple_results:
-                outs = [outs]
+            outs = bind_equation(eqn, invals)
         env.update(zip(eqn.outvars, outs, strict=True))
     return [read(v) for v in jaxpr.outvars]
+
+
+def bind_equation(eqn, invals: list) -> list:
+    """The outputs of one jaxpr equation applied to `invals` (a list, one per output)."""
+    bound = eqn.primitive.get_bind_params(eqn.params)
+    # JAX < 0.7 returns `(subfuns, params)`.
+    subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
+    with eqn.ctx.manager:
+        outs = eqn.primitive.bind(*subfuns, *invals, **params)
+    return outs if eqn.primitive.multiple_results else [outs]
+
+
+def flat_jaxpr(fn: Callable, example):
+    """`fn` of `example` (a pytree of `ShapeDtypeStruct`s) traced into a closed jaxpr
+    with its nested plain `jit`s inlined (one flat list of primitives), and the tree
+    structure of its outputs."""
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(example)
+
+    def replay(*args):
+        return _inline_eval(closed.jaxpr, closed.consts, list(args))
+
+    flat = jax.make_jaxpr(replay)(*jax.tree.leaves(example))
+    return flat, jax.tree.structure(out_shape)
 
 
 def _chunked_map(fn: Callable, xs, batch_size: int, size: int):

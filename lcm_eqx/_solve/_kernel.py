@@ -591,7 +591,9 @@ class RegimeProblem:
         assert precontract is not None  # only pre-contracted transitions come here
         n_target = self.model.state_grid(state).n_points
         if function is None:
-            probabilities = self.process_matrices[state]
+            # A chain's matrix; an i.i.d. draw's single row (`precontract` empty).
+            matrix = self.process_matrices[state]
+            probabilities = matrix if precontract else matrix[0]
         else:
             axes = tuple(a for a in self.state_axes if a.name in precontract)
             probabilities = lift(lambda point: self.evaluator(point)(function), axes)

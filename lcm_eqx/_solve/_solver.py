@@ -243,6 +243,12 @@ class AbstractSolver(eqx.Module):
         names = [a.name for a in problem.action_axes]
         return jnp.max(jnp.diff(problem.action_axes[names.index(action)].points))
 
+    def work(self, problem: RegimeProblem) -> tuple[tuple[str, int], ...] | None:
+        """What one period of `problem` evaluates, as `(label, points)` rows (shown by
+        `Model.describe`), where it is not the plain state x action product; None for
+        the plain product."""
+        return None
+
     def policy_reader(
         self, plan: ModelPlan, target: str, policy: Any, params, period, age
     ) -> ContinuationReader | None:

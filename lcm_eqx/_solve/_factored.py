@@ -1,0 +1,621 @@
+"""Structure-aware grid search: each piece of a regime's Bellman objective evaluated on
+the axes it depends on, and actions eliminated inside the pieces that contain them.
+
+The objective of one (state, action) point, `q = where(feasible, u + β·E[V'], -inf)`,
+is traced once into a flat jaxpr of scalars (one input per state and action axis). Its
+value is split into additive *terms* (through `+`, `-`, negation and the selects that
+give `-inf` where a constraint fails, whose predicates split through `&` into *masks*),
+and the axes every term, mask and check depends on are read off the jaxpr. A *piece*
+collects the terms and masks of equal axes and is evaluated on the product of its own
+axes; `E[V']`, for instance, once per distinct next state rather than once per pair.
+
+The maximum over actions is then taken by variable elimination in the (max, +)
+semiring, with `λ·logsumexp(·/λ)` for discrete actions under taste shocks (after every
+continuous action, as `GridSearch` reduces them): each action is maximised over the
+pieces that contain it, forming a new piece on their other axes, in a greedy order that
+keeps the largest product small. The checks are reduced over the actions on their own
+axes. Values, checks and derivatives equal the plain product's up to the order of
+floating-point sums; where the structure buys less than `_MIN_GAIN` (a model whose
+every piece depends on every axis), `GridSearch` evaluates the plain product instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Literal
+from jaxtyping import Array
+
+from ._axes import Axis, auto_splayed, bind_equation, flat_jaxpr, lift, map_axis
+from ._kernel import RegimeProblem
+
+# Evaluate the pieces where they need at most this fraction of the plain product's work
+# (points times equations per point).
+_MIN_GAIN = 0.5
+
+# Primitives that leave a scalar constant a constant.
+_PASS_THROUGH = ("convert_element_type", "broadcast_in_dim")
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Terms and masks that depend on the same axes (canonical order)."""
+
+    axes: tuple[str, ...]
+    terms: tuple[tuple[object, int], ...]  # (jaxpr variable, sign)
+    masks: tuple[object, ...]  # boolean jaxpr variables
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One elimination: `action` maximised (or log-sum-exp'd) over the pieces `group`
+    (indices into the pieces and the earlier steps' results), on the product `axes`."""
+
+    action: str
+    group: tuple[int, ...]
+    axes: tuple[str, ...]
+    smooth: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Factoring:
+    """How one regime's period is evaluated: pieces, elimination steps, checks."""
+
+    names: tuple[str, ...]  # every axis, states then actions (the jaxpr's inputs)
+    sizes: dict[str, int]
+    states: tuple[str, ...]
+    pieces: tuple[Piece, ...]
+    steps: tuple[Step, ...]
+    final: tuple[int, ...]  # what is left (on state axes only), summed at the end
+    # Per check, its alternatives, each a product of components (indices into
+    # `check_components`: the axes and the factors of each, maximised over its actions).
+    checks: tuple[tuple[tuple[int, ...], ...], ...]
+    check_components: tuple[tuple[tuple[str, ...], tuple], ...]
+    plain_pairs: int
+    evaluated_pairs: int
+    # Points times equations per point: of the plan, and of the plain product.
+    cost: int
+    plain_cost: int
+    largest_product: int
+
+    def work_by_piece(self) -> list[tuple[str, int]]:
+        """(label, points evaluated) for each piece and elimination step, and for the
+        checks together."""
+        rows = [(f"piece on ({', '.join(p.axes)})", self._size(p.axes)) for p in self.pieces]
+        rows += [
+            (f"max over {s.action!r} on ({', '.join(s.axes)})", self._size(s.axes))
+            for s in self.steps
+        ]
+        if self.check_components:
+            n = len(self.check_components)
+            total = sum(self._size(a) for a, _ in self.check_components)
+            rows.append((f"checks ({n} products of their own axes)", total))
+        return rows
+
+    def _size(self, axes) -> int:
+        return math.prod(self.sizes[a] for a in axes)
+
+
+class _Graph:
+    """A flat jaxpr with, per variable, its producing equation and its input axes."""
+
+    def __init__(self, jaxpr, names: tuple[str, ...]):
+        self.jaxpr = jaxpr
+        self.producer: dict = {}
+        self.depends: dict = {}
+        for var, name in zip(jaxpr.invars, names, strict=True):
+            self.depends[var] = frozenset([name])
+        for var in jaxpr.constvars:
+            self.depends[var] = frozenset()
+        for index, eqn in enumerate(jaxpr.eqns):
+            deps = frozenset().union(*(self.deps(v) for v in eqn.invars))
+            for out in eqn.outvars:
+                self.producer[out] = index
+                self.depends[out] = deps
+
+    def deps(self, var) -> frozenset:
+        return frozenset() if isinstance(var, Literal) else self.depends[var]
+
+    def equation(self, var):
+        index = None if isinstance(var, Literal) else self.producer.get(var)
+        return None if index is None else self.jaxpr.eqns[index]
+
+    def constant(self, var):
+        """The value of `var` where it is a scalar constant (a literal, possibly
+        converted or broadcast), else None."""
+        while not isinstance(var, Literal):
+            eqn = self.equation(var)
+            if eqn is None or eqn.primitive.name not in _PASS_THROUGH:
+                return None
+            var = eqn.invars[0]
+        value = np.asarray(var.val)
+        return value if value.shape == () else None
+
+    def is_neg_inf(self, var) -> bool:
+        value = self.constant(var)
+        return value is not None and bool(np.isneginf(value))
+
+    def is_zero(self, var) -> bool:
+        value = self.constant(var)
+        return value is not None and bool(value == 0)
+
+    def operation(self, var) -> tuple[str, list]:
+        """The name of the primitive that produces `var` and its operands ("" and none
+        for an input, a constant or a literal)."""
+        eqn = self.equation(var)
+        return ("", []) if eqn is None else (eqn.primitive.name, list(eqn.invars))
+
+    def split(self, var, sign: int, terms: list, masks: list) -> None:
+        """`var` as a sum of signed terms, restricted to where `masks` hold."""
+        name, operands = self.operation(var)
+        if name == "add":
+            self.split(operands[0], sign, terms, masks)
+            self.split(operands[1], sign, terms, masks)
+        elif name == "sub":
+            self.split(operands[0], sign, terms, masks)
+            self.split(operands[1], -sign, terms, masks)
+        elif name == "neg":
+            self.split(operands[0], -sign, terms, masks)
+        elif name == "convert_element_type" and _is_float(operands[0]) and _is_float(var):
+            self.split(operands[0], sign, terms, masks)
+        elif name == "select_n" and sign > 0 and len(operands) == 3:
+            predicate, when_false, when_true = operands
+            if self.is_neg_inf(when_false) and _is_bool(predicate):
+                self.conjuncts(predicate, masks)
+                self.split(when_true, sign, terms, masks)
+            else:
+                terms.append((var, sign))
+        else:
+            terms.append((var, sign))
+
+    def conjuncts(self, var, masks: list) -> None:
+        name, operands = self.operation(var)
+        if name == "and" and all(map(_is_bool, operands)):
+            for operand in operands:
+                self.conjuncts(operand, masks)
+        elif not (isinstance(var, Literal) and bool(var.val)):
+            masks.append(var)
+
+    def alternatives(self, var) -> list[tuple]:
+        """A check (non-negative) as the maximum of products of factors: each a tuple of
+        jaxpr variables, boolean (0 or 1) or non-negative."""
+        name, operands = self.operation(var)
+        if self.is_zero(var):
+            return []
+        if name == "max":
+            return self.alternatives(operands[0]) + self.alternatives(operands[1])
+        return [tuple(self.factors(var))]
+
+    def factors(self, var) -> list:
+        name, operands = self.operation(var)
+        if name == "convert_element_type" and _is_bool(operands[0]):
+            masks: list = []
+            self.conjuncts(operands[0], masks)
+            return masks
+        if name == "convert_element_type" and _is_float(operands[0]) and _is_float(var):
+            return self.factors(operands[0])
+        if name == "select_n" and len(operands) == 3 and _is_bool(operands[0]):
+            predicate, when_false, when_true = operands
+            if self.is_zero(when_false):
+                masks = []
+                self.conjuncts(predicate, masks)
+                return masks + self.factors(when_true)
+        return [var]
+
+    def needed(self, outputs) -> list:
+        """The equations that compute `outputs`, in order."""
+        wanted: set[int] = set()
+        stack = [v for v in outputs if not isinstance(v, Literal)]
+        seen = set()
+        while stack:
+            var = stack.pop()
+            if var in seen:
+                continue
+            seen.add(var)
+            index = self.producer.get(var)
+            if index is None:
+                continue
+            wanted.add(index)
+            stack.extend(v for v in self.jaxpr.eqns[index].invars if not isinstance(v, Literal))
+        return [self.jaxpr.eqns[i] for i in sorted(wanted)]
+
+
+def _aval(var):
+    return var.aval
+
+
+def _is_bool(var) -> bool:
+    return _aval(var).dtype == jnp.bool_ and _aval(var).shape == ()
+
+
+def _is_float(var) -> bool:
+    return jnp.issubdtype(_aval(var).dtype, jnp.floating)
+
+
+def _elimination(
+    live: dict[int, tuple[str, ...]],
+    actions: tuple[str, ...],
+    size: Callable,
+    order: dict[str, int],
+    smooth: frozenset[str],
+) -> tuple[tuple[Step, ...], tuple[int, ...]]:
+    """Greedy elimination of `actions` from the pieces `live` (index -> axes): each time
+    the action whose pieces span the smallest product, the actions of `smooth` (log-sum-
+    exp) after every other; the steps, and the pieces left (on state axes only)."""
+    live = dict(live)
+    first = len(live)
+    steps: list[Step] = []
+    remaining = list(actions)
+    while remaining:
+        eligible = [a for a in remaining if a not in smooth] or remaining
+
+        def span(action):
+            group = [i for i, ax in live.items() if action in ax]
+            union = set().union(*(live[i] for i in group)) if group else {action}
+            return tuple(sorted(union, key=order.__getitem__))
+
+        action = min(eligible, key=lambda a: (size(span(a)), order[a]))
+        union = span(action)
+        group = tuple(i for i, ax in live.items() if action in ax)
+        steps.append(Step(action, group, union, action in smooth))
+        for i in group:
+            del live[i]
+        live[first + len(steps) - 1] = tuple(a for a in union if a != action)
+        remaining.remove(action)
+    return tuple(steps), tuple(live)
+
+
+def plan_factoring(
+    problem: RegimeProblem, smooth_discrete: bool, fixed: dict | None = None
+) -> tuple[Factoring, Callable]:
+    """The factoring of `problem`'s objective, and `evaluate(outputs, point)`, which
+    computes jaxpr variables `outputs` at `point` (axis name -> scalar).
+
+    `fixed` (state name -> value) fixes states at one point: the simulation's state of a
+    subject; the remaining axes are the other states and the actions.
+    """
+    fixed = {} if fixed is None else fixed
+    states = tuple(a.name for a in problem.state_axes if a.name not in fixed)
+    actions = tuple(a.name for a in problem.action_axes)
+    names = states + actions
+    axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
+    sizes = {n: int(axes[n].points.shape[0]) for n in names}
+    example = {n: jax.ShapeDtypeStruct((), axes[n].points.dtype) for n in names}
+
+    def objective(point):
+        state = {
+            n: fixed[n] if n in fixed else point[n] for n in (a.name for a in problem.state_axes)
+        }
+        return problem.q(state, {n: point[n] for n in actions})
+
+    closed, _ = flat_jaxpr(objective, example)
+    # The jaxpr's inputs are the leaves of `example`: its names in sorted order.
+    graph = _Graph(closed.jaxpr, tuple(sorted(names)))
+    value, *check_vars = closed.jaxpr.outvars
+    terms: list = []
+    masks: list = []
+    graph.split(value, 1, terms, masks)
+
+    order = {n: i for i, n in enumerate(names)}
+
+    def canonical(deps) -> tuple[str, ...]:
+        return tuple(sorted(deps, key=order.__getitem__))
+
+    def size(ax) -> int:
+        return math.prod(sizes[a] for a in ax)
+
+    by_axes: dict[tuple[str, ...], tuple[list, list]] = {}
+    for var, sign in terms:
+        by_axes.setdefault(canonical(graph.deps(var)), ([], []))[0].append((var, sign))
+    for var in masks:
+        ax = canonical(graph.deps(var))
+        # A mask joins the smallest piece of terms that covers its axes (cheap there, and
+        # it keeps a term's NaN where the mask fails inside the select that drops it).
+        covering = [k for k in by_axes if set(ax) <= set(k) and by_axes[k][0]]
+        key = min(covering, key=size) if covering else ax
+        by_axes.setdefault(key, ([], []))[1].append(var)
+    pieces = tuple(Piece(k, tuple(t), tuple(m)) for k, (t, m) in by_axes.items())
+
+    # Continuous actions (max) before discrete ones under taste shocks (log-sum-exp).
+    smooth = frozenset(problem.regime.discrete_actions) if smooth_discrete else frozenset()
+    steps, final = _elimination(
+        {i: p.axes for i, p in enumerate(pieces)}, actions, size, order, smooth
+    )
+
+    # Each check: the maximum over alternatives of products of factors; each product
+    # splits into components that share no action, maximised over their actions apart
+    # (a mask of feasibility, shared by most checks, is reduced once for all of them).
+    components: dict[frozenset, tuple[tuple[str, ...], tuple]] = {}
+    checks_list = []
+    for var in check_vars:
+        alternatives = []
+        for factors in graph.alternatives(var):
+            parts: list[tuple[set, list]] = []
+            unique = list({id(f): f for f in factors}.values())
+            for factor in unique:
+                reach = set(graph.deps(factor))
+                joined = [p for p in parts if reach & p[0] & set(actions)]
+                members = [factor] + [f for p in joined for f in p[1]]
+                merged = (reach.union(*(p[0] for p in joined)), members)
+                parts = [p for p in parts if not any(p is q for q in joined)] + [merged]
+            keys = []
+            for reach, members in parts:
+                component = frozenset(id(m) for m in members)
+                components.setdefault(component, (canonical(reach), tuple(members)))
+                keys.append(component)
+            alternatives.append(tuple(keys))
+        checks_list.append(tuple(alternatives))
+    component_keys = list(components)
+    checks = tuple(
+        tuple(tuple(component_keys.index(c) for c in alt) for alt in alts) for alts in checks_list
+    )
+    check_components = tuple(components[k] for k in component_keys)
+
+    plain = size(names)
+    evaluated = sum(size(p.axes) for p in pieces) + sum(size(s.axes) for s in steps)
+    evaluated += sum(size(k) for k, _ in check_components)
+    # The work, weighed by equations per point: the plain product evaluates every
+    # equation at every pair; a piece its own, a step one addition per member.
+    plain_cost = plain * len(closed.jaxpr.eqns)
+    cost = sum(
+        size(p.axes) * len(graph.needed([v for v, _ in p.terms] + list(p.masks))) for p in pieces
+    )
+    cost += sum(size(s.axes) * (len(s.group) + 1) for s in steps)
+    cost += sum(size(k) * len(graph.needed(list(f))) for k, f in check_components)
+    factoring = Factoring(
+        names=names,
+        sizes=sizes,
+        states=states,
+        pieces=pieces,
+        steps=steps,
+        final=final,
+        checks=checks,
+        check_components=check_components,
+        plain_pairs=plain,
+        evaluated_pairs=evaluated,
+        cost=cost,
+        plain_cost=plain_cost,
+        largest_product=max([size(p.axes) for p in pieces] + [size(s.axes) for s in steps]),
+    )
+
+    inputs = dict(zip(sorted(names), closed.jaxpr.invars, strict=True))
+
+    def evaluate(outputs, point):
+        env: dict = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
+        for name, x in point.items():
+            env[inputs[name]] = x
+
+        def read(v):
+            return v.val if isinstance(v, Literal) else env[v]
+
+        for eqn in graph.needed(outputs):
+            outs = bind_equation(eqn, [read(v) for v in eqn.invars])
+            env.update(zip(eqn.outvars, outs, strict=True))
+        return [read(v) for v in outputs]
+
+    return factoring, evaluate
+
+
+def worth_it(factoring: Factoring) -> bool:
+    return factoring.cost <= _MIN_GAIN * factoring.plain_cost
+
+
+def solve_factored(
+    problem: RegimeProblem, factoring: Factoring, evaluate: Callable, scale
+) -> tuple[Array, tuple[Array, ...]]:
+    """The period's value array (the state shape) and its checks (one array of the state
+    shape per check of `problem.checks`), by elimination."""
+    axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
+    dtype = jnp.zeros(()).dtype
+    itemsize = np.zeros((), dtype).itemsize
+    states = factoring.states
+
+    def on_axes(names: tuple[str, ...], fn: Callable):
+        """`fn(point)` on the product of `names` (axes in that order), splayed as the
+        knobs and the evaluation budget say."""
+        chosen = tuple(axes[n] for n in names)
+        splayed = {
+            a.name: a
+            for a in auto_splayed(
+                tuple(a for a in chosen if a.name in states),
+                tuple(a for a in chosen if a.name not in states),
+                itemsize,
+            )
+        }
+        return lift(fn, tuple(splayed.get(a.name, a) for a in chosen))
+
+    results: list[tuple[tuple[str, ...], Array]] = []
+    for piece in factoring.pieces:
+        piece_value = functools.partial(_piece_value, piece, evaluate, dtype)
+        results.append((piece.axes, on_axes(piece.axes, piece_value)))
+
+    for step in factoring.steps:
+        group = [results[i] for i in step.group]
+        out = tuple(n for n in step.axes if n != step.action)
+        # State axes chunked where the step's product would not fit at once (or where
+        # the user splays them): the knobs and the budget of the plain evaluation.
+        chunked = auto_splayed(
+            tuple(axes[n] for n in out if n in states),
+            tuple(axes[n] for n in step.axes if n not in states),
+            itemsize,
+        )
+        todo = tuple(
+            (a.name, a.batch_size) for a in chunked if 0 < a.batch_size < a.points.shape[0]
+        )
+        results.append((out, _eliminate(step, group, todo, scale)))
+
+    value = jnp.zeros(tuple(factoring.sizes[n] for n in states), dtype)
+    for index in factoring.final:
+        names, array = results[index]
+        value = value + _broadcast(array, names, states)
+    value = _drop_tangent_at_neg_inf(value)
+
+    reduced = []
+    for names, factors in factoring.check_components:
+
+        def product(point, factors=factors):
+            values = evaluate(list(factors), point)
+            flags = [v for v in values if v.dtype == jnp.bool_]
+            total = jnp.ones((), dtype)
+            for v in values:
+                if v.dtype != jnp.bool_:
+                    total = total * jnp.asarray(v, dtype)
+            if flags:
+                ok = flags[0]
+                for flag in flags[1:]:
+                    ok = ok & flag
+                total = jnp.where(ok, total, 0.0)
+            return total
+
+        array = on_axes(names, product) if names else product({})
+        over = tuple(i for i, n in enumerate(names) if n not in states)
+        kept = tuple(n for n in names if n in states)
+        reduced.append(_broadcast(jnp.max(array, axis=over) if over else array, kept, states))
+
+    checks = []
+    for alternatives in factoring.checks:
+        check = jnp.zeros(value.shape, dtype)
+        for alternative in alternatives:
+            term = jnp.ones((), dtype)
+            for index in alternative:
+                term = term * reduced[index]
+            check = jnp.maximum(check, term)
+        checks.append(check)
+    return value, tuple(checks)
+
+
+def _broadcast(array: Array, names: tuple[str, ...], target: tuple[str, ...]) -> Array:
+    """`array` (axes `names`, in the order of `target`) with size-1 axes for the rest."""
+    shape = [1] * len(target)
+    for name, n in zip(names, array.shape, strict=True):
+        shape[target.index(name)] = n
+    return array.reshape(shape)
+
+
+def _eliminate(step: Step, group, todo: tuple[tuple[str, int], ...], scale) -> Array:
+    """The result of `step` (on its axes but the eliminated action, in order): the group
+    broadcast, summed and reduced along the action, mapped in chunks along `todo`."""
+    out = tuple(n for n in step.axes if n != step.action)
+
+    def run(group, names, todo):
+        """The result on `names` but the action, with the axes of `todo` leading."""
+        if not todo:
+            total = _combined(group, names)
+            position = names.index(step.action)
+            if step.smooth:
+                return scale * jax.nn.logsumexp(total / scale, axis=position)
+            return jnp.max(total, axis=position)
+        (axis, batch_size), rest = todo[0], todo[1:]
+        mapped = [(n, a) for n, a in group if axis in n]
+        fixed = [(n, a) for n, a in group if axis not in n]
+        slices = tuple(jnp.moveaxis(a, n.index(axis), 0) for n, a in mapped)
+        inner_names = tuple(x for x in names if x != axis)
+
+        def body(parts):
+            inner = [
+                (tuple(x for x in n if x != axis), p)
+                for (n, _), p in zip(mapped, parts, strict=True)
+            ]
+            return run(inner + fixed, inner_names, rest)
+
+        return map_axis(body, slices, batch_size)
+
+    result = run(list(group), step.axes, todo)
+    # Leading: the chunked axes (in `todo` order), then the others in order.
+    leading = [n for n, _ in todo]
+    order = leading + [n for n in out if n not in leading]
+    return jnp.transpose(result, [order.index(n) for n in out]) if leading else result
+
+
+def choose_factored(
+    factoring: Factoring, evaluate: Callable, points: dict[str, Array], noise=None
+) -> tuple[dict[str, Array], Array]:
+    """The best action at one state (every state fixed: `plan_factoring(..., fixed=)`),
+    as grid indices by action, and its value: the elimination with each step's argmax
+    kept, decoded from the last step back.
+
+    `noise` is `(discrete action names, array)`: taste shocks drawn on those axes, added
+    to the objective (then every action is maximised, none smoothed).
+    """
+    dtype = jnp.zeros(()).dtype
+    axes = {n: Axis(n, points[n], 0, False) for n in factoring.names}
+    results = [
+        (
+            piece.axes,
+            lift(
+                functools.partial(_piece_value, piece, evaluate, dtype),
+                tuple(axes[n] for n in piece.axes),
+            ),
+        )
+        for piece in factoring.pieces
+    ]
+    order = {n: i for i, n in enumerate(factoring.names)}
+    if noise is not None:
+        names, draws = noise
+        results.append((tuple(sorted(names, key=order.__getitem__)), draws))
+    steps, final = _elimination(
+        {i: ax for i, (ax, _) in enumerate(results)},
+        factoring.names,
+        factoring._size,
+        order,
+        frozenset(),
+    )
+    best = []
+    for step in steps:
+        total = _combined([results[i] for i in step.group], step.axes)
+        position = step.axes.index(step.action)
+        out = tuple(n for n in step.axes if n != step.action)
+        results.append((out, jnp.max(total, axis=position)))
+        best.append((out, jnp.argmax(total, axis=position)))
+    value = jnp.zeros((), dtype)
+    for index in final:
+        value = value + results[index][1]
+    codes: dict[str, Array] = {}
+    for step, (out, argmax) in zip(reversed(steps), reversed(best), strict=True):
+        codes[step.action] = argmax[tuple(codes[n] for n in out)]
+    return codes, value
+
+
+def _piece_value(piece: Piece, evaluate: Callable, dtype, point):
+    """The sum of a piece's signed terms at `point`, `-inf` where a mask fails."""
+    values = evaluate([v for v, _ in piece.terms] + list(piece.masks), point)
+    total = jnp.zeros((), dtype)
+    for (_, sign), term in zip(piece.terms, values, strict=False):
+        term = jnp.asarray(term, dtype)
+        total = total + term if sign > 0 else total - term
+    if not piece.masks:
+        return total
+    feasible = values[len(piece.terms)]
+    for mask in values[len(piece.terms) + 1 :]:
+        feasible = feasible & mask
+    return jnp.where(feasible, total, -jnp.inf)
+
+
+def _combined(group, names: tuple[str, ...]) -> Array:
+    """The arrays of `group` (each with its axes) broadcast to `names` and summed."""
+    total = None
+    for array_names, array in group:
+        b = _broadcast(array, array_names, names)
+        total = b if total is None else total + b
+    assert total is not None
+    shape = tuple(
+        max(_broadcast(a, n, names).shape[i] for n, a in group) for i in range(len(names))
+    )
+    return _drop_tangent_at_neg_inf(jnp.broadcast_to(total, shape))
+
+
+def _drop_tangent_at_neg_inf(total: Array) -> Array:
+    """`total`, with no derivative where it is `-inf`.
+
+    A piece that no constraint masks (the continuation) may carry a NaN derivative where
+    its value is `-inf` (a `-inf` node read), which `jnp.max`'s derivative (a sum over
+    every element weighted by whether it is the maximum) would spread; the plain
+    product's `where(feasible, ·, -inf)` drops those points' derivatives the same way.
+    """
+    return jnp.where(total == -jnp.inf, -jnp.inf, total)
