@@ -435,3 +435,10 @@ def test_a_drawn_law_of_motion_returning_nan_is_reported():
     )
     with pytest.raises(lcm.LcmError, match="next_wealth"):
         model.solve({"discount_factor": 0.9, "risk_aversion": RHO})
+
+
+def test_invalid_probabilities_of_a_drawn_markov_state_are_reported():
+    model = buffer_stock(lcm.GridSearch(), 20, 40, markov=True)
+    bad = {**MARKOV_PARAMS, "income_transition": np.array([[0.7, 0.4], [0.1, 0.9]])}
+    with pytest.raises(lcm.InvalidTransitionProbabilitiesError, match="next_income"):
+        model.solve(bad)
