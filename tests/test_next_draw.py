@@ -442,3 +442,15 @@ def test_invalid_probabilities_of_a_drawn_markov_state_are_reported():
     bad = {**MARKOV_PARAMS, "income_transition": np.array([[0.7, 0.4], [0.1, 0.9]])}
     with pytest.raises(lcm.InvalidTransitionProbabilitiesError, match="next_income"):
         model.solve(bad)
+
+
+@pytest.mark.parametrize("solver", ["grid_search", "dcegm"])
+def test_a_drawn_law_of_motion_indexing_out_of_bounds_is_reported(solver):
+    def next_wealth_bonus(wealth, consumption, interest_rate, next_income, bonus, period):
+        return (1 + interest_rate) * (wealth - consumption) + next_income + bonus[period]
+
+    model = buffer_stock(lcm.GridSearch() if solver == "grid_search" else dcegm(), 20, 40)
+    alive = model.regimes["alive"].replace(state_transitions={"wealth": next_wealth_bonus})
+    model = lcm.Model(regimes={"alive": alive}, n_periods=N_PERIODS)
+    with pytest.raises(lcm.InvalidParamsError, match="bonus"):
+        model.solve({**PARAMS, "bonus": np.zeros(5)})

@@ -188,7 +188,10 @@ def expected_at_savings(
         violations[f"next_{state_name}:savings"] = jnp.max(off) if drawn else off
     if checks and problem.index_checks:
         # Parameter arrays read out of bounds (JAX would clamp): the utility and its
-        # helpers are evaluated here only for their checks; the transitions were above.
+        # helpers are evaluated here only for their checks; the transitions were above
+        # (those that read drawn states at the nodes here).
+        if drawn:
+            problem.drawn_next_states(evaluate, node_codes)
         evaluate(regime.utility)
         for key, failed in evaluate.index_errors.items():
             if key not in problem.index_checks:
