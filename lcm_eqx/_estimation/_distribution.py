@@ -616,7 +616,7 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
             )
             node_values = problem.drawn_next_states(evaluate, node_codes)
 
-            def probabilities(s, target):
+            def probabilities_of(s, target):
                 """The next-value probabilities of a stochastic state that is not drawn."""
                 if target in regime.state_transitions[s].per_target_markov:
                     return target_probabilities[target][s]
@@ -634,7 +634,7 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
 
                 def node_flow(codes, values, weight, target=target, fixed=deterministic):
                     dims = _node_dims(
-                        plan, regime, target, {**fixed, **values}, codes, probabilities, p.dtype
+                        plan, regime, target, {**fixed, **values}, codes, probabilities_of, p.dtype
                     )
                     indices, weights = _outer(dims, 1, p.dtype)
                     return indices[0], weights[0] * weight
@@ -681,10 +681,10 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
     return p, chosen, named, (flows, lost)
 
 
-def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabilities, dtype):
+def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabilities_of, dtype):
     """Per state of `target`, `(indices, weights)` of the flow from one joint node of
     the drawn states (`codes`): drawn states at their code, the other stochastic ones by
-    `probabilities(state)`, the others at their next value (`next_values`)."""
+    `probabilities_of(state, target)`, the others at their next value (`next_values`)."""
     target_plan = plan.regimes[target]
     dims = []
     for s in target_plan.states:
@@ -694,7 +694,7 @@ def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabi
             dims.append((codes[s].reshape(1, 1), jnp.ones((1, 1), dtype)))
         elif transition.is_markov or target in transition.per_target_markov:
             points = jnp.arange(grid.n_points, dtype=jnp.int32)[None]
-            dims.append((points, probabilities(s, target)[None]))
+            dims.append((points, probabilities_of(s, target)[None]))
         elif grid.is_discrete:
             dims.append((next_values[s].reshape(1, 1), jnp.ones((1, 1), dtype)))
         else:
