@@ -454,3 +454,17 @@ def test_a_drawn_law_of_motion_indexing_out_of_bounds_is_reported(solver):
     model = lcm.Model(regimes={"alive": alive}, n_periods=N_PERIODS)
     with pytest.raises(lcm.InvalidParamsError, match="bonus"):
         model.solve({**PARAMS, "bonus": np.zeros(5)})
+
+
+def test_dcegm_gradient_through_the_draw_matches_finite_differences():
+    alive = buffer_stock(dcegm()).regimes["alive"]
+    model = lcm.Model(regimes={"alive": alive}, n_periods=4)
+
+    def total(rate):
+        values = model.solve({**PARAMS, "interest_rate": rate}, validate="off").values
+        return jnp.sum(values["alive"][0, 10:40, 0])
+
+    rate, step = 0.03, 1e-5
+    gradient = jax.grad(total)(rate)
+    central = (total(rate + step) - total(rate - step)) / (2 * step)
+    np.testing.assert_allclose(gradient, central, rtol=1e-5)
