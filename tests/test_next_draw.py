@@ -456,6 +456,7 @@ def test_a_drawn_law_of_motion_indexing_out_of_bounds_is_reported(solver):
         model.solve({**PARAMS, "bonus": np.zeros(5)})
 
 
+@pytest.mark.slow
 def test_dcegm_gradient_through_the_draw_matches_finite_differences():
     alive = buffer_stock(dcegm()).regimes["alive"]
     model = lcm.Model(regimes={"alive": alive}, n_periods=4)
