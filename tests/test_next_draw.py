@@ -469,3 +469,45 @@ def test_dcegm_gradient_through_the_draw_matches_finite_differences():
     gradient = jax.grad(total)(rate)
     central = (total(rate + step) - total(rate - step)) / (2 * step)
     np.testing.assert_allclose(gradient, central, rtol=1e-5)
+
+
+@pytest.mark.parametrize("interpolate", ["transformed", "values"])
+def test_epstein_zin_grid_search_reads_the_draw_like_a_numpy_oracle(interpolate):
+    """Epstein–Zin takes the certainty equivalent over the draw, each node at its own
+    next cash on hand: `CE = (Σ_k p_k f(V'(R·(m − c) + θ'_k)))^(1/(1−γ))`."""
+    n_periods, beta, gamma, psi = 4, 0.96, 2.0, 0.5
+    wealth, consumption = np.linspace(0.05, 10.0, 30), np.linspace(0.01, 10.0, 60)
+    alive = lcm.Regime(
+        states={"wealth": lcm.IrregSpacedGrid(points=wealth), "income": INCOME},
+        actions={"consumption": lcm.IrregSpacedGrid(points=consumption)},
+        functions={"utility": lambda consumption: consumption},
+        state_transitions={"wealth": next_wealth},
+        transition=lambda: 0,
+        constraints={"borrowing": borrowing},
+        aggregator=lcm.EpsteinZin(interpolate=interpolate),
+    )
+    model = lcm.Model(regimes={"alive": alive}, n_periods=n_periods)
+    params = {"discount_factor": beta, "risk_aversion": gamma, "eis": psi, "interest_rate": R - 1}
+    values = np.asarray(model.solve(params).values["alive"])
+
+    rho = 1 - 1 / psi
+    m, c = wealth[:, None], consumption[None, :]
+    expected = np.zeros((n_periods, wealth.shape[0]))
+    for t in range(n_periods - 1, -1, -1):
+        if t == n_periods - 1:
+            q = (1 - beta) ** (1 / rho) * c * np.ones_like(m)
+        else:
+            following = expected[t + 1]
+            mean = 0.0
+            for p, theta in zip(INCOME.probabilities, INCOME.points, strict=True):
+                m_next = R * (m - np.minimum(c, m)) + theta
+                if interpolate == "values":
+                    mean = mean + p * oracle.interpolate(wealth, following, m_next) ** (1 - gamma)
+                else:
+                    transformed = following ** (1 - gamma)
+                    mean = mean + p * oracle.interpolate(wealth, transformed, m_next)
+            equivalent = mean ** (1 / (1 - gamma))
+            q = ((1 - beta) * c**rho + beta * equivalent**rho) ** (1 / rho)
+        expected[t] = np.where(c <= m, q, -np.inf).max(axis=1)
+    for code in (0, 3):
+        np.testing.assert_allclose(values[..., code], expected, rtol=1e-12)

@@ -98,10 +98,10 @@ def egm_value(grids, period, y, m, rho):
         return m ** (1 - rho) / (1 - rho)
     m_nodes, _, v_nodes, v_limit = _at(grids, period, y)
     constrained = np.minimum(m, m_nodes[0]) ** (1 - rho) / (1 - rho) + v_limit
-    return np.where(m < m_nodes[0], constrained, _interpolate(m_nodes, v_nodes, m))
+    return np.where(m < m_nodes[0], constrained, interpolate(m_nodes, v_nodes, m))
 
 
-def _interpolate(points, values, x):
+def interpolate(points, values, x):
     """Linear interpolation of `values` on `points`, extrapolated linearly outside."""
     k = np.clip(np.searchsorted(points, x, side="right") - 1, 0, len(points) - 2)
     w = (x - points[k]) / (points[k + 1] - points[k])
@@ -129,7 +129,7 @@ def grid_search(
             if t < n_periods - 1:
                 for y_next in range(n_next):
                     m_next = R * (m - c) + income[y_next]
-                    expected += transition[y, y_next] * _interpolate(
+                    expected += transition[y, y_next] * interpolate(
                         m[:, 0], next_values[y_next], m_next
                     )
             q = utility + beta * survival[t] * expected
