@@ -511,3 +511,8 @@ def test_epstein_zin_grid_search_reads_the_draw_like_a_numpy_oracle(interpolate)
         expected[t] = np.where(c <= m, q, -np.inf).max(axis=1)
     for code in (0, 3):
         np.testing.assert_allclose(values[..., code], expected, rtol=1e-12)
+
+
+def test_the_next_value_is_an_input_not_a_parameter():
+    model = lcm.Model(regimes={"alive": _regime()}, n_periods=3)
+    assert set(model.params_template()["alive"]["next_wealth"]) == {"interest_rate"}
