@@ -516,3 +516,20 @@ def test_epstein_zin_grid_search_reads_the_draw_like_a_numpy_oracle(interpolate)
 def test_the_next_value_is_an_input_not_a_parameter():
     model = lcm.Model(regimes={"alive": _regime()}, n_periods=3)
     assert set(model.params_template()["alive"]["next_wealth"]) == {"interest_rate"}
+
+
+@pytest.mark.slow
+def test_a_sharded_drawn_state_gives_the_unsharded_solution_and_panel():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("next_draw_devices.py")
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    for solver, (values, panel) in result.items():
+        assert values < 1e-12 and panel < 1e-12, (solver, values, panel)
