@@ -404,6 +404,15 @@ def _regime(**changes):
             },
             ["'alive'", "'next_health'", "'next_income'", "only the law of motion"],
         ),
+        (  # a law of motion by target regime
+            {
+                "state_transitions": {
+                    "wealth": {"alive": next_wealth},
+                    "health": lambda health: health,
+                }
+            },
+            ["'alive'", "'next_wealth'", "'next_income'", "dict by target regime"],
+        ),
         (
             {
                 "constraints": {
