@@ -163,7 +163,6 @@ def test_grid_search_equals_the_discretised_oracle():
         np.testing.assert_allclose(values[..., code], expected[:, 0], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.slow
 def test_grid_search_converges_to_the_egm_solution():
     """Mean |c_grid − c_EGM| over periods and cash on hand in [0.5, 8], against an EGM
     solution on 2000 savings points; it falls about as the grids' step (measured: 0.072,
