@@ -97,10 +97,11 @@ def diagnose_nan(model, params, solution) -> str | None:
     terms = [(h, regime.helpers[h]) for h in _helper_order(regime.helpers)]
     terms.append(("utility", regime.utility))
     terms += list(regime.constraints.items())
+    # (A law of motion that reads a draw, `next_<state>`, has no one value at a point.)
     terms += [
         (f"next_{s}", t.function)
         for s, t in regime.state_transitions.items()
-        if t.function is not None
+        if t.function is not None and not t.draws
     ]
     terms += [
         (f"next_{s} (to {target!r})", function)

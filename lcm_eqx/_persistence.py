@@ -121,6 +121,9 @@ def _describe_regime(regime) -> dict:
             }
         if transition.function is None:
             return "process"
+        if transition.draws:
+            # Read after the draw of these states (a different model from reading them now).
+            return f"deterministic after {', '.join(transition.draws)}"
         return "markov" if transition.is_markov else "deterministic"
 
     next_regime = None

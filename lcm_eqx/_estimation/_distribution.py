@@ -607,9 +607,44 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
         by_target = problem.target_next_states(evaluate)
         target_probabilities = problem.target_next_probabilities(evaluate)
         flows = {}
+        drawn = regime.drawn
+        if drawn:
+            # Laws of motion that read the next value of drawn states: the flows of each
+            # joint node of the draw, at that node's code and next states, by its mass.
+            node_codes, node_weights = problem.drawn_nodes(
+                problem.drawn_probabilities(evaluate, state)
+            )
+            node_values = problem.drawn_next_states(evaluate, node_codes)
+
+            def probabilities_of(s, target):
+                """The next-value probabilities of a stochastic state that is not drawn."""
+                if target in regime.state_transitions[s].per_target_markov:
+                    return target_probabilities[target][s]
+                if s in stochastic:
+                    return stochastic[s]
+                transition = regime.state_transitions[s]
+                if transition.function is None:
+                    return problem.process_matrices[s][state[s]]
+                return jnp.asarray(evaluate(transition.function))
+
         for target in targets:
             target_plan = plan.regimes[target]
             deterministic = {**shared, **by_target.get(target, {})}
+            if drawn:
+
+                def node_flow(codes, values, weight, target=target, fixed=deterministic):
+                    dims = _node_dims(
+                        plan, regime, target, {**fixed, **values}, codes, probabilities_of, p.dtype
+                    )
+                    indices, weights = _outer(dims, 1, p.dtype)
+                    return indices[0], weights[0] * weight
+
+                indices, weights = jax.vmap(node_flow)(node_codes, node_values, node_weights)
+                flows[target] = (
+                    indices.reshape(-1, indices.shape[-1]),
+                    weights.reshape(-1) * regime_p[target_plan.id],
+                )
+                continue
             dims = []
             for s in target_plan.states:
                 transition = regime.state_transitions[s]
@@ -644,3 +679,24 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
     flows, lost = jax.vmap(per_choice)(jnp.arange(_size(d_shape)))
     flows, lost = jax.tree.map(lambda x: x.reshape((*d_shape, *x.shape[1:])), (flows, lost))
     return p, chosen, named, (flows, lost)
+
+
+def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabilities_of, dtype):
+    """Per state of `target`, `(indices, weights)` of the flow from one joint node of
+    the drawn states (`codes`): drawn states at their code, the other stochastic ones by
+    `probabilities_of(state, target)`, the others at their next value (`next_values`)."""
+    target_plan = plan.regimes[target]
+    dims = []
+    for s in target_plan.states:
+        grid = target_plan.grids[s]
+        transition = regime.state_transitions[s]
+        if s in codes:
+            dims.append((codes[s].reshape(1, 1), jnp.ones((1, 1), dtype)))
+        elif transition.is_markov or target in transition.per_target_markov:
+            points = jnp.arange(grid.n_points, dtype=jnp.int32)[None]
+            dims.append((points, probabilities_of(s, target)[None]))
+        elif grid.is_discrete:
+            dims.append((next_values[s].reshape(1, 1), jnp.ones((1, 1), dtype)))
+        else:
+            dims.append(_interpolation(grid, next_values[s].reshape(1)))
+    return dims

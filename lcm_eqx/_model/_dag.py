@@ -164,6 +164,24 @@ class Evaluator:
         self._cache: dict[str, Any] = {}
         self.index_errors: dict[str, Any] = {}
 
+    def with_inputs(self, extra: Mapping[str, Any]) -> Evaluator:
+        """An evaluator at the same point with more inputs (the next values of drawn
+        states, `next_<state>`), starting from the helpers computed so far (no helper
+        reads those inputs). Its index errors are its own: the caller merges them."""
+        child = Evaluator(
+            self._helpers,
+            {**self._inputs, **extra},
+            self._params,
+            check_indices=self._check_indices,
+        )
+        child._cache = dict(self._cache)
+        return child
+
+    def record_index_error(self, key: str, failed) -> None:
+        """Merge an index error found by another evaluator (see `with_inputs`)."""
+        previous = self.index_errors.get(key)
+        self.index_errors[key] = failed if previous is None else previous | failed
+
     def helper(self, name: str):
         if name not in self._cache:
             self._cache[name] = self(self._helpers[name])
@@ -183,10 +201,8 @@ class Evaluator:
             if self._check_indices and has_array_parameter(function, function_params):
                 checked = checkify.checkify(function.fn, errors=checkify.index_checks)
                 error, out = checked(**kwargs)
-                failed = index_failed(error)
                 # Several functions may share a key (a per-target law of motion).
-                previous = self.index_errors.get(function.key)
-                self.index_errors[function.key] = failed if previous is None else previous | failed
+                self.record_index_error(function.key, index_failed(error))
                 return out
             return function.fn(**kwargs)
         except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as error:

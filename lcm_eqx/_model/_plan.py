@@ -52,6 +52,9 @@ class StateTransition:
     # The targets whose per-target law is a `MarkovTransition` (its function returns the
     # probabilities over the state's points, read in the kernel where it is reached).
     per_target_markov: frozenset[str] = frozenset()
+    # The stochastic states whose next value this law of motion reads (its arguments
+    # `next_<state>`: the draw made after this period's decision), in state order.
+    draws: tuple[str, ...] = ()
 
     @property
     def is_process(self) -> bool:
@@ -91,6 +94,14 @@ class RegimePlan:
 
     def is_discrete(self, name: str) -> bool:
         return self.grids[name].is_discrete
+
+    @property
+    def drawn(self) -> tuple[str, ...]:
+        """The stochastic states whose next value some law of motion reads (`next_<state>`
+        arguments), in state order: the expectation over them is taken per node, after the
+        continuous next states are evaluated at the node."""
+        read = {s for t in self.state_transitions.values() for s in t.draws}
+        return tuple(s for s in self.states if s in read)
 
     @property
     def discrete_actions(self) -> tuple[str, ...]:
@@ -337,9 +348,18 @@ def _regime_plan(
             )
     inputs = frozenset(variables | set(SPECIAL_ARGUMENTS))
     helper_names = frozenset(k for k in regime.functions if k != "utility")
+    # The states whose next value is a draw (a Markov chain, a process or an i.i.d.
+    # state): the law of motion of a continuous state may read it as `next_<state>`.
+    stochastic = tuple(
+        s
+        for s in states
+        if isinstance(regime.states[s], AbstractProcessGrid)
+        or isinstance(regime.state_transitions.get(s), MarkovTransition)
+    )
 
-    def _resolve(fn, key):
-        resolved = resolve(fn, key=key, regime=name, inputs=inputs, helpers=helper_names)
+    def _resolve(fn, key, draws: frozenset[str] = frozenset()):
+        resolved = resolve(fn, key=key, regime=name, inputs=inputs | draws, helpers=helper_names)
+        _check_next_arguments(name, resolved, all_states, stochastic, draws)
         if "age" in resolved.inputs and not has_ages:
             raise ModelInitializationError(
                 f"Regime {name!r}: function {key!r} uses 'age', but the model has no ages; "
@@ -397,13 +417,22 @@ def _regime_plan(
                     f"Regime {name!r}: state_transitions[{state!r}] must be a MarkovTransition "
                     f"(probabilities over the points of {type(target_grid).__name__})."
                 )
-            resolved = _resolve(fn.fn if is_markov else fn, f"next_{state}")
+            # A continuous state's law of motion may read next values of stochastic states.
+            readable = (
+                frozenset(f"next_{s}" for s in stochastic)
+                if not (is_markov or target_grid.is_discrete)
+                else frozenset()
+            )
+            resolved = _resolve(fn.fn if is_markov else fn, f"next_{state}", readable)
             precontract = None
             if is_markov:
                 depends_on = transitive_inputs(resolved, helpers)
                 if depends_on <= allowed_precontract:
                     precontract = tuple(s for s in states if s in depends_on)
-            state_transitions[state] = StateTransition(state, resolved, is_markov, precontract)
+            draws = tuple(s for s in stochastic if f"next_{s}" in resolved.inputs)
+            state_transitions[state] = StateTransition(
+                state, resolved, is_markov, precontract, draws=draws
+            )
         for state in process_states:
             # An i.i.d. draw's expectation depends on no current state (one row).
             iid = regime.states[state].is_iid
@@ -506,6 +535,42 @@ def _regime_plan(
         regime_parameters=regime_parameters,
         aggregator=aggregator,
     )
+
+
+def _check_next_arguments(
+    name: str,
+    resolved: ResolvedFunction,
+    all_states: set[str],
+    stochastic: tuple[str, ...],
+    readable: frozenset[str],
+) -> None:
+    """Reject an argument `next_<x>`, `x` a state of the model, that the function may not
+    read: only a continuous state's law of motion reads next values, and only those of
+    the regime's stochastic states (`readable` holds the ones this function may read)."""
+    for argument in resolved.params:
+        x = argument.removeprefix("next_")
+        if not argument.startswith("next_") or x not in all_states:
+            continue
+        where = f"Regime {name!r}: function {resolved.key!r} takes {argument!r}"
+        kinds = "Markov, process or i.i.d. states"
+        if readable:
+            raise ModelInitializationError(
+                f"{where}, the next value of state {x!r}, but {x!r} is not a stochastic "
+                f"state of this regime ({kinds}: {list(stochastic)}); a law of motion can "
+                "read the next value of those only (the draw made after the decision)."
+            )
+        if x in stochastic:
+            raise ModelInitializationError(
+                f"{where}, the next value of the stochastic state {x!r}; only the law of "
+                "motion of a continuous state (one function in state_transitions, not a "
+                "helper, a constraint, a discrete state's law or a dict by target regime) "
+                f"can read it. Pass {argument!r} to that law of motion directly."
+            )
+        raise ModelInitializationError(
+            f"{where}, named like the next value of state {x!r}; only the law of motion of "
+            f"a continuous state can read next values, and only of the regime's {kinds} "
+            f"({list(stochastic)}). Rename the argument if it is a parameter."
+        )
 
 
 def _check_aggregators(plans: Mapping[str, RegimePlan]) -> None:

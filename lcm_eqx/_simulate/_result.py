@@ -259,11 +259,12 @@ def _extra_columns(
 
 def _function_keys(regime) -> list[str]:
     keys = ["utility", *regime.helpers, *regime.constraints]
-    # A per-target law of motion has no one value per row: it is left out.
+    # A per-target law of motion, or one that reads a draw made after the decision
+    # (`next_<state>`), has no one value per row: it is left out.
     keys += [
         f"next_{s}"
         for s, t in regime.state_transitions.items()
-        if not t.is_markov and not t.per_target
+        if not t.is_markov and not t.per_target and not t.draws
     ]
     if regime.next_regime is not None and not regime.next_regime_is_markov:
         keys.append("next_regime")

@@ -373,15 +373,18 @@ def draw_checks(plan: ModelPlan, regime: RegimePlan) -> tuple[str, ...]:
     )
 
 
-def _draw_violations(problem, evaluate, regime_probabilities, value, markov) -> jax.Array:
-    """The violations of `draw_checks` at one subject's chosen action (0 when valid)."""
+def _draw_violations(
+    problem, evaluate, regime_probabilities, value, markov, after_draw
+) -> jax.Array:
+    """The violations of `draw_checks` at one subject's chosen action (0 when valid).
+    `after_draw`: the next states of the laws of motion that read drawn states."""
     checks = draw_checks(problem.model, problem.regime)
     assert checks == tuple(problem.checks), (checks, problem.checks)
     deterministic, stochastic = problem.next_states(evaluate)
     violations: dict[str, jax.Array] = {}
     problem.record_violations(
         regime_probabilities,
-        deterministic,
+        {**deterministic, **after_draw},
         stochastic,
         violations,
         by_target=problem.target_next_states(evaluate),
@@ -451,8 +454,17 @@ def _simulate_subject(
             state_key = jax.random.fold_in(jax.random.fold_in(key, _STATE), names.index(name))
             draw = jax.random.categorical(state_key, jnp.log(p)).astype(jnp.int32)
             moved_states[name] = jnp.where(reached, draw, moved_states.get(name, draw))
+    # The laws of motion that read the next value of drawn states (`next_<state>`): at
+    # the draw just made, after the decision.
+    after_draw = {}
+    if regime.drawn:
+        codes = {s: moved_states[s][None] for s in regime.drawn}
+        after_draw = {n: v[0] for n, v in problem.drawn_next_states(evaluate, codes).items()}
+        moved_states.update(after_draw)
     checks = (
-        _draw_violations(problem, evaluate, probabilities, value, markov) if validate else no_checks
+        _draw_violations(problem, evaluate, probabilities, value, markov, after_draw)
+        if validate
+        else no_checks
     )
     return chosen, value, moved_to, moved_states, shown, checks
 

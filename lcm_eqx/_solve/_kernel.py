@@ -457,7 +457,11 @@ class RegimeProblem:
             transition = self.regime.state_transitions[state]
             if state in staying:
                 continue
-            if transition.is_markov and transition.precontract is not None and not self.per_node:
+            if state in self.regime.drawn:
+                # A law of motion reads its next value: the kernel reads each node apart
+                # (`_expected_value`), at its code.
+                discrete.append(state)
+            elif transition.is_markov and transition.precontract is not None and not self.per_node:
                 probabilities = self._precontract_probabilities(state)
                 deps = [f"cur:{d}" for d in transition.precontract]
                 shards, place = 1, None
@@ -760,13 +764,18 @@ class RegimeProblem:
 
     def next_states(self, evaluate: Evaluator) -> tuple[dict[str, Array], dict[str, Array]]:
         """Deterministic next values and in-kernel probability vectors, by state (the
-        states with a per-target law of motion are in `target_next_states`)."""
+        states with a per-target law of motion are in `target_next_states`; the drawn
+        states and the laws of motion that read them in `drawn_probabilities` and
+        `drawn_next_states`)."""
         values, probabilities = {}, {}
+        drawn = self.regime.drawn
         for name, transition in self.regime.state_transitions.items():
             if transition.function is None or (
                 transition.precontract is not None and not self.per_node
             ):
                 continue
+            if transition.draws or name in drawn:
+                continue  # per node of the draw: `drawn_probabilities`, `drawn_next_states`
             result = jnp.asarray(evaluate(transition.function))
             grid = self.model.state_grid(name)
             if transition.is_markov:
@@ -776,6 +785,55 @@ class RegimeProblem:
                 self._check_shape(f"next_{name}", result.shape, ())
                 values[name] = result.astype(jnp.int32) if grid.is_discrete else result
         return values, probabilities
+
+    def drawn_probabilities(self, evaluate: Evaluator, state: dict[str, Array]) -> dict[str, Array]:
+        """The probability vector of the next value of each drawn state (`RegimePlan.drawn`)
+        at one point: a process state's row of its chain, a Markov state's function."""
+        probabilities = {}
+        for name in self.regime.drawn:
+            if name in self.process_matrices:
+                code = self.local_code(name, state[name])
+                probabilities[name] = self.process_matrices[name][code]
+                continue
+            function = self.regime.state_transitions[name].function
+            assert function is not None
+            result = jnp.asarray(evaluate(function))
+            self._check_shape(f"next_{name}", result.shape, (self.model.state_grid(name).n_points,))
+            probabilities[name] = result
+        return probabilities
+
+    def drawn_nodes(self, probabilities: dict[str, Array]) -> tuple[dict[str, Array], Array]:
+        """Every joint node of the drawn states: their codes, `(n_nodes,)` by state, and
+        the node's probability `(n_nodes,)`."""
+        drawn = self.regime.drawn
+        sizes = [probabilities[s].shape[0] for s in drawn]
+        mesh = jnp.meshgrid(*(jnp.arange(n, dtype=jnp.int32) for n in sizes), indexing="ij")
+        codes = {s: m.reshape(-1) for s, m in zip(drawn, mesh, strict=True)}
+        weight = functools.reduce(jnp.multiply, [probabilities[s][codes[s]] for s in drawn])
+        return codes, weight
+
+    def drawn_next_states(self, evaluate: Evaluator, codes: dict[str, Array]) -> dict[str, Array]:
+        """The next values of the laws of motion that read drawn states (`next_<state>`
+        arguments), at each joint node `codes` (`(n_nodes,)` by drawn state): `(n_nodes,)`
+        by state. Their index errors are merged into `evaluate`'s."""
+        reading = {n: t for n, t in self.regime.state_transitions.items() if t.draws}
+
+        def at(node_codes):
+            node = evaluate.with_inputs(
+                {f"next_{s}": self.value_of(s, c) for s, c in node_codes.items()}
+            )
+            values = {}
+            for name, transition in reading.items():
+                assert transition.function is not None
+                result = jnp.asarray(node(transition.function))
+                self._check_shape(f"next_{name}", result.shape, ())
+                values[name] = result
+            return values, node.index_errors
+
+        values, errors = jax.vmap(at)(codes)
+        for key, failed in errors.items():
+            evaluate.record_index_error(key, jnp.any(failed))
+        return values
 
     def target_next_states(self, evaluate: Evaluator) -> dict[str, dict[str, Array]]:
         """Next values of the states with a per-target law of motion, `{target: {state:
@@ -819,11 +877,32 @@ class RegimeProblem:
             for name in self.process_matrices:
                 code = self.local_code(name, state[name])
                 next_probabilities[name] = self.process_matrices[name][code]
+        # Drawn states (read by a law of motion as `next_<state>`): the expectation over
+        # their next values is a sum over their nodes, each read at the continuous next
+        # states evaluated at that node.
+        drawn = bool(self.regime.drawn)
+        node_codes: dict[str, Array] = {}
+        node_values: dict[str, Array] = {}
+        node_weights = cast(Array, None)
+        checked_values, checked_probabilities = next_values, next_probabilities
+        if drawn:
+            drawn_probabilities = self.drawn_probabilities(evaluate, state)
+            node_codes, node_weights = self.drawn_nodes(drawn_probabilities)
+            node_values = self.drawn_next_states(evaluate, node_codes)
+            checked_probabilities = {**next_probabilities, **drawn_probabilities}
+            # The finiteness check sees NaN where any node's next state is not finite.
+            checked_values = {
+                **next_values,
+                **{
+                    n: jnp.where(jnp.all(jnp.isfinite(v)), v[0], jnp.nan)
+                    for n, v in node_values.items()
+                },
+            }
         if self.validate:
             self.record_violations(
                 regime_probabilities,
-                next_values,
-                next_probabilities,
+                checked_values,
+                checked_probabilities,
                 violations,
                 next_regime_id,
                 by_target=by_target,
@@ -866,25 +945,46 @@ class RegimeProblem:
                 reached = None if covers_all else chosen >= 0
             target_grids = self.model.regimes[target].grids
             next_values_here = {**next_values, **by_target.get(target, {})}
-            intervals = {
-                s: cast(AbstractContinuousGrid, target_grids[s]).interval(
-                    next_values_here[s], self.target_points[target][s]
-                )
-                for s in layout.continuous
-            }
-            expected = continuation_at(
-                prepared,
-                layout,
-                current={s: self.local_code(s, state[s]) for s in layout.current},
-                discrete={s: next_values_here[s] for s in layout.discrete},
-                intervals=intervals,
-                probabilities={**next_probabilities, **target_probabilities.get(target, {})},
+
+            def read(
+                next_here,
+                settled,
+                target=target,
+                prepared=prepared,
+                layout=layout,
                 regime_index=regime_index,
-                # With a stochastic transition, the regimes' sums are weighted and
-                # settled once, below.
-                settled=deterministic,
-                transform=self.node_transforms.get(target),
-            )
+                target_grids=target_grids,
+            ):
+                intervals = {
+                    s: cast(AbstractContinuousGrid, target_grids[s]).interval(
+                        next_here[s], self.target_points[target][s]
+                    )
+                    for s in layout.continuous
+                }
+                return continuation_at(
+                    prepared,
+                    layout,
+                    current={s: self.local_code(s, state[s]) for s in layout.current},
+                    discrete={s: next_here[s] for s in layout.discrete},
+                    intervals=intervals,
+                    probabilities={**next_probabilities, **target_probabilities.get(target, {})},
+                    regime_index=regime_index,
+                    settled=settled,
+                    transform=self.node_transforms.get(target),
+                )
+
+            # With a stochastic transition, the regimes' sums are weighted and settled
+            # once, below.
+            if not drawn:
+                expected = read(next_values_here, deterministic)
+            else:
+                by_node = jax.vmap(
+                    lambda nodes, here=next_values_here, read=read: read({**here, **nodes}, False)
+                )({**node_codes, **node_values})
+                # (Unsettled sums are finite: `mask_neg_inf`'s stand-ins.)
+                expected = jnp.sum(node_weights * by_node)
+                if deterministic:
+                    expected = settle_masked(expected)
             if split:
                 terminal = self.model.regimes[target].is_terminal
                 if deterministic:

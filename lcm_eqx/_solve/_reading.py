@@ -142,13 +142,6 @@ def expected_at_savings(
     function = regime.state_transitions[state_name].function
     assert function is not None
 
-    def next_state(m, c):
-        e = problem.evaluator({**discrete, state_name: m, action: c})
-        return jnp.asarray(e(function))
-
-    m_next, gross_return = jax.jvp(
-        next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.zeros_like(a))
-    )
     regime_p, regime_code = problem.regime_probabilities_and_id(evaluate)
     codes, probabilities = problem.next_states(evaluate)
     for name, t in regime.state_transitions.items():
@@ -157,17 +150,48 @@ def expected_at_savings(
                 probabilities[name] = problem.process_matrices[name][point[name]]
             else:
                 probabilities[name] = jnp.asarray(evaluate(t.function))
+    # A law of motion that reads the next value of drawn states (`next_<state>`): `m'`
+    # and its gross return at each joint node of the draw, `(n_nodes,)`.
+    drawn = regime.drawn
+    node_codes, node_weights = (
+        problem.drawn_nodes({s: probabilities[s] for s in drawn}) if drawn else ({}, None)
+    )
+
+    def next_state(m, c, node):
+        e = problem.evaluator({**discrete, state_name: m, action: c})
+        if drawn:
+            e = e.with_inputs({f"next_{s}": problem.value_of(s, k) for s, k in node.items()})
+        return jnp.asarray(e(function))
+
+    def along(direction):
+        def at(node):
+            return jax.jvp(
+                lambda m, c: next_state(m, c, node),
+                (a + c_ref, c_ref),
+                (jnp.ones_like(a), jnp.full_like(a, direction)),
+            )
+
+        return jax.vmap(at)(node_codes) if drawn else at({})
+
+    m_next, gross_return = along(0.0)
     violations: dict[str, Any] = dict(problem.period_violations)
     if checks:
-        problem.record_violations(regime_p, codes, probabilities, violations)
-        _, along = jax.jvp(next_state, (a + c_ref, c_ref), (jnp.ones_like(a), jnp.ones_like(a)))
+        checked = codes
+        if drawn:
+            # NaN where any node's next state is not finite.
+            worst = jnp.where(jnp.all(jnp.isfinite(m_next)), m_next[0], jnp.nan)
+            checked = {**codes, state_name: worst}
+        problem.record_violations(regime_p, checked, probabilities, violations)
+        _, through = along(1.0)
         scale = 1.0 + jnp.abs(gross_return)
-        violations[f"next_{state_name}:savings"] = jnp.where(
-            jnp.abs(along) <= 1e-6 * scale, 0.0, jnp.abs(along)
-        )
+        off = jnp.where(jnp.abs(through) <= 1e-6 * scale, 0.0, jnp.abs(through))
+        violations[f"next_{state_name}:savings"] = jnp.max(off) if drawn else off
     if checks and problem.index_checks:
         # Parameter arrays read out of bounds (JAX would clamp): the utility and its
-        # helpers are evaluated here only for their checks; the transitions were above.
+        # helpers are evaluated here only for their checks; the transitions were above
+        # (those that read drawn states at the nodes here).
+        if drawn:
+            problem.drawn_next_states(evaluate, node_codes)
         evaluate(regime.utility)
         for key, failed in evaluate.index_errors.items():
             if key not in problem.index_checks:
@@ -181,19 +205,40 @@ def expected_at_savings(
     expected = jnp.asarray(0.0, a.dtype)
     marginal = jnp.asarray(0.0, a.dtype)
     unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
-    for target in regime.targets if targets is None else targets:
-        target_id = problem.model.regimes[target].id
-        p = regime_p[target_id]
-        reader = readers[target]
-        value, slope = reader(m_next)  # arrays over the target's discrete states
-        target_plan = problem.model.regimes[target]
+
+    def read(reader: ContinuationReader, m, has_states: bool):
+        value, slope = reader(m)  # arrays over the target's discrete states
         for state in reader.axes:
             if state in probabilities:
                 value = jnp.sum(weighted(front(probabilities[state], value), value), axis=0)
                 slope = jnp.sum(front(probabilities[state], slope) * slope, axis=0)
             else:
                 value, slope = value[codes[state]], slope[codes[state]]
-        value = settle(value) if target_plan.states else value
+        return (settle(value) if has_states else value), slope
+
+    def read_nodes(reader: ContinuationReader, has_states: bool):
+        """`E[V']` and `E[R·V'_m]` over the nodes of the drawn states: each node reads
+        the target at its own `m'`, at its own code of the drawn states."""
+
+        def at(node, m, gross):
+            here = reader
+            for s, k in node.items():
+                if s in here.axes:
+                    here = here.sliced(s, k, tuple(d[k] for d in here.leading(s)))
+            value, slope = read(here, m, has_states)
+            return value, gross * slope
+
+        values, slopes = jax.vmap(at)(node_codes, m_next, gross_return)
+        return jnp.sum(weighted(node_weights, values)), jnp.sum(node_weights * slopes)
+
+    for target in regime.targets if targets is None else targets:
+        target_id = problem.model.regimes[target].id
+        p = regime_p[target_id]
+        has_states = bool(problem.model.regimes[target].states)
+        if drawn:
+            value, slope = read_nodes(readers[target], has_states)
+        else:
+            value, slope = read(readers[target], m_next, has_states)
         expected = expected + weighted(p, value)
         marginal = marginal + p * slope
     if unreachable:
@@ -205,7 +250,8 @@ def expected_at_savings(
         if checks
         else jnp.zeros((0,), a.dtype)
     )
-    return settle(expected), gross_return * marginal, diagnostics
+    # (With drawn states the gross return is inside the sum over the nodes.)
+    return settle(expected), (marginal if drawn else gross_return * marginal), diagnostics
 
 
 def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) -> Array:
