@@ -408,9 +408,10 @@ def worth_it(factoring: Factoring) -> bool:
 
 def solve_factored(
     problem: RegimeProblem, factoring: Factoring, evaluate: Callable, scale
-) -> tuple[Array, tuple[Array, ...]]:
-    """The period's value array (the state shape) and its checks (one array of the state
-    shape per check of `problem.checks`), by elimination."""
+) -> tuple[Array, Array]:
+    """The period's value array (the state shape) and its checks (one array: an axis
+    per state, of size 1 where not sharded, and one entry per check of `problem.checks`
+    last), by elimination."""
     axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
     dtype = jnp.zeros(()).dtype
     itemsize = np.zeros((), dtype).itemsize
@@ -478,16 +479,25 @@ def solve_factored(
         kept = tuple(n for n in names if n in states)
         reduced.append(_broadcast(jnp.max(array, axis=over) if over else array, kept, states))
 
+    # Each check reduced here over the state axes that are not sharded (the backward
+    # induction reduces the checks over those anyway, and the sharded ones after the
+    # loop): one array, a size-1 axis for each reduced state axis, the checks last.
+    sharding = problem.sharding
+    kept = [sharding is not None and sharding.is_sharded(n) for n in states]
+    over = tuple(i for i, keep in enumerate(kept) if not keep)
+    shape = tuple(n if keep else 1 for n, keep in zip(value.shape, kept, strict=True))
     checks = []
     for alternatives in factoring.checks:
-        check = jnp.zeros(value.shape, dtype)
+        check = jnp.zeros(shape, dtype)
         for alternative in alternatives:
             term = jnp.ones((), dtype)
             for index in alternative:
                 term = term * reduced[index]
-            check = jnp.maximum(check, term)
+            check = jnp.maximum(check, jnp.max(term, axis=over, keepdims=True))
         checks.append(check)
-    return value, tuple(checks)
+    if not checks:
+        return value, jnp.zeros((*shape, 0), dtype)
+    return value, jnp.stack(checks, axis=-1)
 
 
 def _broadcast(array: Array, names: tuple[str, ...], target: tuple[str, ...]) -> Array:

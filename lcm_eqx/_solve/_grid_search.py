@@ -82,7 +82,7 @@ class GridSearch(AbstractPointwiseSolver):
         names += [a.name for a in problem.state_axes if a.name not in names]
         order = [names.index(a.name) for a in problem.state_axes]
         return PeriodSolution(
-            jnp.transpose(value, order), tuple(jnp.transpose(c, order) for c in checks), None
+            jnp.transpose(value, order), jnp.transpose(checks, [*order, len(order)]), None
         )
 
     def value(self, problem, state):
