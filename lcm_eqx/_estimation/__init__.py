@@ -1,6 +1,6 @@
 """Estimation helpers: conditional choice probabilities, likelihoods, moments."""
 
-from ._choice import choice_probabilities, discrete_values
+from ._choice import choice_probabilities, discrete_values, refine_codes
 from ._data import ChoiceData, InvalidDataError, prepare_data
 from ._distribution import Distribution
 from ._estimate import EstimationResult, Identification, estimate
@@ -20,6 +20,7 @@ __all__ = [
     "choice_probabilities",
     "data_moments",
     "discrete_values",
+    "refine_codes",
     "estimate",
     "euler_errors",
     "log_likelihood",

@@ -3,7 +3,7 @@
 After the grid search, each refined continuous action is polished inside its bracket
 (the grid neighbours of the best grid point) by a safeguarded Newton iteration on `q`
 along that action, with every other action at its best; several refined actions take
-turns (`Refine.rounds`). The search runs without derivatives; the derivatives are those
+turns (`Refine.rounds`), then joint Newton steps with the full Hessian. The search runs without derivatives; the derivatives are those
 of the implicit function theorem:
 
 - the value is `q` at the refined point, whose derivative is `q_θ` there (the envelope
@@ -78,7 +78,9 @@ class Refine(eqx.Module):
             along the action). From a grid point, four reach round-off on a smooth
             objective; kinks and binding constraints converge more slowly.
         rounds: with several refined actions, how often each is refined in turn with
-            the others at their current best (coordinate ascent).
+            the others at their current best (coordinate ascent), before `newton_steps`
+            joint Newton steps on all of them (the turns alone converge only linearly
+            where the actions interact).
         tolerance: a Newton step below `tolerance` times the grid spacing counts as
             converged.
 
@@ -89,7 +91,7 @@ class Refine(eqx.Module):
 
     actions: tuple[str, ...] | None = eqx.field(default=None, static=True)
     newton_steps: int = eqx.field(default=4, static=True)
-    rounds: int = eqx.field(default=2, static=True)
+    rounds: int = eqx.field(default=1, static=True)
     tolerance: float = eqx.field(default=1e-7, static=True)
 
     def __check_init__(self):
@@ -263,20 +265,18 @@ def _candidate(line: _Line) -> Array:
 def polish(
     f: Callable[[Array], Array], x0: Array, lo: Array, hi: Array, steps: int
 ) -> _Line:
-    """Maximise `f` over `[lo, hi]` from `x0` (the grid's best point): `steps`
-    safeguarded Newton iterations, without derivatives with respect to anything `f`
-    closes over."""
-    q, g, h = value_slope_curvature(f, x0)
-    nan = jnp.full_like(q, jnp.nan)
-    false = jnp.zeros(q.shape, bool)
-    line = _Line(lo, hi, nan, nan, nan, nan, false, false, x0, q, g, h)
-    line = _update(line._replace(q=jnp.full_like(q, -jnp.inf)), x0, q, g, h)
+    """Maximise `f` over `[lo, hi]` from `x0` (the grid's best point): `x0` evaluated,
+    then `steps` safeguarded Newton iterations (one loop, so the kernel is traced
+    once)."""
+    nan = jnp.full_like(x0, jnp.nan)
+    false = jnp.zeros(x0.shape, bool)
+    start = _Line(lo, hi, nan, nan, nan, nan, false, false, x0, jnp.full_like(x0, -jnp.inf), nan, nan)
 
-    def step(_, line):
-        t = _candidate(line)
+    def step(i, line):
+        t = jnp.where(i == 0, x0, _candidate(line))
         return _update(line, t, *value_slope_curvature(f, t))
 
-    return jax.lax.fori_loop(0, steps, step, line)
+    return jax.lax.fori_loop(0, steps + 1, step, start)
 
 
 def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: float) -> Array:
@@ -292,17 +292,26 @@ def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: 
     lower = (line.x <= first) & (line.g <= 0)
     upper = (line.x >= last) & (line.g >= 0)
     constraint = ((line.g > 0) & line.hi_open) | ((line.g < 0) & line.lo_open)
-    # The tangent step converges to a kink quadratically from one side: the point is
-    # there long before the other end of the bracket follows.
-    collapsed = line.hi - line.lo <= math.sqrt(tolerance) * spacing
-    kink = (line.g_lo > 0) & (line.g_hi < 0) & collapsed
+    # A kink: the slopes at both ends of the bracket are too steep for the curvature
+    # over it (at a smooth optimum they are about `|h|·width`), and the bracket has
+    # collapsed or the tangents at its ends meet at the point found (the tangent step
+    # converges to a kink quadratically from one side, long before the other end
+    # follows, and may hit it exactly, where the slope can read 0).
+    width = line.hi - line.lo
+    steep = jnp.minimum(line.g_lo, -line.g_hi) > 2 * jnp.abs(line.h) * width + eps * scale
+    tangents = (line.q_hi - line.q_lo + line.g_lo * line.lo - line.g_hi * line.hi) / (
+        line.g_lo - line.g_hi
+    )
+    meet = jnp.abs(tangents - line.x) <= tolerance * spacing
+    collapsed = width <= math.sqrt(tolerance) * spacing
+    kink = (line.g_lo > 0) & (line.g_hi < 0) & steep & (collapsed | meet)
     code = jnp.full(line.q.shape, RefineCode.unconverged, jnp.int8)
     for test, value in (
+        (interior, RefineCode.interior),
         (kink, RefineCode.kink),
         (constraint, RefineCode.constraint),
         (upper, RefineCode.upper_bound),
         (lower, RefineCode.lower_bound),
-        (interior, RefineCode.interior),
         (flat, RefineCode.flat),
         (~(line.q > -jnp.inf), RefineCode.infeasible),
     ):
@@ -311,6 +320,53 @@ def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: 
 
 
 # ----------------------------------------------------------------------------- regime
+def _joint_newton(q: Callable, actions: dict, refined: tuple[Axis, ...], grid_codes, steps):
+    """Newton steps on all refined actions at once, from the turns' result (which
+    converge only linearly where the actions interact): a step is taken where the
+    Hessian is negative definite, the point stays in the grid brackets and `q` does
+    not fall."""
+    names = tuple(a.name for a in refined)
+    brackets = [_neighbours(a.points, grid_codes[a.name]) for a in refined]
+    lower = jnp.stack([b[0] for b in brackets])
+    upper = jnp.stack([b[1] for b in brackets])
+
+    def at(x):
+        return q({**actions, **{name: x[i] for i, name in enumerate(names)}})
+
+    def step(_, carry):
+        x, value = carry
+        slope = jax.grad(at)(x)
+        curvature = jax.hessian(at)(x)
+        concave = jnp.all(jnp.linalg.eigvalsh(curvature) < 0)
+        moved = x - jnp.linalg.solve(jnp.where(concave, curvature, -jnp.eye(len(names))), slope)
+        ok = concave & jnp.all(jnp.isfinite(moved)) & jnp.all((moved >= lower) & (moved <= upper))
+        candidate = jnp.where(ok, moved, x)
+        new = at(candidate)
+        roundoff = 8 * jnp.finfo(new.dtype).eps * (1.0 + jnp.abs(value))
+        accept = ok & (new >= value - roundoff)
+        return jnp.where(accept, candidate, x), jnp.where(accept, jnp.maximum(new, value), value)
+
+    x0 = jnp.stack([actions[name] for name in names])
+    x, _ = jax.lax.fori_loop(0, steps, step, (x0, at(x0)))
+    return {**actions, **{name: x[i] for i, name in enumerate(names)}}
+
+
+def _rebased(q: Callable, actions: dict, refined: tuple[Axis, ...], lines: dict) -> dict:
+    """Each refined action's line with its slope and curvature at the joint optimum
+    (the others there too), for `classify`."""
+    out = {}
+    for axis in refined:
+
+        def along(t, axis=axis):
+            return q({**actions, axis.name: t})
+
+        value, slope, curvature = value_slope_curvature(along, actions[axis.name])
+        out[axis.name] = lines[axis.name]._replace(
+            x=actions[axis.name], q=value, g=slope, h=curvature
+        )
+    return out
+
+
 def without_derivatives(fn: Callable, *args):
     """`fn(*args)` with no derivative with respect to `args` or anything `fn` closes
     over (the problem's parameters and continuations): closed-over tracers are hoisted
@@ -377,7 +433,12 @@ def refine_choice(
                 line = polish(along, actions[axis.name], lo, hi, refine.newton_steps)
                 actions = {**actions, axis.name: line.x}
                 lines[axis.name] = line
-        value = q(actions) if refined else top[0]
+        if len(refined) > 1:
+            actions = _joint_newton(q, actions, refined, grid_codes, refine.newton_steps)
+            value = q(actions)
+            lines = _rebased(q, actions, refined, lines)
+        else:
+            value = lines[refined[0].name].q if refined else top[0]
         results = []
         for axis in refined:
             line = lines[axis.name]._replace(q=value)
@@ -443,8 +504,12 @@ def with_derivatives(
         moved = {**actions, **{name: x[i] for i, name in enumerate(names)}}
         return problem.q(state, {**fixed, **moved})[0]
 
-    slope = jax.grad(q)(point)
-    curvature = jax.lax.stop_gradient(jax.hessian(q)(point))
+    if len(names) == 1:
+        _, slope, curvature = value_slope_curvature(lambda t: q(t[None]), point[0])
+        slope, curvature = slope[None], jax.lax.stop_gradient(curvature)[None, None]
+    else:
+        slope = jax.grad(q)(point)
+        curvature = jax.lax.stop_gradient(jax.hessian(q)(point))
     interior = jax.lax.stop_gradient(refined.interior)
     both = interior[:, None] & interior[None, :]
     eye = jnp.eye(len(names), dtype=curvature.dtype)

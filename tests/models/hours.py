@@ -98,7 +98,7 @@ def oracle(params, n_periods=N_PERIODS):
     """Values and hours on the state grid, `(n_periods, 3, n_wealth)`, by backward
     induction in numpy with scipy's bounded scalar optimiser (to 1e-12 in hours), the
     continuation interpolated linearly in wealth like the engine."""
-    from scipy.optimize import minimize_scalar
+    from scipy.optimize import brentq, minimize_scalar
 
     gamma, psi, frisch = params["risk_aversion"], params["disutility"], params["frisch"]
     beta = params["discount_factor"]
@@ -122,9 +122,21 @@ def oracle(params, n_periods=N_PERIODS):
                     probabilities = _transition_row(p, h)
                     return -(u + beta * probabilities @ following)
 
-                found = minimize_scalar(
-                    minus_q, bounds=HOURS, method="bounded", options={"xatol": 1e-13}
-                )
-                hours[t, p, j] = found.x
-                values[t, p, j] = -found.fun
+                def slope(h, p=p, pay=pay, following=following):
+                    c = 0.3 + pay * h
+                    d_up = 0.5 / (1.0 + h) ** 2
+                    d_row = np.zeros(n)
+                    d_row[min(p + 1, n - 1)] += d_up
+                    d_row[p] -= d_up
+                    return pay * c**-gamma - psi * h ** (1 / frisch) + beta * d_row @ following
+
+                # Bounded Brent stops at sqrt(eps)·|h|; the root of the analytic slope
+                # around its answer is exact to round-off.
+                found = minimize_scalar(minus_q, bounds=HOURS, method="bounded")
+                h = found.x
+                lo, hi = max(h - 1e-5, HOURS[0]), min(h + 1e-5, HOURS[1])
+                if slope(lo) > 0 > slope(hi):
+                    h = brentq(slope, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+                hours[t, p, j] = h
+                values[t, p, j] = -minus_q(h)
     return values[:n_periods], hours
