@@ -20,6 +20,7 @@ good, a tie) are reported instead of being given a NaN or a silent wrong derivat
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -162,11 +163,16 @@ def _top(values: Array, index: Array, k: int) -> tuple[Array, Array]:
 
 
 def grid_best(
-    problem: RegimeProblem, state: dict, fixed: dict, continuous: tuple[Axis, ...], k: int
-) -> tuple[Array, Array, tuple[Array, ...]]:
-    """The `k` best points of the product of the `continuous` action grids at `state`
-    (other actions `fixed`): their values, flat indices (as floats) and the check
-    violations over the whole grid. Scanned in chunks where an axis is splayed."""
+    problem: RegimeProblem, state: dict, fixed: dict, continuous: tuple[Axis, ...]
+) -> tuple[Array, Array, Array, tuple[Array, ...]]:
+    """The best point of the product of the `continuous` action grids at `state` (other
+    actions `fixed`): its value and flat index, the best value outside the box of
+    radius 1 around it (a rival bracket), and the check violations over the grid.
+
+    Unsplayed, the grid's values are reduced directly (XLA fuses the reductions with the
+    kernel). With a splayed axis the grid is scanned in chunks that carry the `3^M + 1`
+    best points, among which the best one outside the box always is.
+    """
     shape = tuple(int(a.points.shape[0]) for a in continuous)
     size = math.prod(shape)
     chunk = math.prod(
@@ -180,6 +186,21 @@ def grid_best(
         value, violations = problem.q(state, {**fixed, **action})
         return value, i.astype(dtype), violations
 
+    def outside(index: Array, best: Array) -> Array:
+        """Whether the flat `index` lies outside the box of radius 1 around `best`."""
+        codes = jnp.unravel_index(index, shape)
+        centre = jnp.unravel_index(best, shape)
+        far = [jnp.abs(c - b) >= 2 for c, b in zip(codes, centre, strict=True)]
+        return functools.reduce(jnp.logical_or, far)
+
+    if chunk >= size:
+        values, index, violations = jax.vmap(at)(jnp.arange(size))
+        best = jnp.argmax(values)
+        rival = jnp.max(jnp.where(outside(jnp.arange(size), best), values, -jnp.inf))
+        return values[best], best, rival, max_each(violations, (0,))
+
+    k = min(3 ** len(continuous) + 1, size)
+
     def reduce(outputs):
         values, index, violations = outputs
         top, where = _top(values, index, min(k, values.size))
@@ -188,7 +209,11 @@ def grid_best(
             top, where = jnp.concatenate([top, pad]), jnp.concatenate([where, pad])
         return top, where, max_each(tuple(v.reshape(-1) for v in violations), (0,))
 
-    return reduce_axis(at, jnp.arange(size), chunk if chunk < size else 0, reduce)
+    top, index, violations = reduce_axis(at, jnp.arange(size), chunk, reduce)
+    flat = jnp.clip(jnp.nan_to_num(index, nan=0.0, neginf=0.0), 0, size - 1).astype(jnp.int32)
+    far = outside(flat[1:], flat[0]) & (top[1:] > -jnp.inf)
+    rival = jnp.max(jnp.where(far, top[1:], -jnp.inf))
+    return top[0], flat[0], rival, violations
 
 
 # ----------------------------------------------------------------------------- line
@@ -276,7 +301,10 @@ def polish(
         t = jnp.where(i == 0, x0, _candidate(line))
         return _update(line, t, *value_slope_curvature(f, t))
 
-    return jax.lax.fori_loop(0, steps + 1, step, start)
+    line = start
+    for i in range(steps + 1):
+        line = step(i, line)
+    return line
 
 
 def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: float) -> Array:
@@ -409,17 +437,12 @@ def refine_choice(
     names = refine.names(tuple(a.name for a in continuous))
     refined = tuple(a for a in continuous if a.name in names)
     shape = tuple(int(a.points.shape[0]) for a in continuous)
-    # The best point outside the box of radius 1 around the grid's best is among the
-    # 3^M + 1 best points: enough to see a tie with another bracket.
-    k = min(3 ** len(continuous) + 1, math.prod(shape))
-
     def q(action: dict) -> Array:
         return problem.q(state, {**fixed, **action})[0]
 
     def search(_):
-        top, index, violations = grid_best(problem, state, fixed, continuous, k)
-        best = jnp.clip(jnp.nan_to_num(index[0], nan=0.0, neginf=0.0), 0, None)
-        codes = jnp.unravel_index(best.astype(jnp.int32), shape)
+        top, best, rival, violations = grid_best(problem, state, fixed, continuous)
+        codes = jnp.unravel_index(best, shape)
         grid_codes = dict(zip((a.name for a in continuous), codes, strict=True))
         actions = {a.name: a.points[c] for a, c in zip(continuous, codes, strict=True)}
         lines = {}
@@ -438,7 +461,7 @@ def refine_choice(
             value = q(actions)
             lines = _rebased(q, actions, refined, lines)
         else:
-            value = lines[refined[0].name].q if refined else top[0]
+            value = lines[refined[0].name].q if refined else top
         results = []
         for axis in refined:
             line = lines[axis.name]._replace(q=value)
@@ -459,17 +482,9 @@ def refine_choice(
         # gain of the best grid value (its own bracket could then hold a better optimum;
         # on a smooth single-peaked objective the nearest point outside the box is lower
         # by at least 8 gains).
-        outside = jnp.zeros(index.shape, bool)
-        other_codes = jnp.unravel_index(
-            jnp.clip(jnp.nan_to_num(index, nan=0.0, neginf=0.0), 0, None).astype(jnp.int32),
-            shape,
-        )
-        for a, c in zip(continuous, other_codes, strict=True):
-            outside = outside | (jnp.abs(c - grid_codes[a.name]) >= 2)
-        gain = jnp.maximum(value - top[0], 0.0)
-        slack = 2.0 * gain + 1e3 * jnp.finfo(top.dtype).eps * (1.0 + jnp.abs(top[0]))
-        rival = outside & (top > -jnp.inf) & (top >= top[0] - slack)
-        tie = jnp.any(rival[1:]) & (top[0] > -jnp.inf)
+        gain = jnp.maximum(value - top, 0.0)
+        slack = 2.0 * gain + 1e3 * jnp.finfo(top.dtype).eps * (1.0 + jnp.abs(top))
+        tie = (rival > -jnp.inf) & (rival >= top - slack)
         codes_out = jnp.where(
             tie & (codes_out == RefineCode.interior), jnp.int8(RefineCode.tie), codes_out
         )

@@ -65,11 +65,18 @@ def next_wealth(wealth):
     return 0.8 * wealth + 0.4
 
 
-def build(n_hours=40, solver=None, n_periods=N_PERIODS, hours_batch_size=0, wealth_batch_size=0):
+def build(
+    n_hours=40,
+    solver=None,
+    n_periods=N_PERIODS,
+    hours_batch_size=0,
+    wealth_batch_size=0,
+    n_wealth=WEALTH[2],
+):
     working = lcm.Regime(
         states={
             "productivity": lcm.DiscreteGrid(["low", "middle", "high"]),
-            "wealth": lcm.LinSpacedGrid(*WEALTH, batch_size=wealth_batch_size),
+            "wealth": lcm.LinSpacedGrid(*WEALTH[:2], n_wealth, batch_size=wealth_batch_size),
         },
         actions={"hours": lcm.LinSpacedGrid(*HOURS, n_hours, batch_size=hours_batch_size)},
         functions={"utility": utility, "consumption": consumption, "wage": wage},
@@ -94,7 +101,7 @@ def _transition_row(level: int, hours: float) -> np.ndarray:
     return row
 
 
-def oracle(params, n_periods=N_PERIODS):
+def oracle(params, n_periods=N_PERIODS, n_wealth=WEALTH[2]):
     """Values and hours on the state grid, `(n_periods, 3, n_wealth)`, by backward
     induction in numpy with scipy's bounded scalar optimiser (to 1e-12 in hours), the
     continuation interpolated linearly in wealth like the engine."""
@@ -102,7 +109,7 @@ def oracle(params, n_periods=N_PERIODS):
 
     gamma, psi, frisch = params["risk_aversion"], params["disutility"], params["frisch"]
     beta = params["discount_factor"]
-    wealth = np.linspace(*WEALTH)
+    wealth = np.linspace(*WEALTH[:2], n_wealth)
     n = len(LEVELS)
     values = np.zeros((n_periods + 1, n, wealth.size))
     hours = np.zeros((n_periods, n, wealth.size))
