@@ -20,9 +20,9 @@ __all__ = [
     "choice_probabilities",
     "data_moments",
     "discrete_values",
-    "refine_codes",
     "estimate",
     "euler_errors",
     "log_likelihood",
     "prepare_data",
+    "refine_codes",
 ]

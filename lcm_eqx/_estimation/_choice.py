@@ -118,18 +118,21 @@ def _discrete_values_on_grid(model, regime, params, solution_values, policies, p
 
 
 def refine_codes(
-    model: Model, params: Params, solution: Solution, regime: str, period: int | np.integer
+    model: Model, params: Params, solution: Solution | None, regime: str, period: int | np.integer
 ) -> dict[str, Array]:
     """How the refinement of each continuous action ended at each cell of the state grid
     (`GridSearch(refine=...)`): `{action: codes}`, each of the regime's state axes
     (declaration order) followed by one axis per discrete action, holding
     `lcm.RefineCode` values (`interior`, `lower_bound`, `kink`, `tie`, ...). Empty for a
-    regime whose solver refines nothing.
+    regime whose solver refines nothing. `solution`: `model.solve(params)`; `None`
+    solves first.
 
     Example:
         >>> codes = lcm.refine_codes(model, params, solution, "working", 0)
         >>> (codes["hours"] == lcm.RefineCode.interior).mean()
     """
+    if solution is None:
+        solution = model.solve(params)
     _check(model, solution, regime, period)
     return _refine_codes_on_grid(
         model, regime, params, solution.continuation_values, solution.policies, int(period)

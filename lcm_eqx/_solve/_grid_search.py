@@ -76,8 +76,8 @@ class GridSearch(AbstractPointwiseSolver):
             refined = self._refined(problem, state)
             v_d = refined.value.reshape(-1)
             scale = taste_shock_scale(problem)
-            best = jnp.max(v_d) if scale is None else scale * jax.nn.logsumexp(v_d / scale)
-            return best, max_each(refined.violations, tuple(range(refined.value.ndim)))
+            top = jnp.max(v_d) if scale is None else scale * jax.nn.logsumexp(v_d / scale)
+            return top, max_each(refined.violations, tuple(range(refined.value.ndim)))
         axes = problem.action_axes
         n_discrete = len(problem.regime.discrete_actions)
         scale = taste_shock_scale(problem)

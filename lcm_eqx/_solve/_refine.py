@@ -3,8 +3,8 @@
 After the grid search, each refined continuous action is polished inside its bracket
 (the grid neighbours of the best grid point) by a safeguarded Newton iteration on `q`
 along that action, with every other action at its best; several refined actions take
-turns (`Refine.rounds`), then joint Newton steps with the full Hessian. The search runs without derivatives; the derivatives are those
-of the implicit function theorem:
+turns (`Refine.rounds`), then joint Newton steps with the full Hessian. The search runs
+without derivatives; the derivatives are those of the implicit function theorem:
 
 - the value is `q` at the refined point, whose derivative is `q_θ` there (the envelope
   theorem: at an interior optimum `q_a = 0`, and at a bound the action does not move);
@@ -23,7 +23,7 @@ import enum
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import equinox as eqx
 import jax
@@ -33,6 +33,9 @@ from jaxtyping import Array
 from .._errors import ModelInitializationError
 from ._axes import Axis, map_axis, reduce_axis
 from ._kernel import RegimeProblem, max_each
+
+
+T = TypeVar("T")
 
 
 class RefineCode(enum.IntEnum):
@@ -277,7 +280,7 @@ def _candidate(line: _Line) -> Array:
     bracket; else where the tangents at the bracket's ends meet (a kink: quadratic
     convergence to it; on a smooth objective the bracket's midpoint); else bisection."""
     lo, hi = line.lo, line.hi
-    inside = lambda t: jnp.isfinite(t) & (t > lo) & (t < hi)  # noqa: E731
+    inside = lambda t: jnp.isfinite(t) & (t > lo) & (t < hi)
     newton = line.x - line.g / jnp.where(line.h < 0, line.h, jnp.nan)
     denominator = line.g_lo - line.g_hi
     tangents = (line.q_hi - line.q_lo + line.g_lo * lo - line.g_hi * hi) / jnp.where(
@@ -287,15 +290,15 @@ def _candidate(line: _Line) -> Array:
     return jnp.where(inside(newton), newton, jnp.where(inside(tangents), tangents, middle))
 
 
-def polish(
-    f: Callable[[Array], Array], x0: Array, lo: Array, hi: Array, steps: int
-) -> _Line:
+def polish(f: Callable[[Array], Array], x0: Array, lo: Array, hi: Array, steps: int) -> _Line:
     """Maximise `f` over `[lo, hi]` from `x0` (the grid's best point): `x0` evaluated,
     then `steps` safeguarded Newton iterations (one loop, so the kernel is traced
     once)."""
     nan = jnp.full_like(x0, jnp.nan)
     false = jnp.zeros(x0.shape, bool)
-    start = _Line(lo, hi, nan, nan, nan, nan, false, false, x0, jnp.full_like(x0, -jnp.inf), nan, nan)
+    start = _Line(
+        lo, hi, nan, nan, nan, nan, false, false, x0, jnp.full_like(x0, -jnp.inf), nan, nan
+    )
 
     def step(i, line):
         t = jnp.where(i == 0, x0, _candidate(line))
@@ -426,9 +429,7 @@ def _neighbours(points: Array, index: Array) -> tuple[Array, Array]:
     return points[jnp.maximum(index - 1, 0)], points[jnp.minimum(index + 1, n - 1)]
 
 
-def refine_choice(
-    problem: RegimeProblem, state: dict, fixed: dict, refine: Refine
-) -> Refined:
+def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refine) -> Refined:
     """The grid search over the continuous actions at `state` (discrete actions
     `fixed`), then each refined action polished in its bracket (`refine.rounds` turns
     with several), the others at their best."""
@@ -437,6 +438,7 @@ def refine_choice(
     names = refine.names(tuple(a.name for a in continuous))
     refined = tuple(a for a in continuous if a.name in names)
     shape = tuple(int(a.points.shape[0]) for a in continuous)
+
     def q(action: dict) -> Array:
         return problem.q(state, {**fixed, **action})[0]
 
@@ -474,9 +476,7 @@ def refine_choice(
             results.append(
                 classify(line, axis.points[0], axis.points[-1], spacing, refine.tolerance)
             )
-        codes_out = (
-            jnp.stack(results, axis=-1) if results else jnp.zeros((0,), jnp.int8)
-        )
+        codes_out = jnp.stack(results, axis=-1) if results else jnp.zeros((0,), jnp.int8)
         interior = codes_out == RefineCode.interior
         # A tie: outside the best point's box, a grid point within twice the refinement's
         # gain of the best grid value (its own bracket could then hold a better optimum;
@@ -536,7 +536,7 @@ def with_derivatives(
     return {**actions, **{name: actions[name] + step[i] for i, name in enumerate(names)}}
 
 
-def over_discrete(problem: RegimeProblem, fn: Callable[[dict], object]):
+def over_discrete(problem: RegimeProblem, fn: Callable[[dict], T]) -> T:
     """`fn(discrete action codes)` for every combination of the discrete actions
     (outputs: one axis per discrete action, in declaration order; splayed axes in
     chunks)."""
