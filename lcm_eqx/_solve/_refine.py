@@ -34,7 +34,6 @@ from .._errors import ModelInitializationError
 from ._axes import Axis, map_axis, reduce_axis
 from ._kernel import RegimeProblem, max_each
 
-
 T = TypeVar("T")
 
 
@@ -317,8 +316,11 @@ def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: 
     flat = (jnp.abs(line.g) * spacing <= eps * scale) & (
         jnp.abs(line.h) * spacing**2 <= eps * scale
     )
+    # Within `tolerance` grid steps, or a few units of round-off of the point itself (in
+    # float32 the slope stops resolving steps long before 1e-7 grid steps).
+    resolution = tolerance * spacing + 64 * jnp.finfo(line.x.dtype).eps * (1.0 + jnp.abs(line.x))
     newton = jnp.abs(line.g / jnp.where(line.h < 0, line.h, jnp.nan))
-    converged = (newton <= tolerance * spacing) | (line.g == 0)
+    converged = (newton <= resolution) | (line.g == 0)
     interior = converged & (line.h < 0)
     lower = (line.x <= first) & (line.g <= 0)
     upper = (line.x >= last) & (line.g >= 0)
@@ -333,8 +335,8 @@ def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: 
     tangents = (line.q_hi - line.q_lo + line.g_lo * line.lo - line.g_hi * line.hi) / (
         line.g_lo - line.g_hi
     )
-    meet = jnp.abs(tangents - line.x) <= tolerance * spacing
-    collapsed = width <= math.sqrt(tolerance) * spacing
+    meet = jnp.abs(tangents - line.x) <= resolution
+    collapsed = width <= math.sqrt(tolerance) * spacing + resolution
     kink = (line.g_lo > 0) & (line.g_hi < 0) & steep & (collapsed | meet)
     code = jnp.full(line.q.shape, RefineCode.unconverged, jnp.int8)
     for test, value in (
