@@ -196,7 +196,13 @@ def grid_best(
         return functools.reduce(jnp.logical_or, far)
 
     if chunk >= size:
-        values, index, violations = jax.vmap(at)(jnp.arange(size))
+        if len(continuous) == 1:  # the points themselves, not gathered by index
+            axis = continuous[0]
+            values, violations = jax.vmap(lambda x: problem.q(state, {**fixed, axis.name: x}))(
+                axis.points
+            )
+        else:
+            values, _, violations = jax.vmap(at)(jnp.arange(size))
         best = jnp.argmax(values)
         rival = jnp.max(jnp.where(outside(jnp.arange(size), best), values, -jnp.inf))
         return values[best], best, rival, max_each(violations, (0,))
