@@ -78,6 +78,7 @@ class Solver:
 SOLVERS = (
     Solver("grid-search", lcm.GridSearch),
     Solver("dcegm", lambda: retirement.dcegm(N_SAVINGS)),
+    Solver("grid-search-refined", lambda: lcm.GridSearch(refine=True)),
 )
 
 CASES = tuple((solver, model) for solver in SOLVERS for model in MODELS if solver.fits(model))

@@ -78,8 +78,9 @@ class Refine(eqx.Module):
             continuous action of the regime.
         newton_steps: safeguarded Newton iterations per action and round (each costs
             about three evaluations of the kernel: `q` with its first two derivatives
-            along the action). From a grid point, four reach round-off on a smooth
-            objective; kinks and binding constraints converge more slowly.
+            along the action). From a grid point, three reach round-off on a smooth
+            objective (and the queries that return actions take one more); kinks need
+            five or so, and a binding constraint halves the bracket per step.
         rounds: with several refined actions, how often each is refined in turn with
             the others at their current best (coordinate ascent), before `newton_steps`
             joint Newton steps on all of them (the turns alone converge only linearly
@@ -93,7 +94,7 @@ class Refine(eqx.Module):
     """
 
     actions: tuple[str, ...] | None = eqx.field(default=None, static=True)
-    newton_steps: int = eqx.field(default=4, static=True)
+    newton_steps: int = eqx.field(default=3, static=True)
     rounds: int = eqx.field(default=1, static=True)
     tolerance: float = eqx.field(default=1e-7, static=True)
 
