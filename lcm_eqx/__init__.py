@@ -36,6 +36,7 @@ from ._estimation import estimate as estimate
 from ._estimation import euler_errors as euler_errors
 from ._estimation import log_likelihood as log_likelihood
 from ._estimation import prepare_data as prepare_data
+from ._estimation import refine_codes as refine_codes
 from ._facade import Model as Model
 from ._grids import AbstractGrid as AbstractGrid
 from ._grids import AgeGrid as AgeGrid
@@ -79,6 +80,8 @@ from ._solve._dcegm import AbstractUpperEnvelope as AbstractUpperEnvelope
 from ._solve._dcegm import EndogenousGrid as EndogenousGrid
 from ._solve._dcegm import ExactEnvelope as ExactEnvelope
 from ._solve._grid_search import GridSearch as GridSearch
+from ._solve._refine import Refine as Refine
+from ._solve._refine import RefineCode as RefineCode
 from ._solve._solution import Solution as Solution
 from ._solve._solver import AbstractPointwiseSolver as AbstractPointwiseSolver
 from ._solve._solver import AbstractSolver as AbstractSolver

@@ -78,6 +78,9 @@ class Solver:
 SOLVERS = (
     Solver("grid-search", lcm.GridSearch),
     Solver("dcegm", lambda: retirement.dcegm(N_SAVINGS)),
+    # Consumption–saving: the refined optimum often sits on a kink of the interpolated
+    # continuation, which takes more Newton steps than a smooth optimum (docs/solvers.md).
+    Solver("grid-search-refined", lambda: lcm.GridSearch(refine=lcm.Refine(newton_steps=8))),
 )
 
 CASES = tuple((solver, model) for solver in SOLVERS for model in MODELS if solver.fits(model))

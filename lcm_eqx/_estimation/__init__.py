@@ -1,6 +1,6 @@
 """Estimation helpers: conditional choice probabilities, likelihoods, moments."""
 
-from ._choice import choice_probabilities, discrete_values
+from ._choice import choice_probabilities, discrete_values, refine_codes
 from ._data import ChoiceData, InvalidDataError, prepare_data
 from ._distribution import Distribution
 from ._estimate import EstimationResult, Identification, estimate
@@ -24,4 +24,5 @@ __all__ = [
     "euler_errors",
     "log_likelihood",
     "prepare_data",
+    "refine_codes",
 ]

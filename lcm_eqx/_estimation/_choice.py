@@ -117,6 +117,41 @@ def _discrete_values_on_grid(model, regime, params, solution_values, policies, p
     return lift(lambda state: solver.discrete_values(problem, state), problem.state_axes)
 
 
+def refine_codes(
+    model: Model, params: Params, solution: Solution | None, regime: str, period: int | np.integer
+) -> dict[str, Array]:
+    """How the refinement of each continuous action ended at each cell of the state grid
+    (`GridSearch(refine=...)`): `{action: codes}`, each of the regime's state axes
+    (declaration order) followed by one axis per discrete action, holding
+    `lcm.RefineCode` values (`interior`, `lower_bound`, `kink`, `tie`, ...). Empty for a
+    regime whose solver refines nothing. `solution`: `model.solve(params)`; `None`
+    solves first.
+
+    Example:
+        >>> codes = lcm.refine_codes(model, params, solution, "working", 0)
+        >>> (codes["hours"] == lcm.RefineCode.interior).mean()
+    """
+    if solution is None:
+        solution = model.solve(params)
+    _check(model, solution, regime, period)
+    return _refine_codes_on_grid(
+        model, regime, params, solution.continuation_values, solution.policies, int(period)
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("model", "regime"))
+def _refine_codes_on_grid(model, regime, params, solution_values, policies, period):
+    resolved = resolve_params(model.plan, params)
+    problem = regime_problem(model, resolved, regime, period, solution_values, policies)
+    solver = model.solvers[regime]
+    probe = jax.eval_shape(
+        lambda: solver.refine_codes(problem, {a.name: a.points[0] for a in problem.state_axes})
+    )
+    if probe is None:
+        return {}
+    return lift(lambda state: solver.refine_codes(problem, state), problem.state_axes)
+
+
 def choice_probabilities(
     model: Model, params: Params, solution: Solution | None, regime: str, period: int | np.integer
 ) -> Float[Array, "..."]:

@@ -8,14 +8,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _factored
+from . import _factored, _refine
 from ._axes import lift, map_axis, reduce_axis
 from ._kernel import max_each
 from ._on_grid import q_on_action_grid
+from ._refine import Refine
 from ._solver import AbstractPointwiseSolver, AbstractSolver, PeriodSolution, taste_shock_scale
 
 if TYPE_CHECKING:
-    from .._model._plan import ModelPlan
+    from .._model._plan import ModelPlan, RegimePlan
 
 
 class GridSearch(AbstractPointwiseSolver):
@@ -33,9 +34,49 @@ class GridSearch(AbstractPointwiseSolver):
             most half the work of the plain state x action product; the same values and
             derivatives up to the order of floating-point sums. `False` evaluates the
             plain product (for tests and benchmarks).
+        refine: refine continuous actions off their grids (see docs/solvers.md): after
+            the grid search, each is polished inside its bracket (the grid neighbours of
+            the best point) by a safeguarded Newton iteration, the others at their best;
+            the value is `q` there, and the refined actions have the implicit function
+            theorem's derivatives. `True` (every continuous action), an action name or a
+            tuple of names, or an `lcm.Refine(...)` with the settings; default off: the
+            best grid point, as without the argument.
+
+    Example:
+        >>> solver = lcm.GridSearch(refine=True)
     """
 
     factored: bool = eqx.field(default=True, static=True)
+    refine: Refine | None = eqx.field(default=None, static=True, converter=_refine.as_refine)
+
+    def check(self, model: ModelPlan, regime: RegimePlan) -> None:
+        if self.refine is not None:
+            _refine.check(self.refine, model, regime)
+
+    def _refines(self, problem) -> bool:
+        """Whether `problem` has continuous actions to refine."""
+        if self.refine is None:
+            return False
+        return bool(self.refine.names(problem.regime.continuous_actions))
+
+    def _refined(self, problem, state) -> _refine.Refined:
+        """The refined choice for every combination of the discrete actions."""
+        refine = self.refine
+        assert refine is not None
+        return _refine.over_discrete(
+            problem, lambda fixed: _refine.refine_choice(problem, state, fixed, refine)
+        )
+
+    def _policy(self, problem, state) -> tuple[_refine.Refined, dict]:
+        """`_refined`, and the continuous actions with their derivatives."""
+        refine = self.refine
+        assert refine is not None
+
+        def at(fixed):
+            refined = _refine.refine_choice(problem, state, fixed, refine)
+            return refined, _refine.with_derivatives(problem, state, fixed, refined, refine)
+
+        return _refine.over_discrete(problem, at)
 
     def factoring(self, problem, state=None):
         """How the period of `problem` is evaluated piece by piece (at one `state`: every
@@ -44,6 +85,7 @@ class GridSearch(AbstractPointwiseSolver):
         aggregator = problem.aggregator
         if (
             not self.factored
+            or self._refines(problem)
             or not problem.action_axes
             or (aggregator is not None and aggregator.n_values > 1)
         ):
@@ -86,6 +128,12 @@ class GridSearch(AbstractPointwiseSolver):
         )
 
     def value(self, problem, state):
+        if self._refines(problem):
+            refined = self._refined(problem, state)
+            v_d = refined.value.reshape(-1)
+            scale = taste_shock_scale(problem)
+            top = jnp.max(v_d) if scale is None else scale * jax.nn.logsumexp(v_d / scale)
+            return top, max_each(refined.violations, tuple(range(refined.value.ndim)))
         axes = problem.action_axes
         n_discrete = len(problem.regime.discrete_actions)
         scale = taste_shock_scale(problem)
@@ -131,6 +179,8 @@ class GridSearch(AbstractPointwiseSolver):
         return reduce({}, 0)
 
     def discrete_values(self, problem, state):
+        if self._refines(problem):
+            return self._refined(problem, state).value
         # The best continuous action is located on the grid without derivatives
         # (`stop_gradient`), then `q` is evaluated once more there: the same value as the
         # max over the grid, and the same derivative (that of the maximising element),
@@ -168,6 +218,8 @@ class GridSearch(AbstractPointwiseSolver):
         return at_discrete({}, 0)
 
     def choose(self, problem, state, key):
+        if self._refines(problem):
+            return self._choose_refined(problem, state, key)
         planned = self.factoring(problem, state)
         if planned is not None:
             return self._choose_factored(problem, *planned, key)
@@ -208,6 +260,56 @@ class GridSearch(AbstractPointwiseSolver):
         points = {a.name: a.points for a in axes}
         codes, value = _factored.choose_factored(factoring, evaluate, points, noise)
         return {a.name: a.points[codes[a.name]] for a in axes}, value
+
+    def _choose_refined(self, problem, state, key):
+        refine = self.refine
+        assert refine is not None
+        refined = self._refined(problem, state)
+        v_d = refined.value
+        n_discrete = len(problem.regime.discrete_actions)
+        scale = taste_shock_scale(problem)
+        if scale is not None:
+            assert key is not None
+            v_d = v_d + scale * jax.random.gumbel(key, v_d.shape, v_d.dtype)
+        flat_d = jnp.argmax(v_d.reshape(-1)) if n_discrete else jnp.asarray(0)
+        value = v_d.reshape(-1)[flat_d]
+        d_index = jnp.unravel_index(flat_d, v_d.shape) if n_discrete else ()
+        discrete = {
+            axis.name: axis.points[i]
+            for axis, i in zip(problem.action_axes[:n_discrete], d_index, strict=True)
+        }
+        at_choice = jax.tree.map(lambda x: x[d_index] if n_discrete else x, refined)
+        actions = _refine.with_derivatives(problem, state, discrete, at_choice, refine)
+        return {**discrete, **actions}, value
+
+    def continuous_policy(self, problem, state):
+        if self._refines(problem):
+            return self._policy(problem, state)[1]
+        return super().continuous_policy(problem, state)
+
+    def best_continuous_actions(self, problem, state, discrete_action):
+        if not self._refines(problem):
+            return super().best_continuous_actions(problem, state, discrete_action)
+        refine = self.refine
+        assert refine is not None
+        fixed = {a: discrete_action[a] for a in problem.regime.discrete_actions}
+        refined = _refine.refine_choice(problem, state, fixed, refine)
+        return _refine.with_derivatives(problem, state, fixed, refined, refine)
+
+    def choices_at(self, problem, state):
+        if self._refines(problem):
+            refined, actions = self._policy(problem, state)
+            return refined.value, actions
+        return super().choices_at(problem, state)
+
+    def refine_codes(self, problem, state):
+        if not self._refines(problem):
+            return None
+        refine = self.refine
+        assert refine is not None
+        codes = self._refined(problem, state).codes
+        names = refine.names(problem.regime.continuous_actions)
+        return {name: codes[..., i] for i, name in enumerate(names)}
 
 
 def assign_solvers(plan: ModelPlan, regimes, default: AbstractSolver) -> dict[str, AbstractSolver]:

@@ -222,6 +222,12 @@ class AbstractSolver(eqx.Module):
         forward distribution)."""
         return _on_grid.choices_at(problem, state)
 
+    def refine_codes(self, problem: RegimeProblem, state: dict[str, Array]) -> dict | None:
+        """How the refinement of each continuous action that the solver polishes off its
+        grid ended at `state` (`RefineCode`s by action, one axis per discrete action);
+        None (the default) where the solver refines none."""
+        return None
+
     def choices_on_grid(self, problem: RegimeProblem) -> tuple[Array, dict] | None:
         """`choices_at` at every node of the regime's state grid at once (axes: the
         states, then the discrete actions), where the solver reads them faster that way

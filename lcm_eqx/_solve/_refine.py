@@ -1,0 +1,563 @@
+"""Continuous actions refined off their grids: `GridSearch(refine=...)`.
+
+After the grid search, each refined continuous action is polished inside its bracket
+(the grid neighbours of the best grid point) by a safeguarded Newton iteration on `q`
+along that action, with every other action at its best; several refined actions take
+turns (`Refine.rounds`), then joint Newton steps with the full Hessian. The search runs
+without derivatives; the derivatives are those of the implicit function theorem:
+
+- the value is `q` at the refined point, whose derivative is `q_θ` there (the envelope
+  theorem: at an interior optimum `q_a = 0`, and at a bound the action does not move);
+- the refined action's derivative is `−Q_aa⁻¹ Q_aθ` over the actions at an interior
+  optimum (one more Newton step, taken with derivatives, from the converged point), and
+  zero for an action at a bound, a binding constraint, a kink or a flat objective.
+
+Each refined action of each discrete choice gets a result code (`RefineCode`): the
+cells where its derivative is not the interior one (or where another bracket is as
+good, a tie) are reported instead of being given a NaN or a silent wrong derivative.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._errors import ModelInitializationError
+from ._axes import Axis, map_axis, reduce_axis
+from ._kernel import RegimeProblem, max_each
+
+T = TypeVar("T")
+
+
+class RefineCode(enum.IntEnum):
+    """The result of refining one continuous action at one state and discrete choice.
+
+    - `interior`: a converged interior optimum (`Q_a ≈ 0`, `Q_aa < 0`); the action's
+      derivative is the implicit-function one, `−Q_aθ / Q_aa`.
+    - `lower_bound` / `upper_bound`: the optimum is the first / last point of the
+      action's grid (the slope points outside); derivative zero.
+    - `constraint`: the optimum is against an infeasible region (a binding constraint
+      between grid points); derivative zero.
+    - `kink`: the bracket collapsed around a jump of the slope (a non-differentiable
+      maximum, e.g. where a next state crosses a node of an interpolated value);
+      derivative zero.
+    - `tie`: another bracket of the grid is (nearly) as good: the policy may jump to it
+      as parameters move. The action is refined in the best bracket, with the
+      derivative that bracket gives.
+    - `flat`: the objective does not vary along the action there (`Q_a ≈ Q_aa ≈ 0`):
+      any point is optimal; derivative zero.
+    - `unconverged`: the Newton budget (`Refine.newton_steps`) ran out before any of
+      the above; the best point found is used, derivative zero.
+    - `infeasible`: no point of the action grids is feasible.
+    """
+
+    interior = 0
+    lower_bound = 1
+    upper_bound = 2
+    constraint = 3
+    kink = 4
+    tie = 5
+    flat = 6
+    unconverged = 7
+    infeasible = 8
+
+
+class Refine(eqx.Module):
+    """How `GridSearch` refines continuous actions off their grids.
+
+    Args:
+        actions: the continuous actions to refine, by name; None (the default): every
+            continuous action of the regime.
+        newton_steps: safeguarded Newton iterations per action and round (each costs
+            about three evaluations of the kernel: `q` with its first two derivatives
+            along the action). From a grid point, three reach round-off on a smooth
+            objective (and the queries that return actions take one more); kinks need
+            five or so, and a binding constraint halves the bracket per step.
+        rounds: with several refined actions, how often each is refined in turn with
+            the others at their current best (coordinate ascent), before `newton_steps`
+            joint Newton steps on all of them (the turns alone converge only linearly
+            where the actions interact).
+        tolerance: a Newton step below `tolerance` times the grid spacing counts as
+            converged.
+
+    Example:
+        >>> solver = lcm.GridSearch(refine=lcm.Refine(newton_steps=5))
+        >>> solver = lcm.GridSearch(refine=True)  # the same with the defaults
+    """
+
+    actions: tuple[str, ...] | None = eqx.field(default=None, static=True)
+    newton_steps: int = eqx.field(default=3, static=True)
+    rounds: int = eqx.field(default=1, static=True)
+    tolerance: float = eqx.field(default=1e-7, static=True)
+
+    def __check_init__(self):
+        if self.newton_steps < 1:
+            raise ModelInitializationError(
+                f"Refine: newton_steps must be at least 1, got {self.newton_steps}."
+            )
+        if self.rounds < 1:
+            raise ModelInitializationError(f"Refine: rounds must be at least 1, got {self.rounds}.")
+        if not self.tolerance > 0:
+            raise ModelInitializationError(
+                f"Refine: tolerance must be positive, got {self.tolerance}."
+            )
+
+    def names(self, continuous: tuple[str, ...]) -> tuple[str, ...]:
+        """The refined actions among the regime's `continuous` actions, in its order."""
+        if self.actions is None:
+            return continuous
+        return tuple(a for a in continuous if a in self.actions)
+
+
+def as_refine(refine) -> Refine | None:
+    """`GridSearch(refine=...)`: False / None (no refinement), True (every continuous
+    action, default settings), an action name or a tuple of names, or a `Refine`."""
+    if refine is None or refine is False:
+        return None
+    if refine is True:
+        return Refine()
+    if isinstance(refine, Refine):
+        return refine
+    if isinstance(refine, str):
+        return Refine(actions=(refine,))
+    if isinstance(refine, tuple | list) and all(isinstance(a, str) for a in refine):
+        return Refine(actions=tuple(refine))
+    raise ModelInitializationError(
+        "GridSearch(refine=...) takes True, False, an action name, a tuple of action "
+        f"names or an lcm.Refine(...), got {refine!r}."
+    )
+
+
+def check(refine: Refine, model, regime) -> None:
+    """Reject a regime that the refinement cannot handle, by name. (A model-wide solver
+    may name actions that only some regimes have; a name no regime has is an error.)"""
+    continuous = tuple(regime.continuous_actions)
+    anywhere = {a for r in model.regimes.values() for a in r.continuous_actions}
+    unknown = [a for a in refine.actions or () if a not in anywhere]
+    if unknown:
+        raise ModelInitializationError(
+            f"Regime {regime.name!r}: GridSearch(refine=...) names {unknown}, which are not "
+            f"continuous actions of any regime (this regime's: {list(continuous)})."
+        )
+    aggregator = regime.aggregator
+    if aggregator is not None and aggregator.n_values > 1 and refine.names(continuous):
+        raise ModelInitializationError(
+            f"Regime {regime.name!r}: GridSearch(refine=...) does not refine the actions of "
+            f"a regime with aggregator {type(aggregator).__name__} (two value arrays); "
+            "leave refine off for it."
+        )
+
+
+# ----------------------------------------------------------------------------- grid
+def _top(values: Array, index: Array, k: int) -> tuple[Array, Array]:
+    """The `k` largest of `values` (any shape) with their `index`, first occurrence
+    first among equals."""
+    flat, flat_index = values.reshape(-1), index.reshape(-1)
+    top, where = jax.lax.top_k(flat, k)
+    return top, flat_index[where]
+
+
+def grid_best(
+    problem: RegimeProblem, state: dict, fixed: dict, continuous: tuple[Axis, ...]
+) -> tuple[Array, Array, Array, tuple[Array, ...]]:
+    """The best point of the product of the `continuous` action grids at `state` (other
+    actions `fixed`): its value and flat index, the best value outside the box of
+    radius 1 around it (a rival bracket), and the check violations over the grid.
+
+    Unsplayed, the grid's values are reduced directly (XLA fuses the reductions with the
+    kernel). With a splayed axis the grid is scanned in chunks that carry the `3^M + 1`
+    best points, among which the best one outside the box always is.
+    """
+    shape = tuple(int(a.points.shape[0]) for a in continuous)
+    size = math.prod(shape)
+    chunk = math.prod(
+        a.batch_size if 0 < a.batch_size < n else n for a, n in zip(continuous, shape, strict=True)
+    )
+    dtype = jnp.zeros(()).dtype
+
+    def at(i):
+        codes = jnp.unravel_index(i, shape)
+        action = {a.name: a.points[c] for a, c in zip(continuous, codes, strict=True)}
+        value, violations = problem.q(state, {**fixed, **action})
+        return value, i.astype(dtype), violations
+
+    def outside(index: Array, best: Array) -> Array:
+        """Whether the flat `index` lies outside the box of radius 1 around `best`."""
+        codes = jnp.unravel_index(index, shape)
+        centre = jnp.unravel_index(best, shape)
+        far = [jnp.abs(c - b) >= 2 for c, b in zip(codes, centre, strict=True)]
+        return functools.reduce(jnp.logical_or, far)
+
+    if chunk >= size:
+        if len(continuous) == 1:  # the points themselves, not gathered by index
+            axis = continuous[0]
+            values, violations = jax.vmap(lambda x: problem.q(state, {**fixed, axis.name: x}))(
+                axis.points
+            )
+        else:
+            values, _, violations = jax.vmap(at)(jnp.arange(size))
+        best = jnp.argmax(values)
+        rival = jnp.max(jnp.where(outside(jnp.arange(size), best), values, -jnp.inf))
+        return values[best], best, rival, max_each(violations, (0,))
+
+    k = min(3 ** len(continuous) + 1, size)
+
+    def reduce(outputs):
+        values, index, violations = outputs
+        top, where = _top(values, index, min(k, values.size))
+        if top.shape[0] < k:  # a chunk of fewer than k points: padded with the identity
+            pad = jnp.full((k - top.shape[0],), -jnp.inf, top.dtype)
+            top, where = jnp.concatenate([top, pad]), jnp.concatenate([where, pad])
+        return top, where, max_each(tuple(v.reshape(-1) for v in violations), (0,))
+
+    top, index, violations = reduce_axis(at, jnp.arange(size), chunk, reduce)
+    flat = jnp.clip(jnp.nan_to_num(index, nan=0.0, neginf=0.0), 0, size - 1).astype(jnp.int32)
+    far = outside(flat[1:], flat[0]) & (top[1:] > -jnp.inf)
+    rival = jnp.max(jnp.where(far, top[1:], -jnp.inf))
+    return top[0], flat[0], rival, violations
+
+
+# ----------------------------------------------------------------------------- line
+class _Line(NamedTuple):
+    """The state of the safeguarded Newton iteration along one action: the bracket
+    `[lo, hi]` (with `q` and its slope at ends that were evaluated, NaN where not; an
+    end is `open` where it is infeasible), and the best point with its `q, g, h`."""
+
+    lo: Array
+    hi: Array
+    q_lo: Array
+    g_lo: Array
+    q_hi: Array
+    g_hi: Array
+    lo_open: Array
+    hi_open: Array
+    x: Array
+    q: Array
+    g: Array
+    h: Array
+
+
+def value_slope_curvature(f: Callable[[Array], Array], t: Array) -> tuple[Array, Array, Array]:
+    """`f(t)`, `f'(t)` and `f''(t)` of a scalar function, by forward mode twice."""
+    one = jnp.ones_like(t)
+    (q, g), (_, h) = jax.jvp(lambda s: jax.jvp(f, (s,), (one,)), (t,), (one,))
+    return q, g, h
+
+
+def _update(line: _Line, t, q, g, h) -> _Line:
+    """`line` after evaluating `t`: the bracket shrinks to the side of the optimum that
+    the slope at `t` points to (to the side away from `t` where `t` is infeasible)."""
+    feasible = q > -jnp.inf
+    right = t > line.x
+    to_lo = jnp.where(feasible, g > 0, ~right)
+    to_hi = jnp.where(feasible, g < 0, right)
+    nan = jnp.full_like(q, jnp.nan)
+    # Near the optimum `q` stops resolving the last Newton steps: a point that is as good
+    # to round-off with a smaller slope is better too.
+    roundoff = 8 * jnp.finfo(q.dtype).eps * (1.0 + jnp.abs(q))
+    flatter = (q >= line.q - roundoff) & (jnp.abs(g) < jnp.abs(line.g))
+    better = feasible & ((q > line.q) | flatter)
+    return _Line(
+        lo=jnp.where(to_lo, t, line.lo),
+        hi=jnp.where(to_hi, t, line.hi),
+        q_lo=jnp.where(to_lo, jnp.where(feasible, q, nan), line.q_lo),
+        g_lo=jnp.where(to_lo, jnp.where(feasible, g, nan), line.g_lo),
+        q_hi=jnp.where(to_hi, jnp.where(feasible, q, nan), line.q_hi),
+        g_hi=jnp.where(to_hi, jnp.where(feasible, g, nan), line.g_hi),
+        lo_open=jnp.where(to_lo, ~feasible, line.lo_open),
+        hi_open=jnp.where(to_hi, ~feasible, line.hi_open),
+        x=jnp.where(better, t, line.x),
+        q=jnp.where(better, q, line.q),
+        g=jnp.where(better, g, line.g),
+        h=jnp.where(better, h, line.h),
+    )
+
+
+def _candidate(line: _Line) -> Array:
+    """The next point: Newton's from the best point where it stays strictly inside the
+    bracket; else where the tangents at the bracket's ends meet (a kink: quadratic
+    convergence to it; on a smooth objective the bracket's midpoint); else bisection."""
+    lo, hi = line.lo, line.hi
+    inside = lambda t: jnp.isfinite(t) & (t > lo) & (t < hi)
+    newton = line.x - line.g / jnp.where(line.h < 0, line.h, jnp.nan)
+    denominator = line.g_lo - line.g_hi
+    tangents = (line.q_hi - line.q_lo + line.g_lo * lo - line.g_hi * hi) / jnp.where(
+        (line.g_lo > 0) & (line.g_hi < 0), denominator, jnp.nan
+    )
+    middle = 0.5 * (lo + hi)
+    return jnp.where(inside(newton), newton, jnp.where(inside(tangents), tangents, middle))
+
+
+def polish(f: Callable[[Array], Array], x0: Array, lo: Array, hi: Array, steps: int) -> _Line:
+    """Maximise `f` over `[lo, hi]` from `x0` (the grid's best point): `x0` evaluated,
+    then `steps` safeguarded Newton iterations (one loop, so the kernel is traced
+    once)."""
+    nan = jnp.full_like(x0, jnp.nan)
+    false = jnp.zeros(x0.shape, bool)
+    start = _Line(
+        lo, hi, nan, nan, nan, nan, false, false, x0, jnp.full_like(x0, -jnp.inf), nan, nan
+    )
+
+    def step(i, line):
+        t = jnp.where(i == 0, x0, _candidate(line))
+        return _update(line, t, *value_slope_curvature(f, t))
+
+    line = start
+    for i in range(steps + 1):
+        line = step(i, line)
+    return line
+
+
+def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: float) -> Array:
+    """The `RefineCode` of a polished line (`first`, `last`: the grid's ends)."""
+    scale = 1.0 + jnp.abs(line.q)
+    eps = 1e3 * jnp.finfo(line.q.dtype).eps
+    flat = (jnp.abs(line.g) * spacing <= eps * scale) & (
+        jnp.abs(line.h) * spacing**2 <= eps * scale
+    )
+    # Within `tolerance` grid steps, or a few units of round-off of the point itself (in
+    # float32 the slope stops resolving steps long before 1e-7 grid steps).
+    resolution = tolerance * spacing + 64 * jnp.finfo(line.x.dtype).eps * (1.0 + jnp.abs(line.x))
+    newton = jnp.abs(line.g / jnp.where(line.h < 0, line.h, jnp.nan))
+    converged = (newton <= resolution) | (line.g == 0)
+    interior = converged & (line.h < 0)
+    lower = (line.x <= first) & (line.g <= 0)
+    upper = (line.x >= last) & (line.g >= 0)
+    constraint = ((line.g > 0) & line.hi_open) | ((line.g < 0) & line.lo_open)
+    # A kink: the slopes at both ends of the bracket are too steep for the curvature
+    # over it (at a smooth optimum they are about `|h|·width`), and the bracket has
+    # collapsed or the tangents at its ends meet at the point found (the tangent step
+    # converges to a kink quadratically from one side, long before the other end
+    # follows, and may hit it exactly, where the slope can read 0).
+    width = line.hi - line.lo
+    steep = jnp.minimum(line.g_lo, -line.g_hi) > 2 * jnp.abs(line.h) * width + eps * scale
+    tangents = (line.q_hi - line.q_lo + line.g_lo * line.lo - line.g_hi * line.hi) / (
+        line.g_lo - line.g_hi
+    )
+    meet = jnp.abs(tangents - line.x) <= resolution
+    collapsed = width <= math.sqrt(tolerance) * spacing + resolution
+    kink = (line.g_lo > 0) & (line.g_hi < 0) & steep & (collapsed | meet)
+    code = jnp.full(line.q.shape, RefineCode.unconverged, jnp.int8)
+    for test, value in (
+        (interior, RefineCode.interior),
+        (kink, RefineCode.kink),
+        (constraint, RefineCode.constraint),
+        (upper, RefineCode.upper_bound),
+        (lower, RefineCode.lower_bound),
+        (flat, RefineCode.flat),
+        (~(line.q > -jnp.inf), RefineCode.infeasible),
+    ):
+        code = jnp.where(test, jnp.int8(value), code)
+    return code
+
+
+# ----------------------------------------------------------------------------- regime
+def _joint_newton(q: Callable, actions: dict, refined: tuple[Axis, ...], grid_codes, steps):
+    """Newton steps on all refined actions at once, from the turns' result (which
+    converge only linearly where the actions interact): a step is taken where the
+    Hessian is negative definite, the point stays in the grid brackets and `q` does
+    not fall."""
+    names = tuple(a.name for a in refined)
+    brackets = [_neighbours(a.points, grid_codes[a.name]) for a in refined]
+    lower = jnp.stack([b[0] for b in brackets])
+    upper = jnp.stack([b[1] for b in brackets])
+
+    def at(x):
+        return q({**actions, **{name: x[i] for i, name in enumerate(names)}})
+
+    def step(_, carry):
+        x, value = carry
+        slope = jax.grad(at)(x)
+        curvature = jax.hessian(at)(x)
+        concave = jnp.all(jnp.linalg.eigvalsh(curvature) < 0)
+        moved = x - jnp.linalg.solve(jnp.where(concave, curvature, -jnp.eye(len(names))), slope)
+        ok = concave & jnp.all(jnp.isfinite(moved)) & jnp.all((moved >= lower) & (moved <= upper))
+        candidate = jnp.where(ok, moved, x)
+        new = at(candidate)
+        roundoff = 8 * jnp.finfo(new.dtype).eps * (1.0 + jnp.abs(value))
+        accept = ok & (new >= value - roundoff)
+        return jnp.where(accept, candidate, x), jnp.where(accept, jnp.maximum(new, value), value)
+
+    x0 = jnp.stack([actions[name] for name in names])
+    x, _ = jax.lax.fori_loop(0, steps, step, (x0, at(x0)))
+    return {**actions, **{name: x[i] for i, name in enumerate(names)}}
+
+
+def _rebased(q: Callable, actions: dict, refined: tuple[Axis, ...], lines: dict) -> dict:
+    """Each refined action's line with its slope and curvature at the joint optimum
+    (the others there too), for `classify`."""
+    out = {}
+    for axis in refined:
+
+        def along(t, axis=axis):
+            return q({**actions, axis.name: t})
+
+        value, slope, curvature = value_slope_curvature(along, actions[axis.name])
+        out[axis.name] = lines[axis.name]._replace(
+            x=actions[axis.name], q=value, g=slope, h=curvature
+        )
+    return out
+
+
+def without_derivatives(fn: Callable, *args):
+    """`fn(*args)` with no derivative with respect to `args` or anything `fn` closes
+    over (the problem's parameters and continuations): closed-over tracers are hoisted
+    into arguments (`jax.closure_convert`) and cut, so no tangent is ever traced."""
+    args = jax.lax.stop_gradient(args)
+    converted, consts = jax.closure_convert(fn, *args)
+    return converted(*args, *jax.lax.stop_gradient(consts))
+
+
+class Refined(NamedTuple):
+    """The refined choice at one state for one discrete choice (stacked: for each).
+
+    `value`: `q` at the refined point, with the derivative `q_θ` there (the envelope
+    theorem); `actions`: every continuous action, without derivatives (see
+    `with_derivatives`); `codes`: one `RefineCode` per refined action (last axis);
+    `interior`: per refined action, whether its derivative is the implicit-function one;
+    `violations`: the check violations over the grid and at the refined point.
+    """
+
+    value: Array
+    actions: dict[str, Array]
+    codes: Array
+    interior: Array
+    violations: tuple[Array, ...]
+
+
+def _neighbours(points: Array, index: Array) -> tuple[Array, Array]:
+    n = points.shape[0]
+    return points[jnp.maximum(index - 1, 0)], points[jnp.minimum(index + 1, n - 1)]
+
+
+def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refine) -> Refined:
+    """The grid search over the continuous actions at `state` (discrete actions
+    `fixed`), then each refined action polished in its bracket (`refine.rounds` turns
+    with several), the others at their best."""
+    n_discrete = len(problem.regime.discrete_actions)
+    continuous = problem.action_axes[n_discrete:]
+    names = refine.names(tuple(a.name for a in continuous))
+    refined = tuple(a for a in continuous if a.name in names)
+    shape = tuple(int(a.points.shape[0]) for a in continuous)
+
+    def q(action: dict) -> Array:
+        return problem.q(state, {**fixed, **action})[0]
+
+    def search(_):
+        top, best, rival, violations = grid_best(problem, state, fixed, continuous)
+        codes = jnp.unravel_index(best, shape)
+        grid_codes = dict(zip((a.name for a in continuous), codes, strict=True))
+        actions = {a.name: a.points[c] for a, c in zip(continuous, codes, strict=True)}
+        lines = {}
+        for _round in range(refine.rounds if len(refined) > 1 else 1):
+            for axis in refined:
+                lo, hi = _neighbours(axis.points, grid_codes[axis.name])
+
+                def along(t, axis=axis, actions=actions):
+                    return q({**actions, axis.name: t})
+
+                line = polish(along, actions[axis.name], lo, hi, refine.newton_steps)
+                actions = {**actions, axis.name: line.x}
+                lines[axis.name] = line
+        if len(refined) > 1:
+            actions = _joint_newton(q, actions, refined, grid_codes, refine.newton_steps)
+            value = q(actions)
+            lines = _rebased(q, actions, refined, lines)
+        else:
+            value = lines[refined[0].name].q if refined else top
+        results = []
+        for axis in refined:
+            line = lines[axis.name]._replace(q=value)
+            lo, hi = _neighbours(axis.points, grid_codes[axis.name])
+            spacing = jnp.where(hi - lo > 0, hi - lo, 1.0) / jnp.where(
+                (grid_codes[axis.name] > 0) & (grid_codes[axis.name] < axis.points.shape[0] - 1),
+                2.0,
+                1.0,
+            )
+            results.append(
+                classify(line, axis.points[0], axis.points[-1], spacing, refine.tolerance)
+            )
+        codes_out = jnp.stack(results, axis=-1) if results else jnp.zeros((0,), jnp.int8)
+        interior = codes_out == RefineCode.interior
+        # A tie: outside the best point's box, a grid point within twice the refinement's
+        # gain of the best grid value (its own bracket could then hold a better optimum;
+        # on a smooth single-peaked objective the nearest point outside the box is lower
+        # by at least 8 gains).
+        gain = jnp.maximum(value - top, 0.0)
+        slack = 2.0 * gain + 1e3 * jnp.finfo(top.dtype).eps * (1.0 + jnp.abs(top))
+        tie = (rival > -jnp.inf) & (rival >= top - slack)
+        codes_out = jnp.where(
+            tie & (codes_out == RefineCode.interior), jnp.int8(RefineCode.tie), codes_out
+        )
+        return actions, codes_out, interior, violations
+
+    actions, codes, interior, grid_violations = without_derivatives(search, jnp.zeros(()))
+    value, violations = problem.q(state, {**fixed, **actions})
+    violations = tuple(
+        jnp.maximum(jax.lax.stop_gradient(v), g)
+        for v, g in zip(violations, grid_violations, strict=True)
+    )
+    return Refined(value, actions, codes, interior, violations)
+
+
+def with_derivatives(
+    problem: RegimeProblem, state: dict, fixed: dict, refined: Refined, refine: Refine
+) -> dict[str, Array]:
+    """The continuous actions of `refined` with the implicit function theorem's
+    derivative: one more Newton step `a* − H⁻¹ ∇_a q` over the interior refined actions
+    (`H` without derivative), whose derivative at the optimum is `−H⁻¹ Q_aθ`. The step
+    is below `tolerance` grid steps there (that is what `interior` means), and squares
+    the iteration's residual. The others keep a zero derivative."""
+    n_discrete = len(problem.regime.discrete_actions)
+    continuous = tuple(a.name for a in problem.action_axes[n_discrete:])
+    names = refine.names(continuous)
+    if not names:
+        return refined.actions
+    actions = jax.lax.stop_gradient(refined.actions)
+    point = jnp.stack([actions[name] for name in names])
+
+    def q(x):
+        moved = {**actions, **{name: x[i] for i, name in enumerate(names)}}
+        return problem.q(state, {**fixed, **moved})[0]
+
+    if len(names) == 1:
+        _, slope, curvature = value_slope_curvature(lambda t: q(t[None]), point[0])
+        slope, curvature = slope[None], jax.lax.stop_gradient(curvature)[None, None]
+    else:
+        slope = jax.grad(q)(point)
+        curvature = jax.lax.stop_gradient(jax.hessian(q)(point))
+    interior = jax.lax.stop_gradient(refined.interior)
+    both = interior[:, None] & interior[None, :]
+    eye = jnp.eye(len(names), dtype=curvature.dtype)
+    system = jnp.where(both, curvature, -eye)
+    system = jnp.where(jnp.isfinite(system), system, -eye)
+    rhs = jnp.where(interior & jnp.isfinite(slope), slope, 0.0)
+    step = -jnp.linalg.solve(system, rhs)
+    step = jnp.where(interior & jnp.isfinite(step), step, 0.0)
+    return {**actions, **{name: actions[name] + step[i] for i, name in enumerate(names)}}
+
+
+def over_discrete(problem: RegimeProblem, fn: Callable[[dict], T]) -> T:
+    """`fn(discrete action codes)` for every combination of the discrete actions
+    (outputs: one axis per discrete action, in declaration order; splayed axes in
+    chunks)."""
+    n_discrete = len(problem.regime.discrete_actions)
+    axes = problem.action_axes[:n_discrete]
+
+    def at(action: dict, depth: int):
+        if depth == n_discrete:
+            return fn(action)
+        axis = axes[depth]
+        return map_axis(
+            lambda x: at({**action, axis.name: x}, depth + 1), axis.points, axis.batch_size
+        )
+
+    return at({}, 0)

@@ -1,0 +1,310 @@
+"""`GridSearch(refine=...)`: continuous actions refined off their grids.
+
+Checked against independent references: a numpy/scipy oracle of the hours model
+(`tests/models/hours.py`), closed-form policies with one and two continuous actions, and
+central finite differences for the implicit-function derivatives.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import lcm_eqx as lcm
+from tests.models import hours, retirement
+
+jax.config.update("jax_enable_x64", True)
+
+REFINED = lcm.GridSearch(refine=True)
+UNIFORM = {"working": jnp.full((3, hours.WEALTH[2]), 1.0 / (3 * hours.WEALTH[2]))}
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    return hours.oracle(hours.PARAMS)
+
+
+def test_the_default_is_the_grid_search():
+    assert lcm.GridSearch(refine=False) == lcm.GridSearch()
+    assert lcm.GridSearch().refine is None
+    assert lcm.GridSearch(refine=True).refine == lcm.Refine()
+    assert lcm.GridSearch(refine="hours").refine == lcm.Refine(actions=("hours",))
+    with pytest.raises(lcm.ModelInitializationError, match="refine"):
+        lcm.GridSearch(refine=3)
+    with pytest.raises(lcm.ModelInitializationError, match="newton_steps"):
+        lcm.Refine(newton_steps=0)
+    with pytest.raises(lcm.ModelInitializationError, match="not continuous actions"):
+        hours.build(solver=lcm.GridSearch(refine="effort"))
+
+
+def test_refined_hours_equal_the_oracle_at_every_state_and_period(oracle):
+    values, policy = oracle
+    model = hours.build(40, solver=REFINED)
+    solution = model.solve(hours.PARAMS)
+    np.testing.assert_allclose(solution.values["working"], values, rtol=1e-12)
+    refined = model.distribution(hours.PARAMS, UNIFORM, solution).actions["working"]["hours"]
+    np.testing.assert_allclose(refined, policy, rtol=1e-10)
+    codes = lcm.refine_codes(model, hours.PARAMS, solution, "working", 0)["hours"]
+    assert codes.shape == (3, hours.WEALTH[2])
+    assert np.all(codes == lcm.RefineCode.interior)
+    # The grid search alone is as far off as its grid spacing (1.15 / 39 in hours).
+    grid = hours.build(40).distribution(hours.PARAMS, UNIFORM).actions["working"]["hours"]
+    assert 1e-3 < np.max(np.abs(grid - policy)) < 1.15 / 39
+
+
+def test_simulation_uses_the_refined_policy(oracle):
+    _, policy = oracle
+    model = hours.build(40, solver=REFINED)
+    initial = {
+        "regime": jnp.zeros(3, dtype=int),
+        "productivity": jnp.arange(3),
+        "wealth": jnp.full(3, hours.WEALTH[0]),
+    }
+    df = model.simulate(hours.PARAMS, initial, key=jax.random.key(0)).to_dataframe()
+    first = df[df["period"] == 0].sort_values("subject_id")
+    np.testing.assert_allclose(first["hours"], policy[0, :, 0], rtol=1e-10)
+
+
+def test_splayed_axes_give_the_same_refinement():
+    plain = hours.build(40, solver=REFINED).solve(hours.PARAMS).values["working"]
+    splayed = hours.build(40, solver=REFINED, hours_batch_size=7, wealth_batch_size=4)
+    np.testing.assert_array_equal(splayed.solve(hours.PARAMS).values["working"], plain)
+
+
+def _mean_hours(model, period):
+    def moment(theta):
+        params = {**hours.PARAMS, "disutility": theta[0], "risk_aversion": theta[1]}
+        return model.distribution(params, UNIFORM).mean("hours")[period]
+
+    return moment
+
+
+@pytest.mark.slow
+def test_the_gradient_of_a_distribution_moment_is_the_finite_difference():
+    theta = jnp.array([hours.PARAMS["disutility"], hours.PARAMS["risk_aversion"]])
+    moment = _mean_hours(hours.build(40, solver=REFINED), period=2)
+    gradient = jax.grad(moment)(theta)
+    step = 1e-5
+    central = [
+        (moment(theta.at[i].add(step)) - moment(theta.at[i].add(-step))) / (2 * step)
+        for i in range(2)
+    ]
+    np.testing.assert_allclose(gradient, central, rtol=1e-5)
+    assert np.all(np.abs(gradient) > 1e-2)
+    # On the grid the moment is piecewise constant in the parameters.
+    grid_moment = _mean_hours(hours.build(40), period=2)
+    np.testing.assert_array_equal(jax.grad(grid_moment)(theta), 0.0)
+
+
+@pytest.mark.slow
+def test_jit_and_vmap_of_a_refined_solve():
+    model = hours.build(40, solver=REFINED)
+    expected = model.solve(hours.PARAMS).values["working"]
+    jitted = jax.jit(model.solve)(hours.PARAMS).values["working"]
+    np.testing.assert_allclose(jitted, expected, rtol=1e-14)
+    scales = jnp.array([1.0, hours.PARAMS["disutility"]])
+    batched = jax.vmap(lambda psi: model.solve({**hours.PARAMS, "disutility": psi}))(scales)
+    np.testing.assert_allclose(batched.values["working"][1], expected, rtol=1e-14)
+
+
+# ----------------------------------------------------------------------------- closed forms
+def _labour_supply(n_hours, solver, actions=None, functions=None):
+    """One period of labour supply at wage `wage` (a state): CRRA consumption `w·h`
+    and disutility `ψ·h^(1+1/η)/(1+1/η)`, so `h = (w^(1−γ)/ψ)^(1/(γ+1/η))`."""
+
+    def utility(hours, wage, risk_aversion, disutility, frisch):
+        consumption = wage * hours
+        crra = consumption ** (1 - risk_aversion) / (1 - risk_aversion)
+        return crra - disutility * hours ** (1 + 1 / frisch) / (1 + 1 / frisch)
+
+    regime = lcm.Regime(
+        states={"wage": lcm.LinSpacedGrid(0.5, 3.0, 7)},
+        actions=actions or {"hours": lcm.LinSpacedGrid(0.05, 2.0, n_hours)},
+        functions=functions or {"utility": utility},
+        solver=solver,
+    )
+    return lcm.Model(regimes={"only": regime}, n_periods=1)
+
+
+LABOUR = {"risk_aversion": 2.0, "disutility": 1.5, "frisch": 0.5}
+
+
+@pytest.mark.slow
+def test_a_closed_form_policy_is_exact():
+    model = _labour_supply(40, REFINED)
+    wage = np.linspace(0.5, 3.0, 7)
+    gamma, psi, frisch = LABOUR["risk_aversion"], LABOUR["disutility"], LABOUR["frisch"]
+    exact = (wage ** (1 - gamma) / psi) ** (1 / (gamma + 1 / frisch))
+    mass = {"only": jnp.full(7, 1 / 7)}
+    policy = model.distribution(LABOUR, mass).actions["only"]["hours"][0]
+    np.testing.assert_allclose(policy, exact, rtol=1e-8)
+    # The derivative with respect to ψ: dh/dψ = −h / (ψ (γ + 1/η)).
+    derivative = jax.jacfwd(
+        lambda psi: model.distribution({**LABOUR, "disutility": psi}, mass).actions["only"][
+            "hours"
+        ][0]
+    )(psi)
+    np.testing.assert_allclose(derivative, -exact / (psi * (gamma + 1 / frisch)), rtol=1e-8)
+
+
+def _two_actions(refine):
+    """`log(w h) + α log(e) − ψ h²/2 − κ e h`: `h = √((1−α)/ψ)`, `e = α/(κ h)`."""
+
+    def utility(hours, effort, wage, share, disutility, cost):
+        return (
+            jnp.log(wage * hours)
+            + share * jnp.log(effort)
+            - disutility * hours**2 / 2
+            - cost * effort * hours
+        )
+
+    return _labour_supply(
+        40,
+        lcm.GridSearch(refine=refine),
+        actions={
+            "hours": lcm.LinSpacedGrid(0.05, 2.0, 40),
+            "effort": lcm.LinSpacedGrid(0.05, 2.0, 40),
+        },
+        functions={"utility": utility},
+    )
+
+
+TWO = {"share": 0.3, "disutility": 1.4, "cost": 0.6}
+
+
+@pytest.mark.slow
+def test_two_coupled_actions_are_refined_jointly():
+    # One turn each, then joint Newton steps: the turns alone converge linearly here
+    # (by 0.18 per turn: Q_he² / (Q_hh·Q_ee)), the joint steps quadratically.
+    model = _two_actions(lcm.Refine(rounds=1))
+    h = np.sqrt((1 - TWO["share"]) / TWO["disutility"])
+    e = TWO["share"] / (TWO["cost"] * h)
+    solution = model.solve(TWO)
+    best = np.log(np.linspace(0.5, 3.0, 7) * h) + TWO["share"] * np.log(e)
+    best = best - TWO["disutility"] * h**2 / 2 - TWO["cost"] * e * h
+    mass = {"only": jnp.full(7, 1 / 7)}
+    actions = model.distribution(TWO, mass, solution).actions["only"]
+    codes = lcm.refine_codes(model, TWO, solution, "only", 0)
+    np.testing.assert_allclose(solution.values["only"][0], best, rtol=1e-12)
+    np.testing.assert_allclose(actions["hours"][0], h, rtol=1e-8)
+    np.testing.assert_allclose(actions["effort"][0], e, rtol=1e-8)
+    assert all(np.all(c == lcm.RefineCode.interior) for c in codes.values())
+
+
+# ----------------------------------------------------------------------------- result codes
+CASES = ("smooth", "above", "below", "kink", "tie", "capped", "flat")
+
+
+def _cases_model():
+    """One action `h` on [0, 1] (41 points) and a state `case` choosing the objective."""
+
+    def utility(hours, case, curvature):
+        shapes = [
+            -curvature * (hours - 0.4321) ** 2,  # an interior optimum
+            -curvature * (hours - 2.0) ** 2,  # beyond the grid's last point
+            -curvature * (hours + 1.0) ** 2,  # before its first
+            -curvature * jnp.abs(hours - 0.4123),  # a kink
+            -curvature * (hours - 0.3) ** 2 * (hours - 0.7) ** 2,  # two equal peaks
+            curvature * hours,  # increasing, against the cap below
+            0.0 * hours,  # flat
+        ]
+        return jnp.select([case == i for i in range(len(shapes))], shapes)
+
+    def cap(hours, case):
+        return (case != CASES.index("capped")) | (hours <= 0.4137)
+
+    regime = lcm.Regime(
+        states={"case": lcm.DiscreteGrid(list(CASES))},
+        actions={"hours": lcm.LinSpacedGrid(0.0, 1.0, 41)},
+        functions={"utility": utility},
+        constraints={"cap": cap},
+        solver=lcm.GridSearch(refine=lcm.Refine(newton_steps=8)),
+    )
+    return lcm.Model(regimes={"only": regime}, n_periods=1)
+
+
+def test_bounds_kinks_ties_and_constraints_are_flagged_with_finite_gradients():
+    model = _cases_model()
+    params = {"curvature": 2.0}
+    solution = model.solve(params)
+    codes = np.asarray(lcm.refine_codes(model, params, solution, "only", 0)["hours"])
+    code = lcm.RefineCode
+    expected = [
+        code.interior,
+        code.upper_bound,
+        code.lower_bound,
+        code.kink,
+        code.tie,
+        code.constraint,
+        code.flat,
+    ]
+    assert codes.tolist() == [int(c) for c in expected]
+    mass = {"only": jnp.full(len(CASES), 1 / len(CASES))}
+    actions = np.asarray(model.distribution(params, mass, solution).actions["only"]["hours"][0])
+    np.testing.assert_allclose(actions[[0, 1, 2, 3]], [0.4321, 1.0, 0.0, 0.4123], rtol=1e-9)
+    assert actions[4] == pytest.approx(0.3)
+    assert 0.4137 - 0.025 / 2**8 <= actions[5] <= 0.4137
+
+    def policy(curvature):
+        return model.distribution({"curvature": curvature}, mass).actions["only"]["hours"][0]
+
+    derivative = jax.jacfwd(policy)(2.0)
+    assert np.all(np.isfinite(derivative))
+    # The optima do not move with the curvature: interior (−Q_aθ/Q_aa = 0 here) and
+    # every flagged cell alike.
+    np.testing.assert_allclose(derivative, 0.0, atol=1e-12)
+    gradient = jax.grad(lambda c: jnp.sum(model.solve({"curvature": c}).values["only"]))(2.0)
+    assert np.isfinite(gradient)
+
+
+# ----------------------------------------------------------------------------- composition
+def test_taste_shocks_on_a_discrete_action_with_refined_consumption():
+    params = {**retirement.PARAMS, "taste_shock_scale": 0.5}
+    grid = retirement.build(3, 12, 40, taste_shocks=True)
+    refined = retirement.build(3, 12, 40, taste_shocks=True, solver=REFINED)
+    on_grid, off_grid = grid.solve(params), refined.solve(params)
+    # Against the same continuation, the refined maximum of each discrete choice is at
+    # least the grid's. (Not so across solutions: below the wealth grid the next value is
+    # extrapolated linearly, with a negative weight on a node's value.)
+    v_grid = lcm.discrete_values(grid, params, on_grid, "working", 0)
+    v_refined = lcm.discrete_values(refined, params, on_grid, "working", 0)
+    assert np.all(v_refined >= v_grid - 1e-12)
+    assert np.any(v_refined > v_grid + 1e-6)
+    probabilities = lcm.choice_probabilities(refined, params, off_grid, "working", 0)
+    np.testing.assert_allclose(np.sum(probabilities, axis=-1), 1.0, rtol=1e-12)
+    initial = {"regime": jnp.zeros(4, dtype=int), "wealth": jnp.linspace(20.0, 200.0, 4)}
+    df = refined.simulate(params, initial, off_grid, key=jax.random.key(1)).to_dataframe()
+    consumed = df["consumption"].dropna().to_numpy()
+    coarse = np.linspace(1.0, 400.0, 40)
+    assert np.any(np.min(np.abs(consumed[:, None] - coarse[None]), axis=1) > 1e-6)
+    likelihood = lcm.log_likelihood(refined, params, df, solution=off_grid)
+    assert np.isfinite(likelihood)
+    codes = lcm.refine_codes(refined, params, off_grid, "working", 0)["consumption"]
+    assert codes.shape == (12, 2)
+
+
+def test_a_refined_regime_beside_a_dcegm_regime():
+    params = dict(retirement.PARAMS)
+    mixed = retirement.build(3, 12, 40, solver=retirement.dcegm(30), retired_solver=REFINED)
+    plain = retirement.build(
+        3, 12, 40, solver=retirement.dcegm(30), retired_solver=lcm.GridSearch()
+    )
+    solution = mixed.solve(params)
+    # The retirees' consumption is refined off its grid: against the same continuation
+    # their value is at least the grid's.
+    reference = plain.solve(params)
+    v_plain = lcm.discrete_values(plain, params, reference, "retired", 0)
+    v_mixed = lcm.discrete_values(mixed, params, reference, "retired", 0)
+    assert np.all(v_mixed >= v_plain - 1e-12)
+    initial = {"regime": jnp.ones(3, dtype=int), "wealth": jnp.array([30.0, 120.0, 300.0])}
+    df = mixed.simulate(params, initial, solution, key=jax.random.key(2)).to_dataframe()
+    consumed = df["consumption"].to_numpy()
+    coarse = np.linspace(1.0, 400.0, 40)
+    # Most choices are off the grid (one may sit on a grid point: consuming all wealth
+    # that happens to equal one).
+    off = np.min(np.abs(consumed[:, None] - coarse[None]), axis=1) > 1e-6
+    assert np.mean(off) > 0.5
+    codes = lcm.refine_codes(mixed, params, solution, "retired", 0)["consumption"]
+    assert set(np.unique(codes)) <= {int(c) for c in lcm.RefineCode}
