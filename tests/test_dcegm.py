@@ -502,7 +502,7 @@ def test_sharded_permanent_type_needs_no_collective():
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     result = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert result["difference"] == 0.0
+    assert result["difference"] <= 1e-13  # rounding: the sharded program fuses differently
     assert result["spec"][-1] == "skill"
     assert result["unvalidated"] == []
     assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])
@@ -841,10 +841,14 @@ def test_choices_read_only_the_regimes_they_can_move_to(monkeypatch):
     assert found["alive"] is None
     monkeypatch.setattr(_dcegm.DCEGM, "_target_groups", lambda self, problem, codes: None)
     everything = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
+    # The same solution up to rounding (the two programs fuse the reads' logarithms
+    # differently: a last bit of the values may differ).
     for name in ("working", "retired"):
-        np.testing.assert_array_equal(restricted.values[name], everything.values[name])
-        np.testing.assert_array_equal(
-            restricted.policies[name].nodes, everything.policies[name].nodes
+        np.testing.assert_allclose(
+            restricted.values[name], everything.values[name], rtol=1e-14, atol=0
+        )
+        np.testing.assert_allclose(
+            restricted.policies[name].nodes, everything.policies[name].nodes, rtol=1e-14, atol=0
         )
 
 
