@@ -40,12 +40,13 @@ class EndogenousGrid(eqx.Module):
 
     Leading axes (`...`) are the regime's discrete states and discrete actions; then the
     refined endogenous points, sorted by `m` and padded with `m = +inf`, each a row
-    `(m, c, v, mu)` (read together, so one gather fetches an interval):
+    `(m, c, v, u)` (read together, so one gather fetches an interval):
 
     Attributes:
         nodes: per point, the endogenous value of the continuous state `m` (cash on
-            hand), consumption `c`, the choice-specific value `v` and the marginal value
-            `mu = dv/dm = u'(c)`.
+            hand), consumption `c`, the choice-specific value `v` and the utility of that
+            consumption `u = u(c)` (which the read of the value between points uses;
+            the marginal value `dv/dm` is `u'(c)`).
         count: number of valid points.
         continuation0: `β·E[V']` at the borrowing limit (the constrained segment's
             continuation).
@@ -362,9 +363,9 @@ def count_at_or_below(points: Array, x: Array) -> Array:
 @jax.jit
 def _interpolate(nodes: Array, count: Array, borrowing_limit: Array, limit_point: Array, x: Array):
     """The part of `read` that does not depend on the utility: the interval of `x` (its
-    ends `(m, c, v)`, where `x` lies in it), consumption at `x`, whether `x` is below the
-    first point on the credit-constrained segment (`constrained`), past the last point
-    (`beyond`, with the value there) or above the borrowing limit (`feasible`), and a
+    ends `(m, c, v, u)` and the position in it), consumption at `x`, whether `x` is below
+    the first point on the credit-constrained segment (`constrained`), past the last
+    point (`beyond`, with that point) or above the borrowing limit (`feasible`), and a
     safe consumption at which to evaluate `u` and `u'`.
 
     With `limit_point`, the interval below the first point runs from the borrowing
@@ -378,60 +379,44 @@ def _interpolate(nodes: Array, count: Array, borrowing_limit: Array, limit_point
     last = jnp.maximum(count - 1, 1)
     k = jnp.clip(count_at_or_below(m, x) - 1, 0, last - 1)
     pair = jax.lax.dynamic_slice_in_dim(nodes, k, 2)
-    (m0, c0, v0, mu0), (m1, c1, v1, mu1) = pair[0], pair[1]
+    (m0, c0, v0, u0), (m1, c1, v1, u1) = pair[0], pair[1]
     end = jax.lax.dynamic_index_in_dim(nodes, last, keepdims=False)
     below = x < nodes[0, 0]
     # Below the first point with the limit point: the interval from (a_0, 0) to the first
-    # point (row 0, the pair's first row there).
+    # point (row 0, the pair's first row there). Its left end's value and utility are
+    # not used (`read` takes the integral back from the right end).
     to_limit = below & limit_point & (count > 0)
-    m0, c0, v0, mu0, m1, c1, v1, mu1 = (
+    m0, c0, m1, c1, v1, u1 = (
         jnp.where(to_limit, borrowing_limit, m0),
         jnp.where(to_limit, 0.0, c0),
-        jnp.where(to_limit, NEG_INF, v0),
-        jnp.where(to_limit, 1.0, mu0),
         jnp.where(to_limit, m0, m1),
         jnp.where(to_limit, c0, c1),
         jnp.where(to_limit, v0, v1),
-        jnp.where(to_limit, mu0, mu1),
+        jnp.where(to_limit, u0, u1),
     )
     h = m1 - m0
     safe_h = jnp.where(h > 0, h, 1.0)
     t = jnp.maximum(jnp.where(h > 0, (x - m0) / safe_h, 1.0), 0.0)
     consumption = c0 + t * (c1 - c0)
-    # Past the last point, linear in the last slope (consumption stays the last point's).
+    # Past the last point consumption stays the last point's (and the value is linear in
+    # its marginal utility, `read`).
     beyond = x > end[0]
-    beyond_value = end[2] + end[3] * (x - end[0])
+    consumption = jnp.where(beyond, end[1], consumption)
     constrained = below & ~to_limit
     feasible = x > borrowing_limit
     c_constrained = jnp.where(feasible, x - borrowing_limit, 1.0)
     consumption = jnp.where(constrained, c_constrained, consumption)
     safe_consumption = jnp.where(feasible & (consumption > 0), consumption, 1.0)
-    interval = (m0, c0, v0, mu0, m1, c1, v1, mu1, jnp.minimum(t, 1.0))
-    return (
-        consumption,
-        interval,
-        to_limit,
-        constrained,
-        beyond,
-        beyond_value,
-        feasible,
-        safe_consumption,
-    )
+    interval = (m0, c0, v0, u0, m1, c1, v1, u1, jnp.minimum(t, 1.0))
+    flags = (constrained, beyond, feasible)
+    return consumption, interval, flags, end, safe_consumption
 
 
-# Below this relative change of consumption, the divided difference of `u` between two
-# consumptions is the mean of `u'` at both (its rounding would otherwise dominate).
-_CLOSE = 1e-5
-
-
-def _divided_difference(u_a, u_b, a, b, mu_a, mu_b):
-    """`(u(b) − u(a)) / (b − a)`, the mean marginal utility between consumptions `a` and
-    `b`; the trapezoid `(u'(a) + u'(b)) / 2` where they are close (relative `_CLOSE`)."""
-    gap = b - a
-    close = jnp.abs(gap) <= _CLOSE * (jnp.abs(a) + jnp.abs(b))
-    safe_gap = jnp.where(close, 1.0, gap)
-    safe_rise = jnp.where(close, 0.0, u_b - u_a)
-    return jnp.where(close, 0.5 * (mu_a + mu_b), safe_rise / safe_gap)
+# Below this relative change of consumption across an interval, the value is linear in
+# it (exact for constant consumption): the correction for the curvature of `u` is then
+# below `ρ·1e-7/8` of the interval's value increment, and its rounding
+# (`eps·|u| / (u'·Δc)` of it) would be larger.
+_CLOSE = 1e-7
 
 
 def read(
@@ -445,13 +430,14 @@ def read(
 ) -> tuple[Array, Array, Array]:
     """Consumption, value and marginal value of one choice at cash on hand `x`.
 
-    `nodes` are the rows `(m, c, v, mu)` of one choice's `EndogenousGrid`. Between two
+    `nodes` are the rows `(m, c, v, u)` of one choice's `EndogenousGrid`. Between two
     points consumption is linear, and the value is what that consumption gives: by the
     envelope theorem `dV/dm = u'(c(m))`, so from the left point `V = v_0 + ∫ u'(c)` =
-    `v_0 + (u(c(x)) − u(c_0))·(x − m_0)/(c(x) − c_0)`, and likewise back from the right
+    `v_0 + (u(c(x)) − u_0)·(x − m_0)/(c(x) − c_0)`, and likewise back from the right
     point; the value is their average weighted by the position in the interval (both
     agree where consumption is exactly linear, as with CRRA utility and no income, and
-    the read is then exact). Past the last point the value is linear in the last slope.
+    the read is then exact). Past the last point consumption stays the last point's and
+    the value is linear in its marginal utility.
 
     Below the first point the agent consumes down to the borrowing limit (exact:
     `u(x − a_0) + β·E[V'](a_0)`), unless saving exactly the limit has value `-inf`
@@ -463,35 +449,28 @@ def read(
     value `-inf`.
     """
     limit_point = continuation0 == NEG_INF
-    (
-        consumption,
-        interval,
-        to_limit,
-        constrained,
-        beyond,
-        beyond_value,
-        feasible,
-        safe_consumption,
-    ) = _interpolate(nodes, count, borrowing_limit, limit_point, x)
-    m0, c0, v0, mu_0, m1, c1, v1, mu_1, s = interval
+    consumption, interval, flags, end, safe_consumption = _interpolate(
+        nodes, count, borrowing_limit, limit_point, x
+    )
+    m0, c0, v0, u0, m1, c1, v1, u1, s = interval
+    constrained, beyond, feasible = flags
     marginal_value = marginal(safe_consumption)
     u_x = utility(safe_consumption)
-    # Each end's utility at a safe consumption (the limit point's 0 and the padding's
-    # are never used: a `where` after them would differentiate them).
-    safe_c0 = jnp.where(c0 > 0, c0, 1.0)
-    safe_c1 = jnp.where(c1 > 0, c1, 1.0)
-    u_0, u_1 = utility(safe_c0), utility(safe_c1)
-    # Distances to the ends, 0 at a padding row (`m = +inf`), whose product with the
-    # divided difference would otherwise give a NaN derivative.
-    to_left = jnp.where(jnp.isfinite(m0), x - m0, 0.0)
-    to_right = jnp.where(jnp.isfinite(m1), m1 - x, 0.0)
-    rise_left = _divided_difference(u_0, u_x, safe_c0, safe_consumption, mu_0, marginal_value)
-    rise_right = _divided_difference(u_x, u_1, safe_consumption, safe_c1, marginal_value, mu_1)
-    from_left = v0 + rise_left * to_left
-    from_right = v1 - rise_right * to_right
-    left_ok = (c0 > 0) & jnp.isfinite(v0) & ~to_limit
-    safe_left = jnp.where(left_ok, from_left, 0.0)
-    value = jnp.where(left_ok, (1 - s) * safe_left + s * from_right, from_right)
+    # On the interval, c(x) − c_0 = t·Δc and x − m_0 = t·h, so the integral from the left
+    # is `(u(c(x)) − u_0)·h/Δc`, the one back from the right `(u_1 − u(c(x)))·h/Δc`, and
+    # their weighted average `(1 − s)·v_0 + s·v_1 + (u(c(x)) − (1 − s)·u_0 − s·u_1)·h/Δc`
+    # (one division). Where consumption barely changes, the value is linear.
+    h = jnp.where(jnp.isfinite(m1) & jnp.isfinite(m0), m1 - m0, 0.0)
+    rise = c1 - c0
+    close = jnp.abs(rise) <= _CLOSE * (jnp.abs(c0) + jnp.abs(c1))
+    run = jnp.where(close, 0.0, h) / jnp.where(close, 1.0, rise)
+    # The left end is not used where it is the limit point (consumption 0) or padding.
+    left_ok = (c0 > 0) & jnp.isfinite(v0)
+    safe_v0, safe_u0 = jnp.where(left_ok, v0, 0.0), jnp.where(left_ok, u0, 0.0)
+    linear = safe_v0 + s * (v1 - safe_v0)
+    chord = safe_u0 + s * (u1 - safe_u0)
+    value = jnp.where(left_ok, linear + (u_x - chord) * run, v1 - (u1 - u_x) * run)
+    beyond_value = end[2] + marginal_value * jnp.where(beyond, x - end[0], 0.0)
     value = jnp.where(beyond, beyond_value, value)
     value = jnp.where(constrained, u_x + continuation0, value)
     value = jnp.where(feasible, value, NEG_INF)

@@ -837,15 +837,17 @@ class DCEGM(AbstractSolver):
         `c > 0` for every finite right-hand side, and where saving exactly the borrowing
         limit leads nowhere feasible (no income at the limit) consumption falls to 0 at
         the limit. Tested at `c = 0` itself (`u'(0) = +inf` by automatic
-        differentiation, as for log and CRRA utility). It also needs `u(0) = -inf` where
-        the state grid reaches the limit: the value it gives at the limit is `-inf`
-        (CRRA utility with risk aversion below 1 is finite there)."""
+        differentiation, as for log and CRRA utility, or `u(0) = -inf`). It also needs
+        `u(0) = -inf` where the state grid reaches the limit: the value it gives at the
+        limit is `-inf` (CRRA utility with risk aversion below 1 is finite there)."""
         utility, marginal = self._utility(problem, discrete)
         zero = jnp.zeros((), savings.dtype)
         slope, level = jax.lax.stop_gradient((marginal(zero), utility(zero)))
         position = problem.regime.states.index(self.state)
         lowest = jnp.min(problem.state_axes[position].points)
-        bounded = jnp.isfinite(slope)
+        # u(0) = -inf also makes u' unbounded near 0 (u is concave): a utility guarded by
+        # `where(c > 0, log(c), -inf)` has derivative 0 at 0 itself.
+        bounded = jnp.isfinite(slope) & (level > NEG_INF)
         finite_at_limit = jnp.isfinite(level) & (lowest <= savings[0])
         # 2: u'(0) finite; 1: u(0) finite at a state on the limit (the message says which).
         return jnp.where(bounded, 2.0, jnp.where(finite_at_limit, 1.0, 0.0))
@@ -908,6 +910,13 @@ class DCEGM(AbstractSolver):
         nodes, count = self.upper_envelope(
             raw["m"], raw["c"], raw["v"], raw["mu"], constrained_value, marginal, **extra
         )
+        # The grid's rows carry u(c) in place of the envelope's u'(c): the read of the
+        # value between two points needs each end's utility, and computing it once here
+        # is cheaper than at every read (see `read`).
+        c = nodes[:, 1]
+        positive = c > 0
+        u = jnp.where(positive, utility(jnp.where(positive, c, 1.0)), 0.0)
+        nodes = jnp.concatenate([nodes[:, :3], u[:, None]], axis=1)
         return {
             "nodes": nodes,
             "count": count,
