@@ -163,6 +163,43 @@ def _limit(f: Failure) -> str:
     )
 
 
+def _euler(f: Failure) -> str:
+    action = f.check.partition(":")[2].partition(":")[2]
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, action {action!r}, period {f.period}: "
+        f"DCEGM inverts the Euler equation u'({action}) = β·E[R·V'_m] at each savings point, "
+        f"but at some no {action} > 0 solves it (u' misses by a relative {f.size:.3g}). The "
+        f"marginal utility stays below what the equation asks as {action} falls to 0, so the "
+        f"optimal {action} there is <= 0, outside DCEGM's class: it needs u'({action}) -> inf "
+        f"as {action} -> 0 (log or CRRA utility). Solve this regime with GridSearch() and an "
+        f"action grid that reaches the optimum. (With DCEGM(inverse_marginal_utility=...), "
+        "check that function; with a utility Newton's method inverts slowly, raise "
+        "newton_steps.)"
+    )
+
+
+def _inada(f: Failure) -> str:
+    action = f.check.partition(":")[2].partition(":")[2]
+    where = (
+        f"Regime {f.regime!r}, function {f.function!r}, action {action!r}, period {f.period}: "
+        f"outside DCEGM's class at {action} = 0: "
+    )
+    if f.size > 1:
+        return where + (
+            f"its marginal utility u'({action}) stays finite as {action} falls to 0, so the "
+            f"optimal {action} may be <= 0, or saving more than the borrowing limit may be "
+            f"optimal where DCEGM takes it as binding. DCEGM needs u'({action}) -> inf as "
+            f"{action} -> 0 (log or CRRA utility); solve this regime with GridSearch() and an "
+            "action grid that reaches the optimum."
+        )
+    return where + (
+        f"its utility is finite at {action} = 0 (CRRA with risk aversion < 1), and the "
+        "state grid reaches the borrowing limit savings[0], where DCEGM gives the value "
+        "-inf (it needs u -> -inf as consumption falls to 0 there). Start the state grid "
+        "above savings[0], or solve this regime with GridSearch()."
+    )
+
+
 def _index(f: Failure) -> str:
     detail = f.check.partition(":")[2].partition(":")[2]
     return (
@@ -231,6 +268,8 @@ CHECKS: dict[str, CheckKind] = {
     "infeasible": CheckKind(InfeasibleStateError, _infeasible),  # a simulated subject
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
     "limit": CheckKind(ModelInitializationError, _limit),  # DCEGM's borrowing limit
+    "euler": CheckKind(ModelInitializationError, _euler),  # DCEGM's Euler inversion
+    "inada": CheckKind(ModelInitializationError, _inada),  # DCEGM's utility at 0
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds
     "aggregator": CheckKind(InvalidParamsError, _aggregator),  # an aggregator parameter
     "positive": CheckKind(ModelInitializationError, _positive),  # utility under EpsteinZin

@@ -5,9 +5,10 @@ from the Euler equation at each exogenous savings point `a_j` (`m_j = a_j + c_j`
 the continuation is not concave (future discrete choices), `m_j` folds back and some
 points are not optimal: the **upper envelope** drops them and inserts the points where
 the optimal branch switches. The result, an `EndogenousGrid`, is read at any `m` with
-the exact credit-constrained segment below its first point (`c = m − a_0`), cubic
-Hermite interpolation of the value (the slopes are known exactly: `dv/dm = u'(c)`) and
-linear interpolation of consumption above it.
+the exact credit-constrained segment below its first point (`c = m − a_0`; or, with no
+income at the limit, consumption rising from 0 at the limit), linear interpolation of
+consumption above it and the value that consumption gives (`dv/dm = u'(c)` integrated
+along it: exact where consumption is linear).
 
 Everything here works on fixed-size arrays (dropped points are padded to the end with
 `m = +inf`), so it is jit-, vmap- and grad-able.
@@ -39,12 +40,13 @@ class EndogenousGrid(eqx.Module):
 
     Leading axes (`...`) are the regime's discrete states and discrete actions; then the
     refined endogenous points, sorted by `m` and padded with `m = +inf`, each a row
-    `(m, c, v, mu)` (read together, so one gather fetches an interval):
+    `(m, c, v, u)` (read together, so one gather fetches an interval):
 
     Attributes:
         nodes: per point, the endogenous value of the continuous state `m` (cash on
-            hand), consumption `c`, the choice-specific value `v` and the marginal value
-            `mu = dv/dm = u'(c)`.
+            hand), consumption `c`, the choice-specific value `v` and the utility of that
+            consumption `u = u(c)` (which the read of the value between points uses;
+            the marginal value `dv/dm` is `u'(c)`).
         count: number of valid points.
         continuation0: `β·E[V']` at the borrowing limit (the constrained segment's
             continuation).
@@ -359,11 +361,15 @@ def count_at_or_below(points: Array, x: Array) -> Array:
 
 
 @jax.jit
-def _interpolate(nodes: Array, count: Array, borrowing_limit: Array, x: Array):
-    """The part of `read` that does not depend on the utility: consumption and the
-    Hermite value at `x`, whether `x` is below the first point (`constrained`) and
-    above the borrowing limit (`feasible`), the constrained consumption and a safe
-    consumption at which to evaluate `u'`.
+def _interpolate(nodes: Array, count: Array, borrowing_limit: Array, limit_point: Array, x: Array):
+    """The part of `read` that does not depend on the utility: the interval of `x` (its
+    ends `(m, c, v, u)` and the position in it), consumption at `x`, whether `x` is below
+    the first point on the credit-constrained segment (`constrained`), past the last
+    point (`beyond`, with that point) or above the borrowing limit (`feasible`), and a
+    safe consumption at which to evaluate `u` and `u'`.
+
+    With `limit_point`, the interval below the first point runs from the borrowing
+    limit with consumption 0 (`(a_0, 0)`) to the first point (see `read`).
 
     Jitted so that its trace is reused by every read of a solve (each regime, target
     and discrete choice traces `read` again; its arithmetic is a good part of tracing);
@@ -373,30 +379,44 @@ def _interpolate(nodes: Array, count: Array, borrowing_limit: Array, x: Array):
     last = jnp.maximum(count - 1, 1)
     k = jnp.clip(count_at_or_below(m, x) - 1, 0, last - 1)
     pair = jax.lax.dynamic_slice_in_dim(nodes, k, 2)
-    (m0, c0, v0, mu0), (m1, c1, v1, mu1) = pair[0], pair[1]
+    (m0, c0, v0, u0), (m1, c1, v1, u1) = pair[0], pair[1]
     end = jax.lax.dynamic_index_in_dim(nodes, last, keepdims=False)
+    below = x < nodes[0, 0]
+    # Below the first point with the limit point: the interval from (a_0, 0) to the first
+    # point (row 0, the pair's first row there). Its left end's value and utility are
+    # not used (`read` takes the integral back from the right end).
+    to_limit = below & limit_point & (count > 0)
+    m0, c0, m1, c1, v1, u1 = (
+        jnp.where(to_limit, borrowing_limit, m0),
+        jnp.where(to_limit, 0.0, c0),
+        jnp.where(to_limit, m0, m1),
+        jnp.where(to_limit, c0, c1),
+        jnp.where(to_limit, v0, v1),
+        jnp.where(to_limit, u0, u1),
+    )
     h = m1 - m0
     safe_h = jnp.where(h > 0, h, 1.0)
     t = jnp.maximum(jnp.where(h > 0, (x - m0) / safe_h, 1.0), 0.0)
-    # Hermite basis on [m0, m1] (t clipped to it: outside, the branches below take over,
-    # and a far-off t would give the unused branch infinite derivatives); past the last
-    # point, linear in the last slope.
-    s = jnp.minimum(t, 1.0)
-    t2, t3 = s * s, s * s * s
-    hermite = (
-        (2 * t3 - 3 * t2 + 1) * v0
-        + (t3 - 2 * t2 + s) * h * mu0
-        + (-2 * t3 + 3 * t2) * v1
-        + (t3 - t2) * h * mu1
-    )
-    value = jnp.where(x > end[0], end[2] + end[3] * (x - end[0]), hermite)
     consumption = c0 + t * (c1 - c0)
-    constrained = x < nodes[0, 0]
+    # Past the last point consumption stays the last point's (and the value is linear in
+    # its marginal utility, `read`).
+    beyond = x > end[0]
+    consumption = jnp.where(beyond, end[1], consumption)
+    constrained = below & ~to_limit
     feasible = x > borrowing_limit
     c_constrained = jnp.where(feasible, x - borrowing_limit, 1.0)
     consumption = jnp.where(constrained, c_constrained, consumption)
     safe_consumption = jnp.where(feasible & (consumption > 0), consumption, 1.0)
-    return consumption, value, constrained, feasible, c_constrained, safe_consumption
+    interval = (m0, c0, v0, u0, m1, c1, v1, u1, jnp.minimum(t, 1.0))
+    flags = (constrained, beyond, feasible)
+    return consumption, interval, flags, end, safe_consumption
+
+
+# Below this relative change of consumption across an interval, the value is linear in
+# it (exact for constant consumption): the correction for the curvature of `u` is then
+# below `ρ·1e-7/8` of the interval's value increment, and its rounding
+# (`eps·|u| / (u'·Δc)` of it) would be larger.
+_CLOSE = 1e-7
 
 
 def read(
@@ -410,16 +430,48 @@ def read(
 ) -> tuple[Array, Array, Array]:
     """Consumption, value and marginal value of one choice at cash on hand `x`.
 
-    `nodes` are the rows `(m, c, v, mu)` of one choice's `EndogenousGrid`. Below the
-    first point the agent consumes down to the borrowing limit (exact:
-    `u(x − a_0) + β·E[V'](a_0)`); above it, cubic Hermite for the value (slopes `u'(c)`)
-    and linear for consumption, extrapolated linearly past the last point. `x` at or
-    below the borrowing limit has no feasible consumption: value `-inf`.
+    `nodes` are the rows `(m, c, v, u)` of one choice's `EndogenousGrid`. Between two
+    points consumption is linear, and the value is what that consumption gives: by the
+    envelope theorem `dV/dm = u'(c(m))`, so from the left point `V = v_0 + ∫ u'(c)` =
+    `v_0 + (u(c(x)) − u_0)·(x − m_0)/(c(x) − c_0)`, and likewise back from the right
+    point; the value is their average weighted by the position in the interval (both
+    agree where consumption is exactly linear, as with CRRA utility and no income, and
+    the read is then exact). Past the last point consumption stays the last point's and
+    the value is linear in its marginal utility.
+
+    Below the first point the agent consumes down to the borrowing limit (exact:
+    `u(x − a_0) + β·E[V'](a_0)`), unless saving exactly the limit has value `-inf`
+    next period (`continuation0` is `-inf`: no income at the limit). Consumption then
+    goes to 0 at the limit (`u'(c) = β·E[R·V'_m] → ∞`), the point `(a_0, 0)` belongs to
+    the policy: below the first point consumption is linear from 0 at the limit, and
+    the value is the first point's less `∫ u'(c)` back to `x` (finite above the limit,
+    `-inf` only at it). `x` at or below the borrowing limit has no feasible consumption:
+    value `-inf`.
     """
-    consumption, value, constrained, feasible, c_constrained, safe_consumption = _interpolate(
-        nodes, count, borrowing_limit, x
+    limit_point = continuation0 == NEG_INF
+    consumption, interval, flags, end, safe_consumption = _interpolate(
+        nodes, count, borrowing_limit, limit_point, x
     )
+    m0, c0, v0, u0, m1, c1, v1, u1, s = interval
+    constrained, beyond, feasible = flags
     marginal_value = marginal(safe_consumption)
-    value = jnp.where(constrained, utility(c_constrained) + continuation0, value)
+    u_x = utility(safe_consumption)
+    # On the interval, c(x) − c_0 = t·Δc and x − m_0 = t·h, so the integral from the left
+    # is `(u(c(x)) − u_0)·h/Δc`, the one back from the right `(u_1 − u(c(x)))·h/Δc`, and
+    # their weighted average `(1 − s)·v_0 + s·v_1 + (u(c(x)) − (1 − s)·u_0 − s·u_1)·h/Δc`
+    # (one division). Where consumption barely changes, the value is linear.
+    h = jnp.where(jnp.isfinite(m1) & jnp.isfinite(m0), m1 - m0, 0.0)
+    rise = c1 - c0
+    close = jnp.abs(rise) <= _CLOSE * (jnp.abs(c0) + jnp.abs(c1))
+    run = jnp.where(close, 0.0, h) / jnp.where(close, 1.0, rise)
+    # The left end is not used where it is the limit point (consumption 0) or padding.
+    left_ok = (c0 > 0) & jnp.isfinite(v0)
+    safe_v0, safe_u0 = jnp.where(left_ok, v0, 0.0), jnp.where(left_ok, u0, 0.0)
+    linear = safe_v0 + s * (v1 - safe_v0)
+    chord = safe_u0 + s * (u1 - safe_u0)
+    value = jnp.where(left_ok, linear + (u_x - chord) * run, v1 - (u1 - u_x) * run)
+    beyond_value = end[2] + marginal_value * jnp.where(beyond, x - end[0], 0.0)
+    value = jnp.where(beyond, beyond_value, value)
+    value = jnp.where(constrained, u_x + continuation0, value)
     value = jnp.where(feasible, value, NEG_INF)
     return consumption, value, marginal_value

@@ -77,6 +77,35 @@ from ._rows import (
     row_utility,
 )
 
+
+def limit_margin(savings: Array) -> Array:
+    """How far above and below the borrowing limit `savings[0]` the check
+    `<constraint>:limit` tests the constraint: a millionth of the first savings step,
+    and at least 64 roundings of the numbers involved (the constraint's
+    arithmetic at the limit is exact only up to those)."""
+    rounding = 64 * jnp.finfo(savings.dtype).eps * (1.0 + jnp.abs(savings[0]) + REFERENCE_ACTION)
+    return jnp.maximum(1e-6 * (savings[1] - savings[0]), rounding)
+
+
+# The relative miss `|u'(c) / q − 1|` of the inverted Euler equation above which the
+# check `utility:euler` fails (Newton's method converges to rounding; the user's
+# inverse should too).
+EULER_TOLERANCE = 1e-6
+
+
+def euler_miss(mu: Array, target: Array, expected: Array) -> Array:
+    """At each savings point, how far the consumption found misses the Euler equation
+    `u'(c) = q` (`mu = u'(c)`, `target = q`), relative; 0 where it is solved or where the
+    point is not used (next period's value `-inf`). A NaN consumption misses by 1.
+
+    No `c > 0` solves it where `q` exceeds every value of `u'` (bounded as `c ↓ 0`: the
+    optimal consumption there is `≤ 0`), and Newton's method then drifts towards 0."""
+    miss = jnp.abs(mu / target - 1.0)
+    used = jnp.isfinite(expected) & jnp.isfinite(target)
+    missed = used & ~(miss <= EULER_TOLERANCE)
+    return jnp.where(missed, jnp.where(jnp.isnan(miss), 1.0, miss), 0.0)
+
+
 # Consumption where the continuation's marginal value vanishes (after the last period):
 # the Euler equation has no finite solution, every point is credit constrained.
 CONSUMPTION_CAP = 1e8
@@ -107,9 +136,11 @@ class DCEGM(AbstractSolver):
     the regime transition and the discrete state transitions must not depend on either.
     Constraints that involve `state` or `action` are the borrowing limit, which the
     method takes from `savings` (its first point): when solving, each must allow saving
-    exactly `savings[0]` and forbid saving less. Any number of discrete actions and
-    discrete, process and Markov states, taste shocks and stochastic regime transitions
-    work as with `GridSearch`.
+    exactly `savings[0]` and forbid saving less. The marginal utility must grow without
+    bound as `action` falls to 0 (log, CRRA), and where the state grid reaches the limit
+    the utility must be `-inf` at 0 (checked when solving: `utility:inada`). Any number
+    of discrete actions and discrete, process and Markov states, taste shocks and
+    stochastic regime transitions work as with `GridSearch`.
 
     Example:
         >>> savings = IrregSpacedGrid(points=[400.0 * (i / 199) ** 3 for i in range(200)])
@@ -253,9 +284,14 @@ class DCEGM(AbstractSolver):
     def extra_checks(self, regime: RegimePlan) -> tuple[str, ...]:
         # The law of motion of `state` must go through savings, and each constraint on
         # `state` or `action` must bind exactly at the savings grid's first point.
+        # The utility must be in the method's class at zero consumption
+        # (`utility:inada`), and the Euler equation solved with positive consumption at
+        # every savings point (`utility:euler`).
         return (
             f"next_{self.state}:savings",
             *(f"{key}:limit" for key in self._limit_constraints(regime)),
+            f"utility:inada:{self.action}",
+            f"utility:euler:{self.action}",
         )
 
     def compiler_options(self) -> dict[str, Any]:
@@ -298,7 +334,8 @@ class DCEGM(AbstractSolver):
                 return self._last_period_grid(problem, continuation)
             raw = self._inverted(problem, discrete, continuation, savings)
             utility, marginal = self._utility(problem, discrete)
-            return self._refine(utility, marginal, materialized(raw), savings)
+            refined = self._refine(utility, marginal, materialized(raw), savings)
+            return {**refined, "euler": jnp.max(raw["euler"])}
 
         # Where every choice can move to the same subset of the targets, only those
         # are read (the choices of a splayed or sharded axis are not grouped).
@@ -306,7 +343,21 @@ class DCEGM(AbstractSolver):
         groups = self._target_groups(problem, codes)
         targets = groups[0][1] if groups is not None and len(groups) == 1 else None
         policy, violations, _ = self._lift_choices(problem, at_choice, targets)
+        if "euler" in policy:
+            policy = dict(policy)
+            violations = self._with_euler_check(problem, violations, policy.pop("euler"))
         return self._period_solution(problem, policy, violations)
+
+    def _with_euler_check(self, problem: RegimeProblem, violations: Array, miss: Array) -> Array:
+        """The choices' check violations (`(*choices, n_checks)`) with the column of the
+        check `utility:euler` raised to `miss` (`(*choices,)`: how far the inverted Euler
+        equation misses, its worst savings point; see `euler_miss`)."""
+        if not problem.validate:
+            return violations
+        checks = (*problem.checks, *self.extra_checks(problem.regime))
+        column = np.zeros(len(checks))
+        column[checks.index(f"utility:euler:{self.action}")] = 1.0
+        return jnp.maximum(violations, miss[..., None].astype(violations.dtype) * column)
 
     def _last_period_grid(self, problem: RegimeProblem, continuation) -> dict[str, Array]:
         """The refined grids of choices (leading axes: any) in the model's last period,
@@ -603,6 +654,16 @@ class DCEGM(AbstractSolver):
                     read, consumptions, strict=True
                 )
             ]
+            violations = [
+                self._with_euler_check(
+                    problem,
+                    violation,
+                    one_kernel_reduce(jax.lax.max, 0.0, raw["euler"], 1).reshape(shape),
+                )
+                for problem, violation, raw, shape in zip(
+                    problems, violations, raws, shapes, strict=True
+                )
+            ]
             rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
             refined = self._refine_rows(blocks, row_codes, materialized(rows), savings)
         choice_values = (
@@ -707,22 +768,27 @@ class DCEGM(AbstractSolver):
             if key not in limits:  # constraints on discrete variables: is the choice allowed
                 feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
         # The borrowing limit is savings[0]: each constraint on the state or the action
-        # must allow saving exactly that and forbid saving a little less (else the model
-        # solved would not be the one written).
+        # must allow saving that much and forbid saving less (else the model solved would
+        # not be the one written). Tested a little above and below it (by `limit_margin`),
+        # so that the rounding of the constraint's own arithmetic (`c <= b + θ` with
+        # savings from `-θ`) does not count.
         limit_violations = {}
         if checks:
-            below = {
-                **at_limit,
-                self.state: at_limit[self.state] - 1e-6 * (1.0 + jnp.abs(savings[0])),
-            }
-            evaluate_below = problem.evaluator(below)
+            margin = limit_margin(savings)
+            evaluate_above, evaluate_below = (
+                problem.evaluator({**at_limit, self.state: at_limit[self.state] + shift})
+                for shift in (margin, -margin)
+            )
             for key in limits:
                 constraint = problem.regime.constraints[key]
-                allowed = jnp.asarray(evaluate(constraint)).astype(bool)
+                allowed = jnp.asarray(evaluate_above(constraint)).astype(bool)
                 allowed_below = jnp.asarray(evaluate_below(constraint)).astype(bool)
                 limit_violations[f"{key}:limit"] = jnp.where(
                     feasible & ~(allowed & ~allowed_below), 1.0, 0.0
                 )
+            limit_violations[f"utility:inada:{self.action}"] = self._inada_violation(
+                problem, discrete, savings
+            )
 
         def at_savings(a):
             return expected_at_savings(
@@ -760,6 +826,32 @@ class DCEGM(AbstractSolver):
         }
         return continuation, violations
 
+    def _inada_violation(
+        self, problem: RegimeProblem, discrete: dict[str, Array], savings: Array
+    ) -> Array:
+        """Where the choice's utility is outside DC-EGM's class at zero consumption (the
+        check `utility:inada`): 2 for a finite `u'(0)`, 1 for a finite `u(0)` where the
+        state grid reaches the limit, else 0.
+
+        The method needs `u'(c) → ∞` as `c ↓ 0`: then the Euler equation has a solution
+        `c > 0` for every finite right-hand side, and where saving exactly the borrowing
+        limit leads nowhere feasible (no income at the limit) consumption falls to 0 at
+        the limit. Tested at `c = 0` itself (`u'(0) = +inf` by automatic
+        differentiation, as for log and CRRA utility, or `u(0) = -inf`). It also needs
+        `u(0) = -inf` where the state grid reaches the limit: the value it gives at the
+        limit is `-inf` (CRRA utility with risk aversion below 1 is finite there)."""
+        utility, marginal = self._utility(problem, discrete)
+        zero = jnp.zeros((), savings.dtype)
+        slope, level = jax.lax.stop_gradient((marginal(zero), utility(zero)))
+        position = problem.regime.states.index(self.state)
+        lowest = jnp.min(problem.state_axes[position].points)
+        # u(0) = -inf also makes u' unbounded near 0 (u is concave): a utility guarded by
+        # `where(c > 0, log(c), -inf)` has derivative 0 at 0 itself.
+        bounded = jnp.isfinite(slope) & (level > NEG_INF)
+        finite_at_limit = jnp.isfinite(level) & (lowest <= savings[0])
+        # 2: u'(0) finite; 1: u(0) finite at a state on the limit (the message says which).
+        return jnp.where(bounded, 2.0, jnp.where(finite_at_limit, 1.0, 0.0))
+
     def _inverted(
         self,
         problem: RegimeProblem,
@@ -776,22 +868,24 @@ class DCEGM(AbstractSolver):
         marginal_expected = continuation["marginal_expected"]
         beta = problem.discount_factor(problem.evaluator(discrete))
         utility, marginal = self._utility(problem, discrete)
+        cap = marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype))
+        target = euler_target(beta, marginal_expected, cap)
         if consumption is None:
-            cap = marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype))
-            target = euler_target(beta, marginal_expected, cap)
             consumption = self._invert(problem, discrete, marginal, target)
         m = savings + consumption
         v = plus_discounted(utility(consumption), beta, expected)
         finite = jnp.isfinite(v) & jnp.isfinite(m)
         m = jnp.where(finite, m, jnp.inf)
         v = jnp.where(finite, v, NEG_INF)
+        mu = marginal(consumption)
         raw = {
             "m": m,
             "c": consumption,
             "v": v,
-            "mu": marginal(consumption),
+            "mu": mu,
             "continuation0": plus_discounted(0.0, beta, expected[0]),
             "feasible": continuation["feasible"],
+            "euler": euler_miss(mu, target, expected),
         }
         return raw
 
@@ -816,6 +910,13 @@ class DCEGM(AbstractSolver):
         nodes, count = self.upper_envelope(
             raw["m"], raw["c"], raw["v"], raw["mu"], constrained_value, marginal, **extra
         )
+        # The grid's rows carry u(c) in place of the envelope's u'(c): the read of the
+        # value between two points needs each end's utility, and computing it once here
+        # is cheaper than at every read (see `read`).
+        c = nodes[:, 1]
+        positive = c > 0
+        u = jnp.where(positive, utility(jnp.where(positive, c, 1.0)), 0.0)
+        nodes = jnp.concatenate([nodes[:, :3], u[:, None]], axis=1)
         return {
             "nodes": nodes,
             "count": count,
