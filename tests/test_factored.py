@@ -250,3 +250,23 @@ def test_factored_with_a_sharded_type_equals_the_plain_product_without_collectiv
     assert report["max_difference"] < 1e-12
     assert report["factored_collectives"] == []
     assert report["sharded"] == ["patience"]
+
+
+def test_factored_solve_compiles_once_for_new_parameter_values():
+    import equinox as eqx
+
+    model = build(lcm.GridSearch())
+    totals = []
+
+    @jax.jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def solve(p):
+        return model.solve(p).values
+
+    base = params()
+    for disutility in (0.6, 0.7, 0.8):
+        p = {k: dict(v) for k, v in base.items()}
+        p["alive"]["utility"] = {"disutility": disutility}
+        values = solve(p)["alive"]
+        totals.append(float(jnp.sum(jnp.where(jnp.isfinite(values), values, 0.0))))
+    assert len(set(totals)) == 3  # the values moved; the program did not recompile
