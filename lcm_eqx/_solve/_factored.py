@@ -39,6 +39,9 @@ from ._kernel import RegimeProblem
 # (points times equations per point).
 _MIN_GAIN = 0.5
 
+# The largest piece (a stored array) as a fraction of the plain product's pairs.
+_MAX_PIECE = 0.25
+
 # Primitives that leave a scalar constant a constant.
 _PASS_THROUGH = ("convert_element_type", "broadcast_in_dim")
 
@@ -403,7 +406,15 @@ def plan_factoring(
 
 
 def worth_it(factoring: Factoring) -> bool:
-    return factoring.cost <= _MIN_GAIN * factoring.plain_cost
+    """Whether the plan does at most `_MIN_GAIN` of the plain product's work and stores
+    no piece larger than `_MAX_PIECE` of it (a piece is an array; the plain product
+    reduces each chunk as it goes, so a piece on every axis would cost memory that
+    splaying cannot take back)."""
+    largest = max((factoring._size(p.axes) for p in factoring.pieces), default=0)
+    return (
+        factoring.cost <= _MIN_GAIN * factoring.plain_cost
+        and largest <= _MAX_PIECE * factoring.plain_pairs
+    )
 
 
 def solve_factored(
@@ -483,9 +494,9 @@ def solve_factored(
     # induction reduces the checks over those anyway, and the sharded ones after the
     # loop): one array, a size-1 axis for each reduced state axis, the checks last.
     sharding = problem.sharding
-    kept = [sharding is not None and sharding.is_sharded(n) for n in states]
-    over = tuple(i for i, keep in enumerate(kept) if not keep)
-    shape = tuple(n if keep else 1 for n, keep in zip(value.shape, kept, strict=True))
+    sharded = [sharding is not None and sharding.is_sharded(n) for n in states]
+    over = tuple(i for i, keep in enumerate(sharded) if not keep)
+    shape = tuple(n if keep else 1 for n, keep in zip(value.shape, sharded, strict=True))
     checks = []
     for alternatives in factoring.checks:
         check = jnp.zeros(shape, dtype)
@@ -497,7 +508,9 @@ def solve_factored(
         checks.append(check)
     if not checks:
         return value, jnp.zeros((*shape, 0), dtype)
-    return value, jnp.stack(checks, axis=-1)
+    # Flags, without derivative (as the plain product's `max_each`): concrete under an
+    # eager `jax.grad`, so `solve` reports them on the host.
+    return value, jax.lax.stop_gradient(jnp.stack(checks, axis=-1))
 
 
 def _broadcast(array: Array, names: tuple[str, ...], target: tuple[str, ...]) -> Array:
