@@ -90,18 +90,19 @@ class Factoring:
     def work_by_piece(self) -> list[tuple[str, int]]:
         """(label, points evaluated) for each piece and elimination step, and for the
         checks together."""
-        rows = [(f"piece on ({', '.join(p.axes)})", self._size(p.axes)) for p in self.pieces]
+        rows = [(f"piece on ({', '.join(p.axes)})", self.points(p.axes)) for p in self.pieces]
         rows += [
-            (f"max over {s.action!r} on ({', '.join(s.axes)})", self._size(s.axes))
+            (f"max over {s.action!r} on ({', '.join(s.axes)})", self.points(s.axes))
             for s in self.steps
         ]
         if self.check_components:
             n = len(self.check_components)
-            total = sum(self._size(a) for a, _ in self.check_components)
+            total = sum(self.points(a) for a, _ in self.check_components)
             rows.append((f"checks ({n} products of their own axes)", total))
         return rows
 
-    def _size(self, axes) -> int:
+    def points(self, axes) -> int:
+        """The number of points of the product of `axes`."""
         return math.prod(self.sizes[a] for a in axes)
 
 
@@ -410,7 +411,7 @@ def worth_it(factoring: Factoring) -> bool:
     no piece larger than `_MAX_PIECE` of it (a piece is an array; the plain product
     reduces each chunk as it goes, so a piece on every axis would cost memory that
     splaying cannot take back)."""
-    largest = max((factoring._size(p.axes) for p in factoring.pieces), default=0)
+    largest = max((factoring.points(p.axes) for p in factoring.pieces), default=0)
     return (
         factoring.cost <= _MIN_GAIN * factoring.plain_cost
         and largest <= _MAX_PIECE * factoring.plain_pairs
@@ -585,7 +586,7 @@ def choose_factored(
     steps, final = _elimination(
         {i: ax for i, (ax, _) in enumerate(results)},
         factoring.names,
-        factoring._size,
+        factoring.points,
         order,
         frozenset(),
     )
