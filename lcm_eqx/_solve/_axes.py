@@ -188,12 +188,12 @@ def flat_jaxpr(fn: Callable, example):
     """`fn` of `example` (a pytree of `ShapeDtypeStruct`s) traced into a closed jaxpr
     with its nested plain `jit`s inlined (one flat list of primitives), and the tree
     structure of its outputs."""
-    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(example)
-
-    def replay(*args):
-        return _inline_eval(closed.jaxpr, closed.consts, list(args))
-
-    flat = jax.make_jaxpr(replay)(*jax.tree.leaves(example))
+    tree = jax.tree.structure(example)
+    # One trace: with jit disabled, each nested `jit` is traced inline.
+    with jax.disable_jit():
+        flat, out_shape = jax.make_jaxpr(
+            lambda *args: fn(jax.tree.unflatten(tree, args)), return_shape=True
+        )(*jax.tree.leaves(example))
     return flat, jax.tree.structure(out_shape)
 
 

@@ -276,10 +276,16 @@ def _elimination(
 
 
 def plan_factoring(
-    problem: RegimeProblem, smooth_discrete: bool, fixed: dict | None = None
-) -> tuple[Factoring, Callable]:
+    problem: RegimeProblem,
+    smooth_discrete: bool,
+    fixed: dict | None = None,
+    *,
+    limit_pieces: bool = True,
+) -> tuple[Factoring, Callable] | None:
     """The factoring of `problem`'s objective, and `evaluate(outputs, point)`, which
-    computes jaxpr variables `outputs` at `point` (axis name -> scalar).
+    computes jaxpr variables `outputs` at `point` (axis name -> scalar); None where a
+    piece would span more than `_MAX_PIECE` of the product (with `limit_pieces`: a
+    period's whole product, whose memory matters).
 
     `fixed` (state name -> value) fixes states at one point: the simulation's state of a
     subject; the remaining axes are the other states and the actions.
@@ -325,6 +331,12 @@ def plan_factoring(
         key = min(covering, key=size) if covering else ax
         by_axes.setdefault(key, ([], []))[1].append(var)
     pieces = tuple(Piece(k, tuple(t), tuple(m)) for k, (t, m) in by_axes.items())
+    # A piece is a stored array: one that spans most of the product would cost memory
+    # that splaying cannot take back (the plain product reduces chunk by chunk), and
+    # leaves nothing to eliminate early. Known before the rest is planned.
+    largest = max((size(p.axes) for p in pieces), default=0)
+    if limit_pieces and largest > _MAX_PIECE * size(names):
+        return None
 
     # Continuous actions (max) before discrete ones under taste shocks (log-sum-exp).
     smooth = frozenset(problem.regime.discrete_actions) if smooth_discrete else frozenset()
@@ -407,15 +419,8 @@ def plan_factoring(
 
 
 def worth_it(factoring: Factoring) -> bool:
-    """Whether the plan does at most `_MIN_GAIN` of the plain product's work and stores
-    no piece larger than `_MAX_PIECE` of it (a piece is an array; the plain product
-    reduces each chunk as it goes, so a piece on every axis would cost memory that
-    splaying cannot take back)."""
-    largest = max((factoring.points(p.axes) for p in factoring.pieces), default=0)
-    return (
-        factoring.cost <= _MIN_GAIN * factoring.plain_cost
-        and largest <= _MAX_PIECE * factoring.plain_pairs
-    )
+    """Whether the plan does at most `_MIN_GAIN` of the plain product's work."""
+    return factoring.cost <= _MIN_GAIN * factoring.plain_cost
 
 
 def solve_factored(

@@ -92,8 +92,8 @@ class GridSearch(AbstractPointwiseSolver):
             return None
         # At one state the taste shocks are drawn and every action maximised.
         smooth = state is None and taste_shock_scale(problem) is not None
-        factoring, evaluate = _factored.plan_factoring(problem, smooth, fixed=state)
-        return (factoring, evaluate) if _factored.worth_it(factoring) else None
+        planned = _factored.plan_factoring(problem, smooth, fixed=state, limit_pieces=state is None)
+        return planned if planned is not None and _factored.worth_it(planned[0]) else None
 
     def work(self, problem):
         planned = self.factoring(problem)
@@ -116,8 +116,12 @@ class GridSearch(AbstractPointwiseSolver):
 
         def at(point, arrays):
             local = problem.with_continuations(arrays)
-            factoring, evaluate = _factored.plan_factoring(local, scale is not None, fixed=point)
-            return _factored.solve_factored(local, factoring, evaluate, scale)
+            # The same structure as the whole product's plan, at the point's states.
+            planned = _factored.plan_factoring(
+                local, scale is not None, fixed=point, limit_pieces=False
+            )
+            assert planned is not None
+            return _factored.solve_factored(local, *planned, scale)
 
         value, checks = lift(at, sharded, carried=carried)
         names = [a.name for a in sharded]
