@@ -91,6 +91,7 @@ def build(
     n_wealth=10,
     health=next_health,
     distributed=False,
+    idle_action=False,
 ):
     alive = lcm.Regime(
         states={
@@ -102,6 +103,7 @@ def build(
             "labor": lcm.DiscreteGrid(Work),
             "saving": lcm.LinSpacedGrid(0.0, 5.0, 10),
             "effort": lcm.LinSpacedGrid(0.0, 1.0, 8),
+            **({"idle": lcm.DiscreteGrid(Work)} if idle_action else {}),
         },
         functions={
             "utility": utility,
@@ -270,3 +272,11 @@ def test_factored_solve_compiles_once_for_new_parameter_values():
         values = solve(p)["alive"]
         totals.append(float(jnp.sum(jnp.where(jnp.isfinite(values), values, 0.0))))
     assert len(set(totals)) == 3  # the values moved; the program did not recompile
+
+
+def test_an_action_that_enters_nothing_is_eliminated_as_in_the_plain_product():
+    # Its maximum adds 0; under taste shocks its log-sum-exp adds scale * log(3).
+    p = params(taste_shocks=True)
+    a = _values(build(lcm.GridSearch(), taste_shocks=True, idle_action=True), p)
+    b = _values(build(lcm.GridSearch(factored=False), taste_shocks=True, idle_action=True), p)
+    _assert_same(a, b)

@@ -454,7 +454,7 @@ def solve_factored(
         results.append((piece.axes, on_axes(piece.axes, piece_value)))
 
     for step in factoring.steps:
-        group = [results[i] for i in step.group]
+        group = [results[i] for i in step.group] or [_nothing(step, factoring, dtype)]
         out = tuple(n for n in step.axes if n != step.action)
         # State axes chunked where the step's product would not fit at once (or where
         # the user splays them): the knobs and the budget of the plain evaluation.
@@ -597,7 +597,8 @@ def choose_factored(
     )
     best = []
     for step in steps:
-        total = _combined([results[i] for i in step.group], step.axes)
+        group = [results[i] for i in step.group] or [_nothing(step, factoring, dtype)]
+        total = _combined(group, step.axes)
         position = step.axes.index(step.action)
         out = tuple(n for n in step.axes if n != step.action)
         results.append((out, jnp.max(total, axis=position)))
@@ -609,6 +610,12 @@ def choose_factored(
     for step, (out, argmax) in zip(reversed(steps), reversed(best), strict=True):
         codes[step.action] = argmax[tuple(codes[n] for n in out)]
     return codes, value
+
+
+def _nothing(step: Step, factoring: Factoring, dtype) -> tuple[tuple[str, ...], Array]:
+    """The piece of an action that no piece contains: 0 at each of its points (its max
+    is 0; under taste shocks its log-sum-exp adds `λ·log n`, as in the plain product)."""
+    return (step.action,), jnp.zeros((factoring.sizes[step.action],), dtype)
 
 
 def _piece_value(piece: Piece, evaluate: Callable, dtype, point):
