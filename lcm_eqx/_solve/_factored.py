@@ -33,7 +33,7 @@ from jax.extend.core import Literal
 from jaxtyping import Array
 
 from ._axes import Axis, auto_splayed, bind_equation, flat_jaxpr, lift, map_axis
-from ._kernel import RegimeProblem
+from ._kernel import RegimeProblem, max_each
 
 # Evaluate the pieces where they need at most this fraction of the plain product's work
 # (points times equations per point).
@@ -474,27 +474,25 @@ def solve_factored(
         value = value + _broadcast(array, names, states)
     value = _drop_tangent_at_neg_inf(value)
 
-    reduced = []
-    for names, factors in factoring.check_components:
+    # The components of equal axes evaluated together and reduced over their actions in
+    # one variadic reduction (`max_each`: one XLA kernel for all of them).
+    by_axes: dict[tuple[str, ...], list[int]] = {}
+    for index, (names, _) in enumerate(factoring.check_components):
+        by_axes.setdefault(names, []).append(index)
+    reduced: list = [None] * len(factoring.check_components)
+    for names, indices in by_axes.items():
 
-        def product(point, factors=factors):
-            values = evaluate(list(factors), point)
-            flags = [v for v in values if v.dtype == jnp.bool_]
-            total = jnp.ones((), dtype)
-            for v in values:
-                if v.dtype != jnp.bool_:
-                    total = total * jnp.asarray(v, dtype)
-            if flags:
-                ok = flags[0]
-                for flag in flags[1:]:
-                    ok = ok & flag
-                total = jnp.where(ok, total, 0.0)
-            return total
+        def products(point, indices=indices):
+            return tuple(
+                _product(evaluate(list(factoring.check_components[i][1]), point), dtype)
+                for i in indices
+            )
 
-        array = on_axes(names, product) if names else product({})
+        arrays = on_axes(names, products) if names else products({})
         over = tuple(i for i, n in enumerate(names) if n not in states)
         kept = tuple(n for n in names if n in states)
-        reduced.append(_broadcast(jnp.max(array, axis=over) if over else array, kept, states))
+        for index, array in zip(indices, max_each(tuple(arrays), over), strict=True):
+            reduced[index] = _broadcast(array, kept, states)
 
     # Each check reduced here over the state axes that are not sharded (the backward
     # induction reduces the checks over those anyway, and the sharded ones after the
@@ -610,6 +608,22 @@ def choose_factored(
     for step, (out, argmax) in zip(reversed(steps), reversed(best), strict=True):
         codes[step.action] = argmax[tuple(codes[n] for n in out)]
     return codes, value
+
+
+def _product(values: list, dtype) -> Array:
+    """The product of a check component's factors: the non-boolean ones multiplied,
+    0 where a boolean one is False."""
+    total = jnp.ones((), dtype)
+    for v in values:
+        if v.dtype != jnp.bool_:
+            total = total * jnp.asarray(v, dtype)
+    flags = [v for v in values if v.dtype == jnp.bool_]
+    if not flags:
+        return total
+    ok = flags[0]
+    for flag in flags[1:]:
+        ok = ok & flag
+    return jnp.where(ok, total, 0.0)
 
 
 def _nothing(step: Step, factoring: Factoring, dtype) -> tuple[tuple[str, ...], Array]:
