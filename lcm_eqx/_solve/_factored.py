@@ -80,12 +80,9 @@ class Factoring:
     # `check_components`: the axes and the factors of each, maximised over its actions).
     checks: tuple[tuple[tuple[int, ...], ...], ...]
     check_components: tuple[tuple[tuple[str, ...], tuple], ...]
-    plain_pairs: int
-    evaluated_pairs: int
     # Points times equations per point: of the plan, and of the plain product.
     cost: int
     plain_cost: int
-    largest_product: int
 
     def work_by_piece(self) -> list[tuple[str, int]]:
         """(label, points evaluated) for each piece and elimination step, and for the
@@ -373,12 +370,9 @@ def plan_factoring(
     )
     check_components = tuple(components[k] for k in component_keys)
 
-    plain = size(names)
-    evaluated = sum(size(p.axes) for p in pieces) + sum(size(s.axes) for s in steps)
-    evaluated += sum(size(k) for k, _ in check_components)
     # The work, weighed by equations per point: the plain product evaluates every
     # equation at every pair; a piece its own, a step one addition per member.
-    plain_cost = plain * len(closed.jaxpr.eqns)
+    plain_cost = size(names) * len(closed.jaxpr.eqns)
     cost = sum(
         size(p.axes) * len(graph.needed([v for v, _ in p.terms] + list(p.masks))) for p in pieces
     )
@@ -393,11 +387,8 @@ def plan_factoring(
         final=final,
         checks=checks,
         check_components=check_components,
-        plain_pairs=plain,
-        evaluated_pairs=evaluated,
         cost=cost,
         plain_cost=plain_cost,
-        largest_product=max([size(p.axes) for p in pieces] + [size(s.axes) for s in steps]),
     )
 
     inputs = dict(zip(sorted(names), closed.jaxpr.invars, strict=True))

@@ -235,12 +235,7 @@ class GridSearch(AbstractPointwiseSolver):
         per_discrete = values.reshape((*discrete_shape, -1))
         best_continuous = jnp.argmax(per_discrete, axis=-1)
         v_d = jnp.max(per_discrete, axis=-1)
-        scale = taste_shock_scale(problem)
-        if scale is not None:
-            assert key is not None
-            v_d = v_d + scale * jax.random.gumbel(key, v_d.shape, v_d.dtype)
-        flat_d = jnp.argmax(v_d.reshape(-1)) if n_discrete else jnp.asarray(0)
-        value = v_d.reshape(-1)[flat_d]
+        flat_d, value = _best_discrete(problem, v_d, key)
         d_index = jnp.unravel_index(flat_d, discrete_shape) if n_discrete else ()
         c_flat = best_continuous[d_index] if n_discrete else best_continuous
         c_index = jnp.unravel_index(c_flat, continuous_shape) if continuous_shape else ()
@@ -271,12 +266,7 @@ class GridSearch(AbstractPointwiseSolver):
         refined = self._refined(problem, state)
         v_d = refined.value
         n_discrete = len(problem.regime.discrete_actions)
-        scale = taste_shock_scale(problem)
-        if scale is not None:
-            assert key is not None
-            v_d = v_d + scale * jax.random.gumbel(key, v_d.shape, v_d.dtype)
-        flat_d = jnp.argmax(v_d.reshape(-1)) if n_discrete else jnp.asarray(0)
-        value = v_d.reshape(-1)[flat_d]
+        flat_d, value = _best_discrete(problem, v_d, key)
         d_index = jnp.unravel_index(flat_d, v_d.shape) if n_discrete else ()
         discrete = {
             axis.name: axis.points[i]
@@ -314,6 +304,17 @@ class GridSearch(AbstractPointwiseSolver):
         codes = self._refined(problem, state).codes
         names = refine.names(problem.regime.continuous_actions)
         return {name: codes[..., i] for i, name in enumerate(names)}
+
+
+def _best_discrete(problem, v_d, key):
+    """The flat index of the chosen combination of discrete actions (taste shocks drawn
+    with `key` where the regime has them) and its value."""
+    scale = taste_shock_scale(problem)
+    if scale is not None:
+        assert key is not None
+        v_d = v_d + scale * jax.random.gumbel(key, v_d.shape, v_d.dtype)
+    flat_d = jnp.argmax(v_d.reshape(-1)) if problem.regime.discrete_actions else jnp.asarray(0)
+    return flat_d, v_d.reshape(-1)[flat_d]
 
 
 def assign_solvers(plan: ModelPlan, regimes, default: AbstractSolver) -> dict[str, AbstractSolver]:
