@@ -13,7 +13,16 @@
 Compile (lower + compile in a fresh process, best of 2) and run (median of 15 calls,
 interleaved over the variants) are measured separately.
 
+`--models` measures instead what a user pays for validation on every benchmark model
+(`benchmarks/_models.py`'s retirement, precautionary-savings and large models, and
+Mahler–Yum at its reduced and medium sizes, `--full` adds the full size): per model, in
+one process, `model.solve(params)` against `model.solve(params, validate="off")` and
+the two compiled programs alone (the checks reduced to flags, and none), interleaved
+call by call; the fastest and the median call of each, and their ratios to the
+unvalidated one.
+
     python benchmarks/validation.py
+    python benchmarks/validation.py --models [--rounds 21] [--full]
 """
 
 from __future__ import annotations
@@ -87,7 +96,79 @@ def compile_child(name: str) -> None:
     print(time.perf_counter() - start)
 
 
+def benchmark_models(full: bool) -> dict:
+    """name -> (model, params) of the models `--models` measures."""
+    import importlib.util
+
+    from benchmarks._models import (
+        LARGE_PARAMS,
+        PRECAUTIONARY_PARAMS,
+        RETIREMENT_PARAMS,
+        _large,
+        _precautionary,
+        _retirement,
+    )
+
+    spec = importlib.util.spec_from_file_location(
+        "mahler_yum_example", Path(__file__).resolve().parents[1] / "examples" / "mahler_yum.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mahler_yum = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mahler_yum)
+    models = {
+        "retirement 10 x 200 x 1000": (
+            _retirement(10, n_wealth=200, n_consumption=1000),
+            RETIREMENT_PARAMS,
+        ),
+        "precautionary 10 x 200 x 400": (_precautionary(10, 200, 400), PRECAUTIONARY_PARAMS),
+        "large 3 x 200 x 200": (_large(3, 200, 200), LARGE_PARAMS),
+    }
+    for size in ("reduced", "medium", *(("full",) if full else ())):
+        model, params, _ = mahler_yum.build(size, n_subjects=0)
+        models[f"Mahler-Yum {size}"] = (model, params)
+    return models
+
+
+def measure_models(rounds: int, full: bool) -> None:
+    print(
+        f"{'model':>30} {'variant':>14} {'fastest ms':>11} {'ratio':>6} "
+        f"{'median ms':>10} {'ratio':>6}"
+    )
+    for name, (model, params) in benchmark_models(full).items():
+        checked = model.checked_params(params)
+        program = {
+            v: jax.jit(functools.partial(model._solve, validate=v, progress=None))
+            .lower(checked)
+            .compile()
+            for v in (True, False)
+        }
+        calls = {
+            "solve": lambda model=model, params=params: model.solve(params).values,
+            "solve off": lambda model=model, params=params: (
+                model.solve(params, validate="off").values
+            ),
+            "program": functools.partial(program[True], checked),
+            "program off": functools.partial(program[False], checked),
+        }
+        for call in calls.values():
+            jax.block_until_ready(call())
+        times = interleaved(calls, rounds)
+        for variant, base in (("solve", "solve off"), ("program", "program off")):
+            for key in (variant, base):
+                fastest, median = min(times[key]), statistics.median(times[key])
+                ratio_fast = fastest / min(times[base])
+                ratio_median = median / statistics.median(times[base])
+                print(
+                    f"{name:>30} {key:>14} {1e3 * fastest:>11.2f} {ratio_fast:>6.3f} "
+                    f"{1e3 * median:>10.2f} {ratio_median:>6.3f}"
+                )
+
+
 def main() -> None:
+    if "--models" in sys.argv:
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 21
+        measure_models(rounds, "--full" in sys.argv)
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--compile":
         compile_child(sys.argv[2])
         return

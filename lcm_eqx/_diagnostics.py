@@ -150,28 +150,39 @@ def infeasible_summary(values: dict) -> dict:
     """By regime, per period: how many states have value -inf, and the first of them (a
     flat index). Two small arrays leave the device, not the value arrays."""
 
-    def summary(array):
-        # Reductions over the state axes only (no reshape, no argmax): on a sharded
-        # solution they are all-reduces, never a gather of the value arrays.
-        infeasible = jnp.isneginf(array)
-        shape = array.shape[1:]
-        axes = tuple(range(1, array.ndim))
+    def first_index(infeasible):
+        # The flat index of the first infeasible state, by period: a reduction over the
+        # state axes only (no reshape, no argmax), so that on a sharded solution it is
+        # an all-reduce, never a gather of the value arrays.
+        shape = infeasible.shape[1:]
         flat = sum(
             (
-                jax.lax.broadcasted_iota(jnp.int32, array.shape, 1 + i)
+                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, 1 + i)
                 * int(np.prod(shape[i + 1 :]))
                 for i in range(len(shape))
             ),
-            jnp.zeros(array.shape, jnp.int32),
+            jnp.zeros(infeasible.shape, jnp.int32),
         )
-        size = int(np.prod(shape))
-        first = (
-            jnp.min(jnp.where(infeasible, flat, size), axis=axes)
-            if axes
-            else jnp.zeros(array.shape[:1], jnp.int32)
+        first = jnp.min(jnp.where(infeasible, flat, int(np.prod(shape))), axis=axes_of(infeasible))
+        return jnp.where(jnp.any(infeasible, axis=axes_of(infeasible)), first, 0)
+
+    def axes_of(array):
+        return tuple(range(1, array.ndim))
+
+    def summary(array):
+        infeasible = jnp.isneginf(array)
+        if array.ndim == 1:
+            return infeasible.astype(jnp.int32), jnp.zeros(array.shape, jnp.int32)
+        count = jnp.sum(infeasible, axis=axes_of(array))
+        # The index costs an iota per state axis at every point: computed only when some
+        # state is infeasible (rare), else zeros.
+        first = jax.lax.cond(
+            jnp.any(count > 0),
+            first_index,
+            lambda infeasible: jnp.zeros(infeasible.shape[:1], jnp.int32),
+            infeasible,
         )
-        count = jnp.sum(infeasible, axis=axes) if axes else infeasible.astype(jnp.int32)
-        return count, jnp.where(count > 0, first, 0)
+        return count, first
 
     return {name: summary(array) for name, array in values.items()}
 

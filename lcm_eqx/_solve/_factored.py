@@ -439,10 +439,49 @@ def solve_factored(
         }
         return lift(fn, tuple(splayed.get(a.name, a) for a in chosen))
 
+    # The check components, by their axes: those on a piece's axes are evaluated with
+    # that piece, in one function, so that what they share (a feasibility mask, the
+    # quantities it reads) is computed once per point; the others on their own.
+    by_axes: dict[tuple[str, ...], list[int]] = {}
+    for index, (names, _) in enumerate(factoring.check_components):
+        by_axes.setdefault(names, []).append(index)
+    reduced: list = [None] * len(factoring.check_components)
+
+    def evaluated(outputs: list, indices, point) -> tuple[list, tuple[Array, ...]]:
+        """`outputs` and the products of the check components `indices` at `point`, in
+        one evaluation (each equation bound once)."""
+        factors = [list(factoring.check_components[i][1]) for i in indices]
+        values = evaluate(outputs + [f for fs in factors for f in fs], point)
+        rest, start = values[len(outputs) :], 0
+        out = []
+        for fs in factors:
+            out.append(_product(rest[start : start + len(fs)], dtype))
+            start += len(fs)
+        return values[: len(outputs)], tuple(out)
+
+    def products(indices, point):
+        return evaluated([], indices, point)[1]
+
+    def keep_reduced(names: tuple[str, ...], indices: list[int], arrays) -> None:
+        """The products of the components `indices` (on the axes `names`) maximised
+        over their actions, broadcast to the state axes."""
+        over = tuple(i for i, n in enumerate(names) if n not in states)
+        kept = tuple(n for n in names if n in states)
+        for index, array in zip(indices, max_each(tuple(arrays), over), strict=True):
+            reduced[index] = _broadcast(array, kept, states)
+
     results: list[tuple[tuple[str, ...], Array]] = []
     for piece in factoring.pieces:
-        piece_value = functools.partial(_piece_value, piece, evaluate, dtype)
-        results.append((piece.axes, on_axes(piece.axes, piece_value)))
+        with_checks = by_axes.pop(piece.axes, [])
+
+        def piece_and_checks(point, piece=piece, indices=with_checks):
+            values, checks = evaluated(_piece_outputs(piece), indices, point)
+            return _piece_value(piece, values, dtype), checks
+
+        array, arrays = on_axes(piece.axes, piece_and_checks)
+        results.append((piece.axes, array))
+        if with_checks:
+            keep_reduced(piece.axes, with_checks, arrays)
 
     for step in factoring.steps:
         group = [results[i] for i in step.group] or [_nothing(step, factoring, dtype)]
@@ -465,25 +504,13 @@ def solve_factored(
         value = value + _broadcast(array, names, states)
     value = _drop_tangent_at_neg_inf(value)
 
-    # The components of equal axes evaluated together and reduced over their actions in
-    # one variadic reduction (`max_each`: one XLA kernel for all of them).
-    by_axes: dict[tuple[str, ...], list[int]] = {}
-    for index, (names, _) in enumerate(factoring.check_components):
-        by_axes.setdefault(names, []).append(index)
-    reduced: list = [None] * len(factoring.check_components)
+    # The other components of equal axes evaluated together and reduced over their
+    # actions in one variadic reduction (`max_each`: one XLA kernel for all of them).
     for names, indices in by_axes.items():
-
-        def products(point, indices=indices):
-            return tuple(
-                _product(evaluate(list(factoring.check_components[i][1]), point), dtype)
-                for i in indices
-            )
-
-        arrays = on_axes(names, products) if names else products({})
-        over = tuple(i for i, n in enumerate(names) if n not in states)
-        kept = tuple(n for n in names if n in states)
-        for index, array in zip(indices, max_each(tuple(arrays), over), strict=True):
-            reduced[index] = _broadcast(array, kept, states)
+        arrays = (
+            on_axes(names, functools.partial(products, indices)) if names else products(indices, {})
+        )
+        keep_reduced(names, indices, arrays)
 
     # Each check reduced here over the state axes that are not sharded (the backward
     # induction reduces the checks over those anyway, and the sharded ones after the
@@ -567,7 +594,9 @@ def choose_factored(
         (
             piece.axes,
             lift(
-                functools.partial(_piece_value, piece, evaluate, dtype),
+                lambda point, piece=piece: _piece_value(
+                    piece, evaluate(_piece_outputs(piece), point), dtype
+                ),
                 tuple(axes[n] for n in piece.axes),
             ),
         )
@@ -623,9 +652,14 @@ def _nothing(step: Step, factoring: Factoring, dtype) -> tuple[tuple[str, ...], 
     return (step.action,), jnp.zeros((factoring.sizes[step.action],), dtype)
 
 
-def _piece_value(piece: Piece, evaluate: Callable, dtype, point):
-    """The sum of a piece's signed terms at `point`, `-inf` where a mask fails."""
-    values = evaluate([v for v, _ in piece.terms] + list(piece.masks), point)
+def _piece_outputs(piece: Piece) -> list:
+    """The jaxpr variables a piece reads: its terms, then its masks."""
+    return [v for v, _ in piece.terms] + list(piece.masks)
+
+
+def _piece_value(piece: Piece, values: list, dtype):
+    """The sum of a piece's signed terms, `-inf` where a mask fails, from `values`
+    (`_piece_outputs` evaluated at a point)."""
     total = jnp.zeros((), dtype)
     for (_, sign), term in zip(piece.terms, values, strict=False):
         term = jnp.asarray(term, dtype)
