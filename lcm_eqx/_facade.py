@@ -185,6 +185,7 @@ class Model(eqx.Module):
     _solve: Callable = eqx.field(static=True)  # the top-level program (compiler options)
     _solve_nested: Callable = eqx.field(static=True)  # inside a caller's trace
     _simulate: Callable = eqx.field(static=True)
+    _forward: Callable = eqx.field(static=True)  # the forward distribution's program
 
     def __init__(
         self,
@@ -237,6 +238,9 @@ class Model(eqx.Module):
             functools.partial(_simulate_chunk_with_params, plan, self.solvers, ages),
             static_argnames=("progress", "validate"),
         )
+        # One program for the forward distribution (eagerly, the work around its period
+        # scans would be dispatched, and compiled, operation by operation).
+        self._forward = jax.jit(functools.partial(forward, self))
         logger.info(
             "build: %d regimes, %d periods, %d segments in %.3f s",
             len(plan.regimes),
@@ -531,7 +535,7 @@ class Model(eqx.Module):
                     "other than the first age is not supported)."
                 )
             mass = bin_initial(self.plan, jnp.asarray(regime), states)
-        return forward(self, params, solution.continuation_values, solution.policies, mass)
+        return self._forward(params, solution.continuation_values, solution.policies, mass)
 
     def initial_mass(self, initial) -> dict[str, Any]:
         """`initial` (initial conditions with a `regime` entry, or mass arrays by
