@@ -304,3 +304,23 @@ def test_gradient_is_finite_next_to_infeasible_states():
         down[name] -= H
         fd = (objective(up) - objective(down)) / (2 * H)
         np.testing.assert_allclose(grad[name], fd, rtol=RTOL)
+
+
+def test_max_along_equals_max_with_the_argmax_elements_derivative():
+    # The maximum over actions of a differentiated value (`max_along`): jnp.max's values,
+    # NaN and -inf included, and the derivative of the first maximising element, in both
+    # modes (jnp.max's derivative splits ties and depends on exact equality).
+    from lcm_eqx._solve._reduce import max_along
+
+    values = jnp.asarray([[1.0, -jnp.inf, 3.0, jnp.nan], [2.0, -jnp.inf, 3.0, 1.0]])
+    np.testing.assert_array_equal(max_along(values, 0), jnp.max(values, axis=0))
+    np.testing.assert_array_equal(max_along(values, 1), jnp.max(values, axis=1))
+    scale = jnp.asarray([[1.0, 2.0, 3.0], [4.0, 5.0, 3.0]])
+
+    def f(x):  # values `scale * x`; the maximum of column 2 is a tie of rows 0 and 1
+        return jnp.sum(max_along(scale * x, 0) * jnp.asarray([1.0, 10.0, 100.0]))
+
+    x = jnp.asarray(1.0)
+    expected = 4.0 + 10 * 5.0 + 100 * 3.0  # the first maximiser of each column
+    assert float(jax.grad(f)(x)) == expected
+    assert float(jax.jacfwd(f)(x)) == expected

@@ -28,6 +28,7 @@ from jaxtyping import Array
 
 from .._errors import ModelInitializationError
 from .._solve._continuation import discounted
+from .._solve._reduce import max_along
 
 NEG_INF = -jnp.inf
 
@@ -198,7 +199,7 @@ class AbstractAggregator(eqx.Module):
 
     def best(self, values: tuple[Array, ...]) -> tuple[Array, ...]:
         """Reduce the values over the leading (action) axis: the max by default."""
-        return tuple(jnp.max(v, axis=0) for v in values)
+        return tuple(max_along(v, 0) for v in values)
 
     def violations(self, params: dict[str, Array]) -> dict[str, Array]:
         """Per-period checks of the parameter values, by parameter name (0 when valid)."""
@@ -420,7 +421,7 @@ class PresentBias(AbstractAggregator):
     def best(self, values):
         decision, exponential = values
         if self.kind == "naive":
-            return jnp.max(decision, axis=0), jnp.max(exponential, axis=0)
+            return max_along(decision, 0), max_along(exponential, 0)
         chosen = jnp.argmax(decision, axis=0)
         return (
             jnp.take_along_axis(decision, chosen[None], axis=0)[0],

@@ -34,6 +34,7 @@ from jaxtyping import Array
 
 from ._axes import Axis, auto_splayed, bind_equation, flat_jaxpr, lift, map_axis
 from ._kernel import RegimeProblem, max_each
+from ._reduce import max_along
 
 # Evaluate the pieces where they need at most this fraction of the plain product's work
 # (points times equations per point).
@@ -555,7 +556,7 @@ def _eliminate(step: Step, group, todo: tuple[tuple[str, int], ...], scale) -> A
             position = names.index(step.action)
             if step.smooth:
                 return scale * jax.nn.logsumexp(total / scale, axis=position)
-            return jnp.max(total, axis=position)
+            return max_along(total, position)
         (axis, batch_size), rest = todo[0], todo[1:]
         mapped = [(n, a) for n, a in group if axis in n]
         fixed = [(n, a) for n, a in group if axis not in n]
@@ -619,7 +620,7 @@ def choose_factored(
         total = _combined(group, step.axes)
         position = step.axes.index(step.action)
         out = tuple(n for n in step.axes if n != step.action)
-        results.append((out, jnp.max(total, axis=position)))
+        results.append((out, max_along(total, position)))
         best.append((out, jnp.argmax(total, axis=position)))
     value = jnp.zeros((), dtype)
     for index in final:

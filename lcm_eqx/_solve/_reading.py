@@ -23,7 +23,7 @@ from .._grids import AbstractContinuousGrid
 from .._model._plan import ModelPlan
 from ._continuation import NEG_INF, settle, weighted
 from ._kernel import RegimeProblem
-from ._reduce import one_kernel_reduce
+from ._reduce import max_along, one_kernel_reduce
 
 # The action value at which transitions are evaluated for a savings point `a`: the
 # state is `a + REFERENCE_ACTION`, so `state − action = a`. The class check of a solver
@@ -348,7 +348,7 @@ def combine_values_and_slopes(values, slopes, scale) -> tuple[Array, Array]:
             return _unrolled_best(values, slopes)
         best = jnp.argmax(values, axis=-1)
         slope = jnp.take_along_axis(slopes, best[..., None], axis=-1)[..., 0]
-        return jnp.max(values, axis=-1), slope
+        return max_along(values, values.ndim - 1), slope
     return smooth_max(values, scale), jnp.sum(choice_weights(values, scale) * slopes, axis=-1)
 
 

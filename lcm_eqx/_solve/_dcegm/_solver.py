@@ -52,7 +52,7 @@ from .._reading import (
     marginal_of,
     smooth_max,
 )
-from .._reduce import one_kernel_reduce
+from .._reduce import max_along, one_kernel_reduce
 from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
 from .._static import constant_outputs
 from . import _period
@@ -1061,7 +1061,7 @@ class DCEGM(AbstractSolver):
         flat = values.reshape((*values.shape[: values.ndim - n_d], -1))
         scale = taste_shock_scale(problem)
         if scale is None:
-            return jnp.max(flat, axis=-1)
+            return max_along(flat, flat.ndim - 1)
         return smooth_max(flat, scale)
 
     def choose(self, problem, state, key):
