@@ -118,7 +118,9 @@ class DCEGM(AbstractSolver):
         state: the regime's continuous state (cash on hand, wealth).
         action: the regime's continuous action (consumption).
         savings: the exogenous grid of the post-decision state `state − action`; its
-            first point is the borrowing limit.
+            first point is the borrowing limit. With a regime function
+            `"borrowing_limit"` (a limit that varies with discrete states, period, age or
+            parameters, read by a constraint), the offsets above that limit, from 0.
         upper_envelope: how the non-optimal endogenous points are removed (default
             `ExactEnvelope()`).
         newton_steps: Newton iterations that invert marginal utility (one is exact for
@@ -219,9 +221,18 @@ class DCEGM(AbstractSolver):
         if regime.is_terminal:
             fail("the regime is terminal (no continuation to invert); use GridSearch().")
         if regime.aggregator is not None:
+            # Under an aggregator the first-order condition is not the additive
+            # `u'(c) = β·E[R·V'_m]` that DC-EGM inverts: Epstein-Zin's involves the
+            # certainty equivalent of next period's values, present bias the next self's
+            # policy (a generalised Euler equation). Neither is built.
             fail(
-                f"aggregator {type(regime.aggregator).__name__} not supported by DCEGM yet; "
-                "solve this regime with GridSearch()."
+                f"aggregator {type(regime.aggregator).__name__} not supported by DCEGM yet: "
+                "DC-EGM inverts the additive Euler equation u'(c) = β·E[R·V'_m], and under "
+                "this aggregator the first-order condition is another one (with the "
+                "certainty equivalent of next period's values, or the next self's policy), "
+                "which DCEGM does not build. Solve this regime with GridSearch() "
+                "(Regime(..., solver=GridSearch()), or GridSearch(refine=...) for a "
+                "continuous consumption off the grid)."
             )
         if self.state not in regime.states or regime.grids[self.state].is_discrete:
             fail(f"{self.state!r} is not a continuous state of the regime.")
