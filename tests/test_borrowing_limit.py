@@ -140,7 +140,7 @@ def test_gradient_with_respect_to_the_limit_equals_central_differences(solved):
 def test_grid_search_honours_the_limit_through_the_constraint(solved):
     """Grid search reads the limit through the constraint: its savings never fall
     below the limit, it borrows at low wealth, and its values approach DC-EGM's."""
-    model, solution = solved
+    _, solution = solved
     search = model_of(lcm.GridSearch(), n_consumption=200)
     searched = search.solve(PARAMS)
     limits = -PARAMS["limit_scale"] * LEVELS
@@ -159,18 +159,18 @@ def test_a_limit_that_reads_the_continuous_state_is_rejected():
     def limit_of_wealth(wealth, limit_scale):
         return -limit_scale * wealth
 
-    with pytest.raises(lcm.ModelInitializationError, match="'alive'.*'borrowing_limit'.*wealth"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"'alive'.*'borrowing_limit'.*wealth"):
         model_of(dcegm(), functions={"utility": utility, "borrowing_limit": limit_of_wealth})
 
 
 def test_savings_must_start_at_zero_with_a_limit_function():
-    with pytest.raises(lcm.ModelInitializationError, match="'alive'.*offset.*start at 0"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"'alive'.*offset.*start at 0"):
         model_of(dcegm(OFFSETS + 0.1))
 
 
 @pytest.mark.parametrize("solver", ["grid_search", "dcegm"])
 def test_a_limit_that_no_constraint_reads_is_rejected(solver):
-    with pytest.raises(lcm.ModelInitializationError, match="'alive'.*'borrowing_limit'.*no con"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"'alive'.*'borrowing_limit'.*no con"):
         model_of(
             lcm.GridSearch() if solver == "grid_search" else dcegm(),
             constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
@@ -185,13 +185,13 @@ def test_a_constraint_that_does_not_bind_at_the_limit_is_rejected():
         return wealth - consumption >= borrowing_limit + 0.1
 
     model = model_of(dcegm(), constraints={"borrowing": tighter})
-    with pytest.raises(lcm.ModelInitializationError, match="'alive', constraint 'borrowing'"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"'alive', constraint 'borrowing'"):
         model.solve(PARAMS)
 
 
 def test_a_limit_that_is_not_finite_is_rejected(solved):
     model, _ = solved
-    with pytest.raises(lcm.ModelInitializationError, match="'alive'.*'borrowing_limit'.*finite"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"'alive'.*'borrowing_limit'.*finite"):
         model.solve({**PARAMS, "limit_scale": np.inf})
 
 

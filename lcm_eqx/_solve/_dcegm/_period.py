@@ -123,6 +123,12 @@ def ungrouped(state: State, shapes: dict, leading: int = 0) -> dict[str, tuple]:
     return out
 
 
+def grid_of(arrays: tuple, status: Array) -> EndogenousGrid:
+    """The `EndogenousGrid` of the state's arrays of a regime (`GRID_FIELDS`)."""
+    nodes, count, continuation0, feasible, limit = arrays
+    return EndogenousGrid(nodes, count, continuation0, feasible, limit, status)
+
+
 def grid_status(name: str, segment: Segment, following: frozenset[str] | None, period) -> Array:
     """The status of the grid of regime `name` that `period` of `segment` reads (that of
     period + 1): `ZERO` after the last period, `ORDINARY` where the regime is active
@@ -139,9 +145,7 @@ def reader(solver: DCEGM, target: str, state: State, period: Period):
     """How `period` reads regime `target` of `state`: its refined grids of next period."""
     plan = period.plan
     arrays = ungrouped(state, choice_shapes(solver, plan, members(state)))[target]
-    grid = EndogenousGrid(
-        *arrays, status=grid_status(target, period.segment, period.following, period.period)
-    )
+    grid = grid_of(arrays, grid_status(target, period.segment, period.following, period.period))
     return endogenous_reader(
         plan, target, solver, grid, period.resolved[target], period.period + 1, period.next_age
     )
@@ -230,9 +234,7 @@ def postprocess(
     policies = {}
     for name in names:
         status = ORDINARY if name in segment.segment.regimes else INACTIVE
-        policies[name] = EndogenousGrid(
-            *arrays[name], status=jnp.full((length,), status, jnp.int32)
-        )
+        policies[name] = grid_of(arrays[name], jnp.full((length,), status, jnp.int32))
     deferred = [name for name in names if name in segment.deferred]
     if not deferred:
         return {}, policies
@@ -269,7 +271,7 @@ def _read_values(solver: DCEGM, segment: SegmentOutputs, policies, rows) -> dict
     def at(inputs, policies, rows):
         problems = segment.problems(inputs, tuple(policies))
         grids = {
-            name: EndogenousGrid(*arrays, jnp.asarray(ORDINARY, jnp.int32))
+            name: grid_of(arrays, jnp.asarray(ORDINARY, jnp.int32))
             for name, arrays in policies.items()
         }
         refined: dict[tuple[str, ...], dict[str, Array]] = {
