@@ -3,6 +3,7 @@
     python benchmarks/compile_regimes.py            # 1 / 3 / 6 regimes, 1 / 4 / 16 helpers
     python benchmarks/compile_regimes.py --quick    # 1 / 3 regimes, 1 / 4 helpers (smoke)
     python benchmarks/compile_regimes.py --transition deterministic --no-kernels
+    python benchmarks/compile_regimes.py --solver dcegm --regimes 1 8 --functions 1
 
 Two families of models that share their structure, each measured in a fresh process with
 the persistent compilation cache off (tracing, lowering and XLA compilation timed
@@ -15,6 +16,10 @@ separately: `model._solve.trace(...)`, `.lower()`, `.compile()`), the fastest of
   `deterministic`: copy `i` moves to copy `i + 1` (the last to the first).
 - **functions**: one working regime and the terminal regime, its utility the sum of `k`
   helper functions of consumption and wealth in the DAG (each a separate user function).
+
+`--solver dcegm` solves the working regimes with `DCEGM` (savings on `n_wealth` points
+from 0; the helpers then read consumption only, as DC-EGM's utility must). Each child
+also times the compiled solve (`steady_s`: the fastest of 5 calls after a first one).
 
 The number of XLA kernels of the solve's program is the number of `*ir-with-opt.ll`
 files XLA:CPU writes under `XLA_FLAGS=--xla_dump_to=DIR`, counted in yet another fresh
@@ -71,8 +76,14 @@ lowered = traced.lower()
 t2 = time.perf_counter()
 lowered.compile()
 t3 = time.perf_counter()
+jax.block_until_ready(model.solve(params))
+steady = []
+for _ in range(5):
+    t4 = time.perf_counter()
+    jax.block_until_ready(model.solve(params))
+    steady.append(time.perf_counter() - t4)
 print(json.dumps({"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,
-                  "total_s": t3 - t0}))
+                  "total_s": t3 - t0, "steady_s": min(steady)}))
 """
 
 
@@ -92,6 +103,7 @@ def build(
     n_periods: int = 5,
     n_wealth: int = 200,
     n_consumption: int = 400,
+    solver: str = "grid",
 ):
     """`n_regimes` copies of a working regime (utility from `n_functions` helpers) and a
     terminal regime `dead`; with its params."""
@@ -104,14 +116,23 @@ def build(
     wealth = lcm.LinSpacedGrid(1.0, 100.0, n_wealth)
     consumption = lcm.LinSpacedGrid(1.0, 100.0, n_consumption)
     parts = [f"part_{j}" for j in range(n_functions)]
+    # DC-EGM's utility reads the action only.
+    wealth_term = "" if solver == "dcegm" else " + {} * wealth"
     functions = {
         part: _function(
             part,
-            ["consumption", "wealth"],
-            f"jnp.log(consumption + {0.01 * j}) / {n_functions} + {1e-4 * j} * wealth",
+            ["consumption"] if solver == "dcegm" else ["consumption", "wealth"],
+            f"jnp.log(consumption + {0.01 * j}) / {n_functions}" + wealth_term.format(1e-4 * j),
         )
         for j, part in enumerate(parts)
     }
+    dcegm = lcm.DCEGM(
+        state="wealth",
+        action="consumption",
+        savings=lcm.IrregSpacedGrid(
+            points=[100.0 * (i / (n_wealth - 1)) ** 2 for i in range(n_wealth)]
+        ),
+    )
     functions["utility"] = _function("utility", parts, " + ".join(parts))
     functions["income"] = lambda wage: wage
     regimes = {}
@@ -135,6 +156,7 @@ def build(
             },
             transition=rule,
             constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
+            solver=dcegm if solver == "dcegm" else None,
         )
     regimes["dead"] = lcm.Regime(functions={"utility": lambda: 0.0})
     params = {"discount_factor": 0.95, "interest_rate": 0.02, "wage": 5.0}
@@ -186,12 +208,16 @@ def measure(configs: list[dict], rounds: int, kernels: bool) -> list[dict]:
 
 def print_table(title: str, key: str, rows: list[dict]) -> None:
     print(f"\n{title}")
-    print(f"{key:>12}{'trace s':>9}{'lower s':>9}{'compile s':>11}{'total s':>9}{'kernels':>9}")
+    print(
+        f"{key:>12}{'trace s':>9}{'lower s':>9}{'compile s':>11}{'total s':>9}"
+        f"{'steady ms':>11}{'kernels':>9}"
+    )
     for row in rows:
         kernels = "-" if row["kernels"] is None else str(row["kernels"])
         print(
             f"{row[key]:>12}{row['trace_s']:>9.2f}{row['lower_s']:>9.2f}"
-            f"{row['compile_s']:>11.2f}{row['total_s']:>9.2f}{kernels:>9}",
+            f"{row['compile_s']:>11.2f}{row['total_s']:>9.2f}{1e3 * row['steady_s']:>11.2f}"
+            f"{kernels:>9}",
             flush=True,
         )
 
@@ -206,6 +232,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--transition", choices=("stochastic", "deterministic"), default="stochastic"
     )
+    parser.add_argument("--solver", choices=("grid", "dcegm"), default="grid")
     parser.add_argument("--rounds", type=int, default=None, help="fresh processes per point")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel counts")
     parser.add_argument(
@@ -218,13 +245,9 @@ def main(argv=None) -> None:
     regimes = args.regimes or config["regimes"]
     functions = args.functions or config["functions"]
     rounds = args.rounds or config["rounds"]
-    by_regimes = [
-        {"n_regimes": k, "n_functions": 1, "transition": args.transition, **shape} for k in regimes
-    ]
-    by_functions = [
-        {"n_regimes": 1, "n_functions": k, "transition": args.transition, **shape}
-        for k in functions
-    ]
+    common = {"transition": args.transition, "solver": args.solver, **shape}
+    by_regimes = [{"n_regimes": k, "n_functions": 1, **common} for k in regimes]
+    by_functions = [{"n_regimes": 1, "n_functions": k, **common} for k in functions]
     # The base model (1 regime, 1 helper) is in both families: measure it once.
     unique = {json.dumps(c, sort_keys=True): c for c in [*by_regimes, *by_functions]}
     measured = measure(list(unique.values()), rounds, not args.no_kernels)
@@ -232,7 +255,8 @@ def main(argv=None) -> None:
     rows_regimes = [found[json.dumps(c, sort_keys=True)] for c in by_regimes]
     rows_functions = [found[json.dumps(c, sort_keys=True)] for c in by_functions]
     print_table(
-        f"working regimes (+ a terminal one), {args.transition} transition, 1 helper",
+        f"{args.solver}: working regimes (+ a terminal one), {args.transition} transition, "
+        "1 helper",
         "n_regimes",
         rows_regimes,
     )
@@ -246,6 +270,7 @@ def main(argv=None) -> None:
         {
             **shape,
             "transition": args.transition,
+            "solver": args.solver,
             "by_regimes": rows_regimes,
             "by_functions": rows_functions,
         },

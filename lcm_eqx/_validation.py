@@ -157,9 +157,19 @@ def _savings(f: Failure) -> str:
 def _limit(f: Failure) -> str:
     return (
         f"Regime {f.regime!r}, constraint {f.function!r}, period {f.period}: DCEGM takes the "
-        "borrowing limit from the first point of its savings grid, but this constraint does "
-        "not bind there (it forbids saving exactly that much, or allows saving less). Make "
-        "savings[0] the lowest savings the constraint allows."
+        "borrowing limit from the first point of its savings grid (or from the regime's "
+        "function 'borrowing_limit'), but this constraint does not bind there (it forbids "
+        "saving exactly that much, or allows saving less). Make savings[0] (or that "
+        "function) the lowest savings the constraint allows."
+    )
+
+
+def _unbounded(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: the borrowing "
+        "limit is not finite (inf or NaN) for some discrete state or action. DCEGM shifts "
+        "its savings grid by this limit, so it needs a finite number; for no limit at all, "
+        "give a finite limit low enough never to bind, or solve with GridSearch()."
     )
 
 
@@ -268,6 +278,7 @@ CHECKS: dict[str, CheckKind] = {
     "infeasible": CheckKind(InfeasibleStateError, _infeasible),  # a simulated subject
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
     "limit": CheckKind(ModelInitializationError, _limit),  # DCEGM's borrowing limit
+    "unbounded": CheckKind(ModelInitializationError, _unbounded),  # its limit function
     "euler": CheckKind(ModelInitializationError, _euler),  # DCEGM's Euler inversion
     "inada": CheckKind(ModelInitializationError, _inada),  # DCEGM's utility at 0
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds

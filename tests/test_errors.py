@@ -545,8 +545,31 @@ CASES = [
             ),
         ),
         M,
-        ["'working'", "DCEGM", "EpsteinZin", "not supported by DCEGM yet"],
+        ["'working'", "DCEGM", "EpsteinZin", "not supported by DCEGM yet", "Euler equation"],
         id="model-aggregator-with-dcegm",
+    ),
+    pytest.param(
+        lambda: build_model(
+            **_ez_regimes(
+                solver=lcm.DCEGM(
+                    state="wealth", action="consumption", savings=lcm.LinSpacedGrid(0.0, 10.0, 5)
+                )
+            )
+        ),
+        M,
+        ["'retired'", "EpsteinZin", "not supported by DCEGM yet", "GridSearch()"],
+        id="regime-epstein-zin-with-dcegm",
+    ),
+    pytest.param(
+        lambda: build_model(
+            **_ez_regimes(aggregator=lcm.PresentBias()),
+            solver=lcm.DCEGM(
+                state="wealth", action="consumption", savings=lcm.LinSpacedGrid(0.0, 10.0, 5)
+            ),
+        ),
+        M,
+        ["'working'", "PresentBias", "not supported by DCEGM yet", "Euler equation"],
+        id="model-present-bias-with-dcegm",
     ),
     pytest.param(
         lambda: _aggregator_solve(_working_only(EZ_PARAMS, risk_aversion=1.0)),

@@ -108,3 +108,36 @@ def test_new_parameter_values_do_not_recompile(solver, model):
 
     solve(model.params)
     solve({**model.params, model.scalar: model.params[model.scalar] * 1.1})
+
+
+def test_a_copy_of_the_library_under_another_name_takes_its_own_solvers(tmp_path):
+    """`Regime(solver=...)` recognises the solvers of the copy it belongs to
+    (benchmarks/versus.py imports a second copy as `lcm_eqx_base`); the check once
+    looked for the interface under the name `lcm_eqx` only."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import lcm_eqx
+
+    shutil.copytree(
+        Path(lcm_eqx.__file__).parent,
+        tmp_path / "lcm_eqx_copy",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    script = (
+        "import lcm_eqx_copy as lcm\n"
+        "savings = lcm.LinSpacedGrid(0.0, 10.0, 5)\n"
+        "for solver in (lcm.GridSearch(), lcm.DCEGM('wealth', 'consumption', savings)):\n"
+        "    lcm.Regime(functions={'utility': lambda: 0.0}, solver=solver)\n"
+        "try:\n"
+        "    lcm.Regime(functions={'utility': lambda: 0.0}, solver='dcegm')\n"
+        "except lcm.ModelInitializationError:\n"
+        "    print('rejected')\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip() == "rejected"

@@ -154,7 +154,7 @@ def _euler_errors(model, regime, state, action, params, values, policies, points
             implied = invert_marginal(marginal_of(utility), jnp.maximum(q, 1e-300), 8)
             error = jnp.log10(jnp.abs(1.0 - implied / consumption))
             step = solver.action_step(problem, action)
-            unconstrained = savings > solver.borrowing_limit() + step
+            unconstrained = savings > solver.borrowing_limit(problem, {**z, **d}) + step
             ok = feasible & unconstrained & (q > 0) & jnp.isfinite(error)
             return jnp.where(ok, error, jnp.nan)
 

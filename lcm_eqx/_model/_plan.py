@@ -24,6 +24,7 @@ from ._dag import (
     argument_names,
     check_acyclic,
     resolve,
+    transitive_helpers,
     transitive_inputs,
 )
 from ._markov import MarkovTransition
@@ -490,6 +491,17 @@ def _regime_plan(
         raise ModelInitializationError(
             f"Regime {name!r}: function 'discount_factor' in a terminal regime "
             "(transition=None), which has no continuation to discount; remove it."
+        )
+    if "borrowing_limit" in helpers and not any(
+        "borrowing_limit" in transitive_helpers(c, helpers) for c in constraints.values()
+    ):
+        # The limit is part of the model only through a constraint (GridSearch enforces
+        # that; DCEGM checks that it binds at the limit): unread, it would be ignored.
+        raise ModelInitializationError(
+            f"Regime {name!r}: function 'borrowing_limit' is read by no constraint, so "
+            "GridSearch would ignore it; state the limit as a constraint that reads it, "
+            "e.g. constraints={'borrowing': lambda wealth, consumption, borrowing_limit: "
+            "wealth - consumption >= borrowing_limit}."
         )
     if regime.taste_shocks is not None:
         if not regime.actions or not any(g.is_discrete for g in regime.actions.values()):

@@ -15,8 +15,10 @@ from ._aggregator import AbstractAggregator
 from ._markov import ExtremeValueShocks, MarkovTransition
 
 # Where the solver interface lives. The spec sits below the engine and must not import
-# it; a solver instance can only exist once its interface module has been imported.
-_SOLVER_INTERFACE = ("lcm_eqx._solve._solver", "AbstractSolver")
+# it; a solver instance can only exist once its interface module has been imported. The
+# package is named by this module's own (not spelled `lcm_eqx`), so that a copy of the
+# library imported under another name (benchmarks/versus.py) checks its own solvers.
+_SOLVER_INTERFACE = (f"{__name__.partition('.')[0]}._solve._solver", "AbstractSolver")
 
 
 def _is_solver(candidate: object) -> bool:

@@ -239,8 +239,9 @@ class AbstractSolver(eqx.Module):
         solver knows them (`lcm.euler_errors`' defaults)."""
         return None
 
-    def borrowing_limit(self) -> Array:
-        """The lowest saving the Euler equation's regime allows (Euler errors)."""
+    def borrowing_limit(self, problem: RegimeProblem, discrete: dict[str, Array]) -> Array:
+        """The lowest saving the Euler equation's regime allows at the discrete states
+        and actions `discrete` (Euler errors)."""
         return jnp.asarray(0.0)
 
     def action_step(self, problem: RegimeProblem, action: str) -> Array:

@@ -2,14 +2,15 @@
 solves (their refined grids), how a period steps it, and what is computed after the loop.
 
 The state is `(by regime, by group)`: the arrays of each regime's `EndogenousGrid` that
-change from period to period (`nodes`, `count`, `continuation0`, `feasible`), with the
+change from period to period (`nodes`, `count`, `continuation0`, `feasible`, and the
+per-choice `borrowing_limit`), with the
 regimes solved together in one pass over rows (`groups`) carried as those rows, their
 choices one after the other, rather than a slice of them per regime (the slices would be
-kernels of every period). The borrowing limit is a constant and the status a function
-of the period (`grid_status`): constants in the loop's state would each be copied into
-it in every period, by XLA kernels ready when the period starts (see
-docs/architecture.md, "threads"). An always-true `feasible` is carried through
-unchanged and emitted as None.
+kernels of every period). The status is a function of the period (`grid_status`):
+constants in the loop's state would each be copied into it in every period, by XLA
+kernels ready when the period starts (see docs/architecture.md, "threads"). An
+always-true `feasible`, and the constant limit `savings[0]` of regimes without a
+function `borrowing_limit`, are carried through unchanged and emitted as None.
 
 Two dictionaries, not one: JAX sorts a dictionary's keys, and names do not sort with
 tuples.
@@ -29,12 +30,17 @@ from .._reading import zero_reader
 from .._solver import Period, PeriodSolution, SegmentOutputs
 from ._envelope import INACTIVE, ORDINARY, ZERO, EndogenousGrid
 from ._readers import endogenous_reader, inactive_grid, zero_grid
+from ._rows import grid_arrays
 
 if TYPE_CHECKING:
     from .._kernel import RegimeProblem
     from ._solver import DCEGM
 
 State = tuple[dict[str, tuple], dict[tuple[str, ...], tuple]]
+
+# The refined grids' arrays the state carries, as `DCEGM`'s rows name them (in the
+# order of `EndogenousGrid`'s fields).
+GRID_FIELDS = ("nodes", "count", "continuation0", "feasible", "limit")
 
 # How much of the refined grids the read of the values after the period loop batches at
 # once (`postprocess`): beyond, it reads chunks of periods.
@@ -63,10 +69,7 @@ def members(state: State) -> tuple[str, ...]:
 def initial_state(solver: DCEGM, plan: ModelPlan, names, dtype) -> State:
     """The state after the model's last period (V_T = 0), each regime on its own."""
     grids = {name: zero_grid(plan, name, solver, dtype) for name in names}
-    return (
-        {name: (g.nodes, g.count, g.continuation0, g.feasible) for name, g in grids.items()},
-        {},
-    )
+    return {name: grid_arrays(g) for name, g in grids.items()}, {}
 
 
 def batch_groups(solver: DCEGM, plan: ModelPlan, names) -> list[tuple[str, ...]]:
@@ -94,7 +97,7 @@ def regrouped(solver: DCEGM, plan: ModelPlan, state: State, active) -> State:
                     for name in group
                 ]
             )
-            for i in range(4)
+            for i in range(len(GRID_FIELDS))
         )
     grouped = {name for group in groups for name in group}
     return {name: a for name, a in by_regime.items() if name not in grouped}, out
@@ -120,6 +123,12 @@ def ungrouped(state: State, shapes: dict, leading: int = 0) -> dict[str, tuple]:
     return out
 
 
+def grid_of(arrays: tuple, status: Array) -> EndogenousGrid:
+    """The `EndogenousGrid` of the state's arrays of a regime (`GRID_FIELDS`)."""
+    nodes, count, continuation0, feasible, limit = arrays
+    return EndogenousGrid(nodes, count, continuation0, feasible, limit, status)
+
+
 def grid_status(name: str, segment: Segment, following: frozenset[str] | None, period) -> Array:
     """The status of the grid of regime `name` that `period` of `segment` reads (that of
     period + 1): `ZERO` after the last period, `ORDINARY` where the regime is active
@@ -135,17 +144,8 @@ def grid_status(name: str, segment: Segment, following: frozenset[str] | None, p
 def reader(solver: DCEGM, target: str, state: State, period: Period):
     """How `period` reads regime `target` of `state`: its refined grids of next period."""
     plan = period.plan
-    nodes, count, continuation0, feasible = ungrouped(
-        state, choice_shapes(solver, plan, members(state))
-    )[target]
-    grid = EndogenousGrid(
-        nodes=nodes,
-        count=count,
-        continuation0=continuation0,
-        feasible=feasible,
-        borrowing_limit=jnp.asarray(solver.savings.to_jax()[0], continuation0.dtype),
-        status=grid_status(target, period.segment, period.following, period.period),
-    )
+    arrays = ungrouped(state, choice_shapes(solver, plan, members(state)))[target]
+    grid = grid_of(arrays, grid_status(target, period.segment, period.following, period.period))
     return endogenous_reader(
         plan, target, solver, grid, period.resolved[target], period.period + 1, period.next_age
     )
@@ -169,25 +169,26 @@ def step(
     solutions, rows = solve_regimes(solver, with_readers, period.values_later)
     names = members(state)
     always = {n for n in names if solver.choices_always_feasible(plan.regimes[n])}
+    constant_limit = {n for n in names if "borrowing_limit" not in plan.regimes[n].helpers}
     carried_out: tuple[dict, dict] = ({}, {})
     emitted: tuple[dict, dict] = ({}, {})
     for by_key, out, emit in zip((state[0], state[1]), carried_out, emitted, strict=True):
         for key, arrays in cast(dict, by_key).items():
-            through = all(name in always for name in (key if isinstance(key, tuple) else (key,)))
+            regimes = key if isinstance(key, tuple) else (key,)
+            through = (set(regimes) <= always, set(regimes) <= constant_limit)
             if isinstance(key, tuple):
-                group = rows[key]
-                changing = (group["nodes"], group["count"], group["continuation0"])
-                feasible = group["feasible"]
+                new = tuple(rows[key][field] for field in GRID_FIELDS)
             else:
                 grid = (
                     solutions[key].policy
                     if key in solutions
                     else inactive_grid(zero_grid(plan, key, solver, dtype))
                 )
-                changing = (grid.nodes, grid.count, grid.continuation0)
-                feasible = grid.feasible
-            out[key] = (*changing, arrays[3] if through else feasible)
-            emit[key] = (*changing, None if through else feasible)
+                new = grid_arrays(grid)
+            # The last two (feasible, limit): carried through where they never change.
+            ends = tuple(zip(new[3:], arrays[3:], through, strict=True))
+            out[key] = (*new[:3], *(old if same else a for a, old, same in ends))
+            emit[key] = (*new[:3], *(None if same else a for a, _, same in ends))
     return solutions, carried_out, emitted
 
 
@@ -225,24 +226,15 @@ def postprocess(
     every period (`Solution.policies`)."""
     plan = segment.plan
     by_regime, by_group = emitted
-    rows = (_feasible_put_back(by_regime), _feasible_put_back(by_group))
+    rows = (_feasible_put_back(solver, by_regime), _feasible_put_back(solver, by_group))
     names = members(rows)
     shapes = choice_shapes(solver, plan, names)
     arrays = ungrouped(rows, shapes, leading=1)
     length = segment.segment.stop - segment.segment.start
-    limit = jnp.asarray(solver.savings.to_jax()[0], jnp.zeros(()).dtype)
     policies = {}
     for name in names:
-        nodes, count, continuation0, feasible = arrays[name]
         status = ORDINARY if name in segment.segment.regimes else INACTIVE
-        policies[name] = EndogenousGrid(
-            nodes=nodes,
-            count=count,
-            continuation0=continuation0,
-            feasible=feasible,
-            borrowing_limit=jnp.broadcast_to(limit, (length,)),
-            status=jnp.full((length,), status, jnp.int32),
-        )
+        policies[name] = grid_of(arrays[name], jnp.full((length,), status, jnp.int32))
     deferred = [name for name in names if name in segment.deferred]
     if not deferred:
         return {}, policies
@@ -251,23 +243,26 @@ def postprocess(
         segment,
         {name: arrays[name] for name in deferred},
         {key: r for key, r in rows[1].items() if set(key) <= set(deferred)},
-        limit,
     )
     return values, policies
 
 
-def _feasible_put_back(emitted: dict) -> dict:
-    """The scan's emitted grids with an always-true `feasible` (emitted as None) put
-    back."""
+def _feasible_put_back(solver: DCEGM, emitted: dict) -> dict:
+    """The scan's emitted grids with an always-true `feasible` and a constant limit
+    (emitted as None) put back."""
+    dtype = jnp.zeros(()).dtype
+    limit = jnp.asarray(solver.savings.to_jax()[0], dtype)
     return {
-        key: (*arrays, jnp.ones(arrays[1].shape, bool) if feasible is None else feasible)
-        for key, (*arrays, feasible) in emitted.items()
+        key: (
+            *arrays,
+            jnp.ones(arrays[1].shape, bool) if feasible is None else feasible,
+            jnp.broadcast_to(limit, arrays[1].shape) if borrowing is None else borrowing,
+        )
+        for key, (*arrays, feasible, borrowing) in emitted.items()
     }
 
 
-def _read_values(
-    solver: DCEGM, segment: SegmentOutputs, policies, rows, borrowing_limit
-) -> dict[str, Array]:
+def _read_values(solver: DCEGM, segment: SegmentOutputs, policies, rows) -> dict[str, Array]:
     """The value arrays of the regimes of `policies` in every period of a segment
     (leading axis), read from their refined grids: the reads the period step left out.
     All periods at once where their grids take at most `READ_VALUES_BYTES` (the batched
@@ -276,19 +271,11 @@ def _read_values(
     def at(inputs, policies, rows):
         problems = segment.problems(inputs, tuple(policies))
         grids = {
-            name: EndogenousGrid(
-                nodes,
-                count,
-                continuation0,
-                feasible,
-                borrowing_limit,
-                jnp.asarray(ORDINARY, jnp.int32),
-            )
-            for name, (nodes, count, continuation0, feasible) in policies.items()
+            name: grid_of(arrays, jnp.asarray(ORDINARY, jnp.int32))
+            for name, arrays in policies.items()
         }
         refined: dict[tuple[str, ...], dict[str, Array]] = {
-            key: dict(zip(("nodes", "count", "continuation0", "feasible"), arrays, strict=True))
-            for key, arrays in rows.items()
+            key: dict(zip(GRID_FIELDS, arrays, strict=True)) for key, arrays in rows.items()
         }
         values: dict[str, Array] = {}
         grouped = {name for group in refined for name in group}

@@ -14,7 +14,7 @@ from ..._model._plan import ModelPlan
 from .._continuation import NEG_INF
 from .._reading import ContinuationReader, combine_values_and_slopes, marginal_of
 from ._envelope import INACTIVE, ORDINARY, ZERO, EndogenousGrid, read
-from ._rows import map_choices
+from ._rows import grid_arrays, map_choices
 
 if TYPE_CHECKING:
     from ._solver import DCEGM
@@ -38,12 +38,12 @@ def endogenous_reader(
             process_points[name] = g.discretize(params.get(f"next_{name}", {}))[0]
     discrete_actions = list(target_plan.discrete_actions)
     scale = params[""]["taste_shock_scale"] if target_plan.taste_shocks else None
-    borrowing_limit, status = grid.borrowing_limit, grid.status
+    status = grid.status
 
     def read_fn(data, fixed, x):
         axes = [s for s in target_plan.states if s != solver.state and s not in fixed]
 
-        def at(codes: dict, nodes, count, continuation0, feasible):
+        def at(codes: dict, nodes, count, continuation0, feasible, limit):
             def utility(c):
                 inputs = {
                     n: (process_points[n][k] if n in process_points else k)
@@ -61,7 +61,7 @@ def endogenous_reader(
                 nodes,
                 count,
                 continuation0,
-                borrowing_limit,
+                limit,
                 x,
                 jnp.vectorize(utility),
                 marginal_of(utility),
@@ -86,7 +86,7 @@ def endogenous_reader(
     return ContinuationReader(
         continuous=solver.state,
         axes=tuple(s for s in target_plan.states if s != solver.state),
-        data=(grid.nodes, grid.count, grid.continuation0, grid.feasible),
+        data=grid_arrays(grid),
         fixed={},
         read_fn=read_fn,
     )

@@ -132,19 +132,26 @@ def lift_choices(fn, axes, point):
 
 
 def map_choices(fn, arrays, names: list[str]):
-    """`fn(codes, nodes, count, continuation0, feasible)` for every discrete state and
-    action on the leading axes (named `names`) of `arrays` (those four arrays of an
+    """`fn(codes, nodes, count, continuation0, feasible, limit)` for every discrete state
+    and action on the leading axes (named `names`) of `arrays` (those five arrays of an
     `EndogenousGrid`, or the grid itself): a vmap along each axis, so each call sees its
     own slices without indexing (gathers) by code."""
     if isinstance(arrays, EndogenousGrid):
-        arrays = (arrays.nodes, arrays.count, arrays.continuation0, arrays.feasible)
+        arrays = grid_arrays(arrays)
 
-    def over(depth, codes, nodes, count, continuation0, feasible):
+    def over(depth, codes, *arrays):
         if depth == len(names):
-            return fn(codes, nodes, count, continuation0, feasible)
-        size = count.shape[0]
+            return fn(codes, *arrays)
+        size = arrays[1].shape[0]
         return jax.vmap(lambda k, *arrays: over(depth + 1, {**codes, names[depth]: k}, *arrays))(
-            jnp.arange(size, dtype=jnp.int32), nodes, count, continuation0, feasible
+            jnp.arange(size, dtype=jnp.int32), *arrays
         )
 
     return over(0, {}, *arrays)
+
+
+def grid_arrays(grid: EndogenousGrid) -> tuple[Array, ...]:
+    """The per-choice arrays of an `EndogenousGrid` (`nodes`, `count`, `continuation0`,
+    `feasible`, `borrowing_limit`), the limit broadcast to the choices' shape."""
+    limit = jnp.broadcast_to(grid.borrowing_limit, grid.count.shape)
+    return grid.nodes, grid.count, grid.continuation0, grid.feasible, limit

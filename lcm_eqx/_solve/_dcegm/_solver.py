@@ -118,7 +118,9 @@ class DCEGM(AbstractSolver):
         state: the regime's continuous state (cash on hand, wealth).
         action: the regime's continuous action (consumption).
         savings: the exogenous grid of the post-decision state `state − action`; its
-            first point is the borrowing limit.
+            first point is the borrowing limit. With a regime function
+            `"borrowing_limit"` (a limit that varies with discrete states, period, age or
+            parameters, read by a constraint), the offsets above that limit, from 0.
         upper_envelope: how the non-optimal endogenous points are removed (default
             `ExactEnvelope()`).
         newton_steps: Newton iterations that invert marginal utility (one is exact for
@@ -219,9 +221,18 @@ class DCEGM(AbstractSolver):
         if regime.is_terminal:
             fail("the regime is terminal (no continuation to invert); use GridSearch().")
         if regime.aggregator is not None:
+            # Under an aggregator the first-order condition is not the additive
+            # `u'(c) = β·E[R·V'_m]` that DC-EGM inverts: Epstein-Zin's involves the
+            # certainty equivalent of next period's values, present bias the next self's
+            # policy (a generalised Euler equation). Neither is built.
             fail(
-                f"aggregator {type(regime.aggregator).__name__} not supported by DCEGM yet; "
-                "solve this regime with GridSearch()."
+                f"aggregator {type(regime.aggregator).__name__} not supported by DCEGM yet: "
+                "DC-EGM inverts the additive Euler equation u'(c) = β·E[R·V'_m], and under "
+                "this aggregator the first-order condition is another one (with the "
+                "certainty equivalent of next period's values, or the next self's policy), "
+                "which DCEGM does not build. Solve this regime with GridSearch() "
+                "(Regime(..., solver=GridSearch()), or GridSearch(refine=...) for a "
+                "continuous consumption off the grid)."
             )
         if self.state not in regime.states or regime.grids[self.state].is_discrete:
             fail(f"{self.state!r} is not a continuous state of the regime.")
@@ -268,6 +279,20 @@ class DCEGM(AbstractSolver):
                 )
         if self.state not in regime.state_transitions:
             fail(f"it has no transition for {self.state!r}.")
+        limit = regime.helpers.get("borrowing_limit")
+        if limit is not None:
+            if transitive_inputs(limit, regime.helpers) & continuous:
+                fail(
+                    f"its function 'borrowing_limit' depends on {self.state!r} or "
+                    f"{self.action!r}; DC-EGM needs a limit of discrete variables, period, "
+                    "age and parameters only (it shifts the savings grid by it)."
+                )
+            first = float(np.asarray(self.savings.to_jax())[0])
+            if first != 0.0:
+                fail(
+                    "it has a function 'borrowing_limit', so the savings grid is the offset "
+                    f"above that limit and must start at 0, but it starts at {first!r}."
+                )
         discount = regime.helpers.get("discount_factor")
         if discount is not None and transitive_inputs(discount, regime.helpers) & continuous:
             fail(
@@ -282,12 +307,15 @@ class DCEGM(AbstractSolver):
                     fail(f"the regime it can move to, {target!r}, has another continuous state.")
 
     def extra_checks(self, regime: RegimePlan) -> tuple[str, ...]:
+        # A regime function `borrowing_limit` must give a finite limit
+        # (`borrowing_limit:unbounded`, first: an infinite limit fails the others too).
         # The law of motion of `state` must go through savings, and each constraint on
-        # `state` or `action` must bind exactly at the savings grid's first point.
-        # The utility must be in the method's class at zero consumption
-        # (`utility:inada`), and the Euler equation solved with positive consumption at
-        # every savings point (`utility:euler`).
+        # `state` or `action` must bind exactly at the borrowing limit (the savings
+        # grid's first point, or that function). The utility must be in the method's
+        # class at zero consumption (`utility:inada`), and the Euler equation solved
+        # with positive consumption at every savings point (`utility:euler`).
         return (
+            *(("borrowing_limit:unbounded",) if "borrowing_limit" in regime.helpers else ()),
             f"next_{self.state}:savings",
             *(f"{key}:limit" for key in self._limit_constraints(regime)),
             f"utility:inada:{self.action}",
@@ -327,14 +355,12 @@ class DCEGM(AbstractSolver):
 
     # ------------------------------------------------------------------ solve
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
-        savings = self.savings.to_jax()
-
         def at_choice(continuation, discrete):
             if problem.last_period:
                 return self._last_period_grid(problem, continuation)
-            raw = self._inverted(problem, discrete, continuation, savings)
+            raw = self._inverted(problem, discrete, continuation)
             utility, marginal = self._utility(problem, discrete)
-            refined = self._refine(utility, marginal, materialized(raw), savings)
+            refined = self._refine(utility, marginal, materialized(raw))
             return {**refined, "euler": jnp.max(raw["euler"])}
 
         # Where every choice can move to the same subset of the targets, only those
@@ -377,6 +403,7 @@ class DCEGM(AbstractSolver):
             "count": jnp.zeros(lead, jnp.int32),
             "continuation0": plus_discounted(0.0, beta, expected[..., 0]),
             "feasible": jnp.broadcast_to(continuation["feasible"], lead),
+            "limit": jnp.broadcast_to(continuation["limit"], lead),
         }
 
     def _flat_choices(self, problem: RegimeProblem):
@@ -395,7 +422,6 @@ class DCEGM(AbstractSolver):
         points), lifted over their axes: the results and check violations with leading
         axes the discrete states, then the discrete actions, and those axes.
         `targets`: the regimes read next period (default: all it can move to)."""
-        savings = self.savings.to_jax()
         discrete_states = tuple(a for a in problem.state_axes if a.name != self.state)
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
         checks = (*problem.checks, *self.extra_checks(problem.regime)) if problem.validate else ()
@@ -404,7 +430,7 @@ class DCEGM(AbstractSolver):
             def at_choice(d: dict[str, Array]):
                 discrete = {**z, **d}
                 continuation, violations = self._continuation(
-                    problem, readers, discrete, savings, checks, targets
+                    problem, readers, discrete, checks, targets
                 )
                 return finish(continuation, discrete), violations
 
@@ -433,16 +459,13 @@ class DCEGM(AbstractSolver):
         shape, codes = self._flat_choices(problem)
         size = math.prod(shape)
         groups = self._target_groups(problem, codes) or [(np.arange(size), problem.regime.targets)]
-        savings = self.savings.to_jax()
         checks = (*problem.checks, *self.extra_checks(problem.regime)) if problem.validate else ()
         parts = []
         for rows, targets in groups:
 
             def at_choice(xs, targets=targets):
                 discrete, _ = xs
-                return self._continuation(
-                    problem, problem.next_policies, discrete, savings, checks, targets
-                )
+                return self._continuation(problem, problem.next_policies, discrete, checks, targets)
 
             members = ({k: jnp.asarray(v[rows]) for k, v in codes.items()}, jnp.asarray(rows))
             # A plain `vmap`: `_continuation`'s map over the savings points is already a
@@ -485,16 +508,15 @@ class DCEGM(AbstractSolver):
         """`_inverted` of every flat choice of `_continuation_rows`, given the consumption
         that solves the Euler equation at each of their savings points (None: the
         user's inverse, per choice)."""
-        savings = self.savings.to_jax()
         discrete = {k: jnp.asarray(v) for k, v in codes.items()}
         if consumption is None:
             return map_axis(
-                lambda xs: self._inverted(problem, xs[0], xs[1], savings),
+                lambda xs: self._inverted(problem, xs[0], xs[1]),
                 (discrete, continuation),
                 0,
             )
         return map_axis(
-            lambda xs: self._inverted(problem, xs[0], xs[1], savings, xs[2]),
+            lambda xs: self._inverted(problem, xs[0], xs[1], xs[2]),
             (discrete, continuation, consumption),
             0,
         )
@@ -572,7 +594,7 @@ class DCEGM(AbstractSolver):
             count=policy["count"],
             continuation0=policy["continuation0"],
             feasible=policy["feasible"],
-            borrowing_limit=self.savings.to_jax()[0],
+            borrowing_limit=policy["limit"],
             status=jnp.asarray(ORDINARY, jnp.int32),
         )
 
@@ -622,7 +644,6 @@ class DCEGM(AbstractSolver):
         each Newton step of the selected marginal utilities into three or four kernels,
         where each regime's own step is one.)
         """
-        savings = self.savings.to_jax()
         shapes, read, violations, blocks = [], [], [], []
         for problem in problems:
             continuation, violation, shape, codes = self._continuation_rows(problem)
@@ -665,7 +686,7 @@ class DCEGM(AbstractSolver):
                 )
             ]
             rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
-            refined = self._refine_rows(blocks, row_codes, materialized(rows), savings)
+            refined = self._refine_rows(blocks, row_codes, materialized(rows))
         choice_values = (
             self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
             if with_values
@@ -700,7 +721,7 @@ class DCEGM(AbstractSolver):
         nodes = jnp.concatenate(
             [jnp.broadcast_to(g, (n, g.shape[0])) for g, n in zip(grids, sizes, strict=True)]
         )
-        values = self._values_rows(blocks, row_codes, refined, nodes, self.savings.to_jax())
+        values = self._values_rows(blocks, row_codes, refined, nodes)
         offsets = np.cumsum([0, *sizes])
         return [
             values[start:stop].reshape((*shape, -1))
@@ -733,6 +754,7 @@ class DCEGM(AbstractSolver):
                     "count": grid.count,
                     "continuation0": grid.continuation0,
                     "feasible": grid.feasible,
+                    "limit": jnp.broadcast_to(grid.borrowing_limit, grid.count.shape),
                 }
                 rows.append(
                     {k: v.reshape((size, *v.shape[len(shape) :])) for k, v in policy.items()}
@@ -751,7 +773,6 @@ class DCEGM(AbstractSolver):
         problem: RegimeProblem,
         readers: dict[str, ContinuationReader],
         discrete: dict[str, Array],
-        savings,
         checks,
         targets=None,
     ):
@@ -760,18 +781,26 @@ class DCEGM(AbstractSolver):
         the savings points). `targets`: the regimes it reads next period (see
         `expected_at_savings`)."""
         feasible = jnp.asarray(True)
+        limit = self.choice_limit(problem, discrete)
+        unbounded = ~jnp.isfinite(limit)
+        if checks and "borrowing_limit" in problem.regime.helpers:
+            # Solved at a finite stand-in where the limit is not finite, so that the check
+            # `borrowing_limit:unbounded` names the cause rather than the NaN it would
+            # give every next state (without checks the NaN shows in the values).
+            limit = jnp.where(unbounded, 0.0, limit)
+        savings = self.savings_points(problem, limit)
         reference = jnp.asarray(REFERENCE_ACTION, savings.dtype)
-        at_limit = {**discrete, self.state: savings[0] + reference, self.action: reference}
+        at_limit = {**discrete, self.state: limit + reference, self.action: reference}
         limits = self._limit_constraints(problem.regime)
         evaluate = problem.evaluator(at_limit)
         for key, constraint in problem.regime.constraints.items():
             if key not in limits:  # constraints on discrete variables: is the choice allowed
                 feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
-        # The borrowing limit is savings[0]: each constraint on the state or the action
-        # must allow saving that much and forbid saving less (else the model solved would
-        # not be the one written). Tested a little above and below it (by `limit_margin`),
-        # so that the rounding of the constraint's own arithmetic (`c <= b + θ` with
-        # savings from `-θ`) does not count.
+        # The borrowing limit is savings[0] (or the regime's function `borrowing_limit`):
+        # each constraint on the state or the action must allow saving that much and
+        # forbid saving less (else the model solved would not be the one written). Tested
+        # a little above and below it (by `limit_margin`), so that the rounding of the
+        # constraint's own arithmetic (`c <= b + θ` with savings from `-θ`) does not count.
         limit_violations = {}
         if checks:
             margin = limit_margin(savings)
@@ -789,6 +818,8 @@ class DCEGM(AbstractSolver):
             limit_violations[f"utility:inada:{self.action}"] = self._inada_violation(
                 problem, discrete, savings
             )
+            if "borrowing_limit" in problem.regime.helpers:
+                limit_violations["borrowing_limit:unbounded"] = jnp.where(unbounded, 1.0, 0.0)
 
         def at_savings(a):
             return expected_at_savings(
@@ -823,8 +854,31 @@ class DCEGM(AbstractSolver):
             "expected": expected,
             "marginal_expected": marginal_expected,
             "feasible": feasible,
+            "limit": limit,
         }
         return continuation, violations
+
+    def choice_limit(self, problem: RegimeProblem, discrete: dict[str, Array]) -> Array:
+        """The borrowing limit of one discrete state and action: the regime's function
+        `borrowing_limit` where it has one (a traced scalar), else `savings[0]`."""
+        if "borrowing_limit" not in problem.regime.helpers:
+            return self.savings.to_jax()[0]
+        limit = jnp.asarray(problem.evaluator(discrete).helper("borrowing_limit"))
+        if limit.shape != ():
+            raise ModelInitializationError(
+                f"Regime {problem.regime.name!r}: function 'borrowing_limit' returns shape "
+                f"{limit.shape}; DCEGM needs one number per discrete state and action."
+            )
+        return limit.astype(self.savings.to_jax().dtype)
+
+    def savings_points(self, problem: RegimeProblem, limit: Array) -> Array:
+        """The savings points of a choice whose borrowing limit is `limit`: the grid
+        itself, or with a regime function `borrowing_limit` the grid's offsets above
+        that limit (`limit + savings`, the grid starting at 0)."""
+        savings = self.savings.to_jax()
+        if "borrowing_limit" not in problem.regime.helpers:
+            return savings
+        return limit + savings
 
     def _inada_violation(
         self, problem: RegimeProblem, discrete: dict[str, Array], savings: Array
@@ -857,7 +911,6 @@ class DCEGM(AbstractSolver):
         problem: RegimeProblem,
         discrete: dict[str, Array],
         continuation: dict[str, Array],
-        savings,
         consumption: Array | None = None,
     ) -> dict[str, Array]:
         """The raw endogenous points `(m, c, v, mu)`, `continuation0` and feasibility
@@ -868,11 +921,11 @@ class DCEGM(AbstractSolver):
         marginal_expected = continuation["marginal_expected"]
         beta = problem.discount_factor(problem.evaluator(discrete))
         utility, marginal = self._utility(problem, discrete)
-        cap = marginal(jnp.asarray(CONSUMPTION_CAP, savings.dtype))
+        cap = marginal(jnp.asarray(CONSUMPTION_CAP, expected.dtype))
         target = euler_target(beta, marginal_expected, cap)
         if consumption is None:
             consumption = self._invert(problem, discrete, marginal, target)
-        m = savings + consumption
+        m = self.savings_points(problem, continuation["limit"]) + consumption
         v = plus_discounted(utility(consumption), beta, expected)
         finite = jnp.isfinite(v) & jnp.isfinite(m)
         m = jnp.where(finite, m, jnp.inf)
@@ -885,6 +938,7 @@ class DCEGM(AbstractSolver):
             "mu": mu,
             "continuation0": plus_discounted(0.0, beta, expected[0]),
             "feasible": continuation["feasible"],
+            "limit": continuation["limit"],
             "euler": euler_miss(mu, target, expected),
         }
         return raw
@@ -894,12 +948,11 @@ class DCEGM(AbstractSolver):
         utility: Callable,
         marginal: Callable,
         raw: dict[str, Array],
-        savings,
         dominated: Array | None = None,
     ) -> dict[str, Array]:
         """The upper envelope of one discrete state and action's raw points: its refined
         endogenous grid (`dominated`: the row of the envelope's `dominated_rows`)."""
-        a0 = savings[0]
+        a0 = raw["limit"]
 
         def constrained_value(x):
             ok = x > a0
@@ -922,6 +975,7 @@ class DCEGM(AbstractSolver):
             "count": count,
             "continuation0": raw["continuation0"],
             "feasible": raw["feasible"],
+            "limit": raw["limit"],
         }
 
     def _refine_rows(
@@ -929,7 +983,6 @@ class DCEGM(AbstractSolver):
         blocks: list[Block],
         row_codes: tuple[Array, list[dict[str, Array]]],
         raw: dict[str, Array],
-        savings,
     ) -> dict[str, Array]:
         """`_refine` of every row of `raw` (leading axis), each a discrete state and
         action of the regime of its block (consecutive rows, `blocks`), with its
@@ -938,7 +991,7 @@ class DCEGM(AbstractSolver):
 
         def at_row(k, codes, raw, dominated):
             utility, marginal = row_utility(blocks, k, codes)
-            return self._refine(utility, marginal, raw, savings, dominated)
+            return self._refine(utility, marginal, raw, dominated)
 
         regime, codes = row_codes
         # The envelope's test of all rows at once, where it has one (outside the map
@@ -952,7 +1005,6 @@ class DCEGM(AbstractSolver):
         row_codes: tuple[Array, list[dict[str, Array]]],
         refined: dict[str, Array],
         nodes: Array,
-        savings,
     ) -> Array:
         """Each row's choice value at its `nodes` (`(rows, n_nodes)`): its refined grid
         read with its regime's utility (see `_refine_rows`)."""
@@ -965,7 +1017,7 @@ class DCEGM(AbstractSolver):
                     grid["nodes"],
                     grid["count"],
                     grid["continuation0"],
-                    savings[0],
+                    grid["limit"],
                     point,
                     utility,
                     marginal,
@@ -1041,9 +1093,9 @@ class DCEGM(AbstractSolver):
         discrete_actions = tuple(a for a in problem.action_axes if a.is_discrete)
         fixed = {} if discrete_state is None else discrete_state
 
-        def at(codes: dict, nodes, count, continuation0, feasible):
+        def at(codes: dict, nodes, count, continuation0, feasible, limit):
             utility, marginal = self._utility(problem, {**fixed, **codes})
-            c, v, _ = read(nodes, count, continuation0, grid.borrowing_limit, x, utility, marginal)
+            c, v, _ = read(nodes, count, continuation0, limit, x, utility, marginal)
             return jnp.where(feasible, v, NEG_INF), c
 
         if discrete_state is None:
@@ -1138,8 +1190,8 @@ class DCEGM(AbstractSolver):
     def euler_variables(self) -> tuple[str, str]:
         return self.state, self.action
 
-    def borrowing_limit(self) -> Array:
-        return self.savings.to_jax()[0]
+    def borrowing_limit(self, problem, discrete) -> Array:
+        return self.choice_limit(problem, discrete)
 
     def action_step(self, problem, action) -> Array:
         # The policy is continuous: only savings at the limit itself are constrained.
