@@ -138,6 +138,42 @@ def test_max_steps_reached_is_not_converged(one_period):
         result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], max_steps=1,
                               tolerance=1e-14)  # fmt: skip
     assert not result.converged and result.n_steps == 1
+    assert result.summary()["at_bound"].tolist() == [False]
+
+
+@pytest.mark.parametrize(
+    ("bound", "start", "edge"), [((0.0, np.inf), 0.3, 0.0), ((-np.inf, -0.5), -1.0, -0.5)]
+)
+def test_an_estimate_at_its_bound_is_not_converged(one_period, bound, start, edge):
+    """The unconstrained MLE (about -0.4) lies outside the bounds: the transform pushes
+    the estimate onto the bound, where its gradient in the unconstrained coordinate
+    vanishes, which once passed for convergence."""
+    model, df = one_period
+    with pytest.warns(lcm.LcmWarning, match=r"disutility_of_work at .*at its bound"):
+        result = lcm.estimate(
+            model, {**TRUE, "disutility_of_work": start}, data=df, free=["disutility_of_work"],
+            bounds={"disutility_of_work": bound},
+        )  # fmt: skip
+    assert not result.converged
+    assert result.summary()["at_bound"].tolist() == [True]
+    np.testing.assert_allclose(result.estimates, [edge], atol=1e-4)
+    # The Newton step points back to the unconstrained optimum, the closed form.
+    np.testing.assert_allclose(
+        result.estimates + result.newton_step, closed_form(df, TRUE["taste_shock_scale"])[0],
+        atol=0.05,
+    )  # fmt: skip
+
+
+def test_a_loose_gradient_tolerance_is_caught_by_the_newton_step(one_period):
+    model, df = one_period
+    start = {**TRUE, "disutility_of_work": 0.3}
+    with pytest.warns(lcm.LcmWarning, match="Newton step of more than"):
+        result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=0.05)
+    assert not result.converged and not result.at_bound.any()
+    # Near the optimum the Newton step is what remains to the closed form.
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    np.testing.assert_allclose(result.estimates + result.newton_step, estimate, atol=0.05 * se)
+    assert abs(result.estimates[0] - estimate) > 0.05 * se
 
 
 # ------------------------------------------------------------------ unobserved types

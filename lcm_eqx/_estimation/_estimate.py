@@ -18,11 +18,15 @@ What it does, in order:
      exact distribution (`model.distribution`, no simulation noise) started from the
      data's period-0 rows, `m̂` the data's moments (`data_moments`) and `W` the
      weighting matrix.
-3. **L-BFGS** (optax, zoom line search) in one compiled `lax.while_loop`, vmapped over
-   several starts when `starts` is given. Converged means: the gradient's largest
-   entry (in `x`) is at most `tolerance`, the objective is finite, and the curvature
-   matrix (the Hessian, or `GᵀWG`) is positive definite. Anything else is reported as
-   not converged, with a message and an `LcmWarning`.
+3. **L-BFGS** (optax's direction, a backtracking line search) from each start; the
+   best run is kept. Converged means: the objective is finite, the gradient's largest
+   entry (in `x`) is at most `tolerance`, the curvature matrix (the Hessian, or
+   `GᵀWG`) is positive definite, the Newton step from the estimate is at most
+   `step_tolerance` standard errors in every parameter, and no parameter is at a
+   bound (the Newton step would leave its interval). The gradient in `x` alone can
+   mislead: it vanishes where the transform saturates, however far the optimum lies
+   beyond the bound. Anything else is reported as not converged, with a message and
+   an `LcmWarning`.
 4. **Standard errors** in the natural parameters `θ`: for `"mle"`, from the Hessian
    `H` of minus the log-likelihood, the outer product of the subjects' scores `S`,
    and the robust sandwich `H⁻¹ SᵀS H⁻¹`; for `"msm"`, the sandwich
@@ -37,7 +41,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -297,26 +301,32 @@ def _moments_by_initial_mass(objective: Objective, theta):
     return jax.jacrev(lambda mass: objective.moments(params, mass))(objective.mass)
 
 
-def _likelihood_curvature(objective: Objective, theta: np.ndarray):
-    """Minus the Hessian of the log-likelihood and the subjects' scores, in `θ`: central
-    differences of the exact gradient and of the subjects' log-likelihoods (2 calls of
-    the compiled evaluation per parameter, so nothing else is compiled)."""
+def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper):
+    """Minus the Hessian of the log-likelihood, the subjects' scores and minus the
+    gradient of the log-likelihood, in `θ`: differences of the exact gradient and of the
+    subjects' log-likelihoods (2 calls of the compiled evaluation per parameter, so
+    nothing else is compiled). Central differences, one-sided within a step of a bound:
+    the model need not be defined beyond it (a negative taste-shock scale)."""
     n = len(theta)
-    information, scores = np.zeros((n, n)), None
+    _, gradient, rows = objective.evaluate(jnp.asarray(theta))
+    n_subjects = rows.shape[0]
+    information, scores = np.zeros((n, n)), np.zeros((n_subjects, n))
     for j in range(n):
-        h = 1e-4 * max(abs(theta[j]), 1e-3)
+        h = min(1e-4 * max(abs(theta[j]), 1e-3), (upper[j] - lower[j]) / 4)
         up, down = theta.copy(), theta.copy()
-        up[j] += h
-        down[j] -= h
-        _, gradient_up, rows_up = objective.evaluate(jnp.asarray(up))
-        _, gradient_down, rows_down = objective.evaluate(jnp.asarray(down))
-        n_subjects = rows_up.shape[0]
-        if scores is None:
-            scores = np.zeros((n_subjects, n))
+        up[j] += 0.0 if theta[j] + h >= upper[j] else h
+        down[j] -= 0.0 if theta[j] - h <= lower[j] else h
+        gradient_up, rows_up = (
+            (gradient, rows) if up[j] == theta[j] else objective.evaluate(jnp.asarray(up))[1:]
+        )
+        gradient_down, rows_down = (
+            (gradient, rows) if down[j] == theta[j] else objective.evaluate(jnp.asarray(down))[1:]
+        )
+        width = up[j] - down[j]
         # evaluate's gradient is that of minus the mean log-likelihood
-        information[:, j] = (gradient_up - gradient_down) * n_subjects / (2 * h)
-        scores[:, j] = (rows_up - rows_down) / (2 * h)
-    return 0.5 * (information + information.T), scores
+        information[:, j] = (gradient_up - gradient_down) * n_subjects / width
+        scores[:, j] = (rows_up - rows_down) / width
+    return 0.5 * (information + information.T), scores, gradient * n_subjects
 
 
 class Identification(eqx.Module):
@@ -419,8 +429,14 @@ class EstimationResult(eqx.Module):
         trace: `(2, n_steps + 1)`: the optimiser's objective and largest gradient
             entry at each step.
         n_steps: the optimiser's steps.
-        converged: the gradient is below the tolerance, the objective is finite and the
-            curvature is positive definite; `message` says which failed otherwise.
+        converged: the objective is finite, its gradient (in the unconstrained
+            coordinates) is below `tolerance`, the curvature is positive definite, the
+            Newton step from the estimate is at most `step_tolerance` standard errors
+            in every parameter and none is at a bound; `message` says which failed.
+        newton_step: `(n_free,)` the Newton step in `θ` from the estimates (the
+            Hessian's for `"mle"`, Gauss–Newton's for `"msm"`).
+        at_bound: `(n_free,)` which estimates are at a bound of their interval (the
+            Newton step leaves it).
         message: how the optimisation ended.
         n_subjects: the number of subjects (the clusters of the standard errors).
         jacobian: `∂m/∂θ` (`"msm"`) or the subjects' scores (`"mle"`), in `θ`.
@@ -446,6 +462,8 @@ class EstimationResult(eqx.Module):
     n_steps: int
     converged: bool
     message: str = eqx.field(static=True)
+    newton_step: np.ndarray
+    at_bound: np.ndarray
     n_subjects: int
     jacobian: np.ndarray
     moments: np.ndarray | None
@@ -454,7 +472,8 @@ class EstimationResult(eqx.Module):
     moment_labels: tuple[tuple[str, int], ...] | None = eqx.field(static=True)
 
     def summary(self) -> pd.DataFrame:
-        """One row per free parameter: estimate, standard error, 95% interval, start, bounds."""
+        """One row per free parameter: estimate, standard error, 95% interval, start,
+        bounds, and whether the estimate is at a bound (then `converged` is False)."""
         se = np.sqrt(np.diag(self.covariance))
         return pd.DataFrame(
             {
@@ -465,6 +484,7 @@ class EstimationResult(eqx.Module):
                 "start": self.start,
                 "lower_bound": self.lower,
                 "upper_bound": self.upper,
+                "at_bound": self.at_bound,
             },
             index=pd.Index(self.names, name="parameter"),
         )
@@ -537,6 +557,7 @@ def estimate(
     starts: Sequence[Mapping[str, float]] | None = None,
     covariance: str | None = None,
     tolerance: float = 1e-6,
+    step_tolerance: float = 0.05,
     max_steps: int = 200,
     subject: str = "subject_id",
 ) -> EstimationResult:
@@ -574,6 +595,10 @@ def estimate(
         tolerance: converged when the objective's gradient in the unconstrained
             coordinates has no entry above this (the `"mle"` objective is the mean
             negative log-likelihood per subject).
+        step_tolerance: converged also needs the Newton step from the estimates to be at
+            most this many standard errors in every parameter (the gradient in the
+            unconstrained coordinates vanishes where a transform saturates, at a bound,
+            however far the optimum lies).
         max_steps: the most L-BFGS steps.
         subject: the column identifying subjects.
 
@@ -640,14 +665,17 @@ def estimate(
         finite or runs, key=lambda r: r[2] if math.isfinite(r[2]) else math.inf
     )
     theta, _ = objective.natural(x)
+    bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
+    bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
 
     if method == "mle":
-        information, scores = _likelihood_curvature(objective, theta)
-        jacobian = cast(np.ndarray, scores)
+        information, scores, descent = _likelihood_curvature(objective, theta, bounds_lo, bounds_hi)
+        jacobian = scores
         outer = jacobian.T @ jacobian
         curvature: tuple = (information, outer)
         covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
         covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
+        newton = -covariances["hessian"] @ descent
         reported = -value * n_subjects
         model_moments = None
     else:
@@ -666,22 +694,27 @@ def estimate(
         bread = _inverse(jacobian.T @ weight @ jacobian)
         curvature = (jacobian.T @ weight @ jacobian,)
         covariances = {"sandwich": bread @ jacobian.T @ weight @ omega @ weight @ jacobian @ bread}
+        newton = -bread @ jacobian.T @ weight @ (model_moments - np.asarray(objective.data_moments))
         reported = 2 * value
 
+    cov = covariances[kind]
+    se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
+    at_bound = _at_bound(theta, newton, np.asarray(bounds_lo), np.asarray(bounds_hi))
     converged, message = _status(
-        value, gradient, tolerance, n_steps, max_steps, reason, curvature, names
+        Fit(theta, value, gradient, n_steps, reason, curvature, newton / se, at_bound),
+        names=names,
+        bounds=(bounds_lo, bounds_hi),
+        tolerance=tolerance,
+        step_tolerance=step_tolerance,
+        max_steps=max_steps,
     )
     if not converged:
         warn(f"estimate({method!r}) did not converge: {message}")
-    cov = covariances[kind]
-    se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
     estimates = theta
     model_params = objective.model_params(jnp.asarray(theta))
     standard_errors = jax.tree.map(lambda leaf: jnp.full(jnp.shape(leaf), jnp.nan), params)
     for i, f in enumerate(free_specs):
         standard_errors = _replace(standard_errors, f.path, jnp.asarray(se[i]))
-    bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
-    bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
     return EstimationResult(
         params=model_params,
         standard_errors=standard_errors,
@@ -700,6 +733,8 @@ def estimate(
         n_steps=n_steps,
         converged=converged,
         message=message,
+        newton_step=newton,
+        at_bound=at_bound,
         n_subjects=int(n_subjects),
         jacobian=cast(np.ndarray, jacobian),
         moments=model_moments,
@@ -977,21 +1012,57 @@ def _inverse(matrix: np.ndarray) -> np.ndarray:
     return np.linalg.inv(scaled) / np.outer(scale, scale)
 
 
-def _status(
-    value, gradient, tolerance, n_steps, max_steps, reason, curvature, names
-) -> tuple[bool, str]:
-    if not math.isfinite(value):
-        return False, f"the objective became {value} after {n_steps} steps"
+class Fit(NamedTuple):
+    """Where the optimiser stopped: what `_status` judges."""
+
+    theta: np.ndarray
+    value: float
+    gradient: float  # the largest entry of the gradient in the unconstrained `x`
+    n_steps: int
+    reason: str | None  # why the optimiser stopped early, or None
+    curvature: tuple  # the matrices that must be positive definite
+    newton_in_se: np.ndarray  # the Newton step in `θ` over the standard errors
+    at_bound: np.ndarray
+
+
+def _at_bound(theta, newton, lower, upper) -> np.ndarray:
+    """Parameters at an edge of their interval: the Newton step from the estimate leaves
+    it (the objective keeps improving beyond the bound, where the transform has pushed
+    the estimate), or the estimate sits on it to rounding."""
+    target = theta + np.where(np.isfinite(newton), newton, 0.0)
+    on_edge = np.minimum(theta - lower, upper - theta) <= 1e-9 * (1.0 + np.abs(theta))
+    return on_edge | (target <= lower) | (target >= upper)
+
+
+def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) -> tuple[bool, str]:
+    """Converged or not, and why. The gradient in `x` alone can mislead: where a
+    transform saturates (an estimate pushed against its bound) it vanishes however far
+    the optimum lies, so the Newton step in `θ`, measured in standard errors, must be
+    small too, and no parameter may sit at a bound."""
+    gradient, n_steps = fit.gradient, fit.n_steps
+    if not math.isfinite(fit.value):
+        return False, f"the objective became {fit.value} after {n_steps} steps"
+    if np.any(fit.at_bound):
+        edges = [
+            f"{n} at {lo if t - lo <= hi - t else hi:g}"
+            for n, t, lo, hi, flag in zip(names, fit.theta, *bounds, fit.at_bound, strict=True)
+            if flag
+        ]
+        return False, (
+            f"{', '.join(edges)}: the estimate is at its bound (the objective still improves "
+            "beyond it), so the standard errors and intervals do not apply; widen the bounds "
+            "or fix the parameter"
+        )
     if not gradient <= tolerance:
-        if reason is not None:
-            return False, f"{reason}, with gradient {gradient:.2e} > tolerance {tolerance:g}"
+        if fit.reason is not None:
+            return False, f"{fit.reason}, with gradient {gradient:.2e} > tolerance {tolerance:g}"
         if n_steps >= max_steps:
             return (
                 False,
                 f"max_steps={max_steps} reached with gradient {gradient:.2e} > {tolerance:g}",
             )
         return False, f"stopped with gradient {gradient:.2e} > tolerance {tolerance:g}"
-    for matrix in curvature:
+    for matrix in fit.curvature:
         if not np.all(np.isfinite(matrix)):
             return False, f"the curvature at the estimate is not finite ({names})"
         scale = np.sqrt(np.abs(np.diag(matrix)))
@@ -1005,7 +1076,22 @@ def _status(
             f"definite (a flat or downward direction in {flat}): a saddle point or parameters "
             "the data do not identify (see result.identification())"
         )
-    return True, f"gradient {gradient:.2e} <= tolerance {tolerance:g} after {n_steps} steps"
+    step = np.abs(fit.newton_in_se)
+    if not np.all(step <= step_tolerance):
+        far = [
+            f"{n} ({s:.2g} s.e.)"
+            for n, s in zip(names, step, strict=True)
+            if not s <= step_tolerance
+        ]
+        return False, (
+            f"gradient {gradient:.2e} is below the tolerance, but a Newton step of more than "
+            f"step_tolerance={step_tolerance:g} standard errors remains in {', '.join(far)}: "
+            "the optimiser stopped short of the optimum"
+        )
+    return True, (
+        f"gradient {gradient:.2e} <= tolerance {tolerance:g} and Newton step "
+        f"{float(np.max(step)):.2g} <= {step_tolerance:g} s.e. after {n_steps} steps"
+    )
 
 
 __all__ = ["EstimationResult", "Identification", "estimate"]
