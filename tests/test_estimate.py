@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
+from lcm_eqx._estimation import _estimate as estimate_module  # noqa: E402
 from tests.models import retirement  # noqa: E402
 from tests.test_taste_shocks import build_model  # noqa: E402
 
@@ -174,6 +175,38 @@ def test_a_loose_gradient_tolerance_is_caught_by_the_newton_step(one_period):
     estimate, se = closed_form(df, TRUE["taste_shock_scale"])
     np.testing.assert_allclose(result.estimates + result.newton_step, estimate, atol=0.05 * se)
     assert abs(result.estimates[0] - estimate) > 0.05 * se
+
+
+def test_datasets_of_the_same_size_trace_the_likelihood_once(one_period, monkeypatch):
+    """A coverage loop compiles once: the data's arrays have the same shapes for every
+    panel of as many subjects, however the rows split between the regimes (here the
+    subjects start in either regime, and the second panel has no retired subject)."""
+    model, _ = one_period
+    traces = []
+    counted = estimate_module.log_likelihood
+
+    def counting(*args, **kwargs):
+        traces.append(1)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(estimate_module, "log_likelihood", counting)
+    panels = []
+    for seed, retired_share in ((1, 0.3), (2, 0.0)):
+        rng = np.random.default_rng(seed)
+        initial = {
+            "regime": (rng.uniform(size=N) < retired_share).astype(int),
+            "wealth": rng.uniform(2.0, 30.0, N),
+        }
+        panels.append(model.simulate(TRUE, initial, key=jax.random.key(seed)).to_dataframe())
+    shapes = [jax.tree.map(np.shape, lcm.prepare_data(model, df)) for df in panels]
+    assert shapes[0] == shapes[1]
+    start = {**TRUE, "disutility_of_work": 0.3}
+    counts = []
+    for df in panels:
+        result = lcm.estimate(model, start, data=df, free=["disutility_of_work"])
+        assert result.converged, result.message
+        counts.append(len(traces))
+    assert counts[0] <= 1 and counts[1] == counts[0]
 
 
 # ------------------------------------------------------------------ unobserved types
