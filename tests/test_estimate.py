@@ -220,13 +220,13 @@ def typed_utility(consumption, labor, kind, disutility_low, disutility_high):
     return jnp.log(consumption) - disutility * (labor == Labor.work)
 
 
-def typed_model():
-    wealth = lcm.LinSpacedGrid(1.0, 60.0, 12)
-    consumption = lcm.LinSpacedGrid(1.0, 60.0, 15)
+def typed_model(utility=typed_utility, n_periods=4, n_wealth=12, n_consumption=15):
+    wealth = lcm.LinSpacedGrid(1.0, 60.0, n_wealth)
+    consumption = lcm.LinSpacedGrid(1.0, 60.0, n_consumption)
     working = lcm.Regime(
         states={"wealth": wealth, "kind": lcm.DiscreteGrid(Kind)},
         actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
-        functions={"utility": typed_utility, "labor_income": retirement.labor_income},
+        functions={"utility": utility, "labor_income": retirement.labor_income},
         state_transitions={"wealth": retirement.next_wealth, "kind": lambda kind: kind},
         transition=retirement.next_regime,
         constraints={"borrowing": retirement.borrowing},
@@ -241,7 +241,7 @@ def typed_model():
         constraints={"borrowing": retirement.borrowing},
     )
     return lcm.Model(
-        regimes={"working": working, "retired": retired}, n_periods=4, regime_ids=RegimeId
+        regimes={"working": working, "retired": retired}, n_periods=n_periods, regime_ids=RegimeId
     )
 
 
@@ -281,3 +281,78 @@ def test_two_type_mixture_recovers_the_share_and_both_types():
     z = (result.estimates - values) / se
     assert np.all(np.abs(z) < 2), (result.estimates, se)
     np.testing.assert_allclose(result.type_shares.sum(), 1.0)
+
+
+# ------------------------------------------------- profile likelihood and the LR test
+def shifted_utility(consumption, labor, kind, disutility_of_work, kind_shift):
+    return jnp.log(consumption) - (disutility_of_work + kind_shift * kind) * (labor == Labor.work)
+
+
+def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form():
+    """One period, an observed `kind` that shifts the disutility: the log-likelihood is
+    that of two Bernoulli shares, `P(work | k) = 1 / (1 + exp((δ + Δk) / λ))`, whose
+    profiles (maximised over the other parameter by scipy) and LR statistic against
+    `Δ = 0` (the pooled share) are written out here in numpy. With 600 subjects the
+    likelihood is nearly quadratic, so the profile intervals are close to Wald's."""
+    from scipy import optimize, stats
+
+    model = typed_model(shifted_utility, n_periods=1, n_wealth=5, n_consumption=6)
+    truth = {**TRUE, "disutility_of_work": 0.2, "kind_shift": 0.5}
+    rng = np.random.default_rng(4)
+    n = 600
+    initial = {
+        "regime": np.zeros(n, dtype=int),
+        "wealth": rng.uniform(2.0, 50.0, n),
+        "kind": rng.integers(0, 2, n),
+    }
+    df = model.simulate(truth, initial, key=jax.random.key(4)).to_dataframe()
+    free = ["disutility_of_work", "kind_shift"]
+    result = lcm.estimate(model, truth, data=df, free=free, tolerance=1e-9)
+    assert result.converged, result.message
+
+    work = np.asarray(df["labor"] == "work")
+    kind = np.asarray(df["kind"] == "high", dtype=int)
+    counts = [(np.sum(kind == k), np.sum(work & (kind == k))) for k in (0, 1)]
+    scale = TRUE["taste_shock_scale"]
+
+    def log_l(delta, shift):
+        total = 0.0
+        for k, (n_k, w_k) in enumerate(counts):
+            p = 1 / (1 + np.exp((delta + shift * k) / scale))
+            total += w_k * np.log(p) + (n_k - w_k) * np.log(1 - p)
+        return total
+
+    shares = [w / m for m, w in counts]
+    delta_hat = scale * np.log((1 - shares[0]) / shares[0])
+    shift_hat = scale * np.log((1 - shares[1]) / shares[1]) - delta_hat
+    np.testing.assert_allclose(result.estimates, [delta_hat, shift_hat], rtol=1e-6)
+    best = log_l(delta_hat, shift_hat)
+
+    def profile(j, t):
+        other = lambda u: -log_l(t, u) if j == 0 else -log_l(u, t)
+        return -optimize.minimize_scalar(other, bracket=(-1, 1), tol=1e-12).fun
+
+    table = result.profile_intervals(level=0.95)
+    critical = stats.chi2.ppf(0.95, 1)
+    for j, name in enumerate(free):
+        root = lambda t, j=j: 2 * (best - profile(j, t)) - critical
+        estimate, half = result.estimates[j], 3 * np.sqrt(result.covariance[j, j])
+        lower = optimize.brentq(root, estimate - half, estimate)
+        upper = optimize.brentq(root, estimate, estimate + half)
+        row = table.loc[name]
+        np.testing.assert_allclose([row["profile_lower"], row["profile_upper"]], [lower, upper],
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        wald_half = (row["wald_upper"] - row["wald_lower"]) / 2
+        assert abs(row["profile_lower"] - row["wald_lower"]) < 0.1 * wald_half
+        assert abs(row["profile_upper"] - row["wald_upper"]) < 0.1 * wald_half
+
+    restricted = lcm.estimate(model, {**truth, "kind_shift": 0.0}, data=df,
+                              free=["disutility_of_work"], tolerance=1e-9)  # fmt: skip
+    test = result.likelihood_ratio(restricted)
+    pooled = work.mean()
+    restricted_log_l = n * (pooled * np.log(pooled) + (1 - pooled) * np.log(1 - pooled))
+    np.testing.assert_allclose(test.statistic, 2 * (best - restricted_log_l), rtol=1e-6)
+    assert test.df == 1
+    np.testing.assert_allclose(test.p_value, stats.chi2.sf(test.statistic, 1), rtol=1e-6)
+    with pytest.raises(lcm.EstimationError, match="strict subset"):
+        restricted.likelihood_ratio(result)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import equinox as eqx
@@ -249,20 +250,23 @@ LBFGS = optax.lbfgs(linesearch=None)
 _lbfgs_direction = jax.jit(LBFGS.update)
 
 
-def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int):
+def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int, fixed=None):
     """L-BFGS (optax's direction) with a backtracking line search, from `x`.
 
     Every evaluation is the one compiled `objective.evaluate`, so the optimiser adds no
-    compilation of its own; the loop runs in Python on `n_free` numbers. Returns the
-    final `x`, the objective and largest gradient entry there, the steps taken, the
-    trace and why it stopped (`None` when the gradient criterion was met).
+    compilation of its own; the loop runs in Python on `n_free` numbers. Coordinates
+    where the mask `fixed` is True stay put (their gradient is taken as 0, and L-BFGS
+    never moves along a coordinate whose gradient stays 0): the profile likelihood.
+    Returns the final `x`, the objective and largest gradient entry there, the steps
+    taken, the trace and why it stopped (`None` when the gradient criterion was met).
     """
     optimiser, direction_of = LBFGS, _lbfgs_direction
+    moving = np.ones(len(x)) if fixed is None else 1.0 - np.asarray(fixed, dtype=float)
 
     def value_and_gradient(x):
         theta, dtheta_dx = objective.natural(x)
         value, gradient, _ = objective.evaluate(jnp.asarray(theta))
-        return value, dtheta_dx.T @ gradient
+        return value, moving * (dtheta_dx.T @ gradient)
 
     value, gradient = value_and_gradient(x)
     state = optimiser.init(jnp.asarray(x))
@@ -407,6 +411,15 @@ class Identification(eqx.Module):
         return figure
 
 
+class LikelihoodRatioTest(NamedTuple):
+    """`EstimationResult.likelihood_ratio`: the statistic `2 (ℓ − ℓ_restricted)`, its
+    degrees of freedom and the `χ²` p-value."""
+
+    statistic: float
+    df: int
+    p_value: float
+
+
 class EstimationResult(eqx.Module):
     """The result of `lcm.estimate`: estimates, standard errors and how the fit went.
 
@@ -443,6 +456,8 @@ class EstimationResult(eqx.Module):
         moments, data_moments, weight: the method of moments' model and data moments
             and weighting matrix (None for `"mle"`).
         moment_labels: their `(moment, period)` labels.
+        problem: the objective (model, data, fixed parameters) the estimates optimise;
+            `profile_intervals` optimises it again.
     """
 
     params: dict
@@ -464,6 +479,8 @@ class EstimationResult(eqx.Module):
     message: str = eqx.field(static=True)
     newton_step: np.ndarray
     at_bound: np.ndarray
+    problem: Objective
+    settings: tuple[float, int] = eqx.field(static=True)  # (tolerance, max_steps)
     n_subjects: int
     jacobian: np.ndarray
     moments: np.ndarray | None
@@ -488,6 +505,73 @@ class EstimationResult(eqx.Module):
             },
             index=pd.Index(self.names, name="parameter"),
         )
+
+    def profile_intervals(self, level: float = 0.95) -> pd.DataFrame:
+        """Profile-likelihood intervals (`"mle"`): for each free parameter, the values
+        `t` where `2 (ℓ̂ − max ℓ(θ_j = t))` reaches the `level` quantile of `χ²₁`, the
+        other parameters maximised again at each `t` (warm-started L-BFGS, the same
+        compiled likelihood). Unlike the Wald interval `θ̂ ± z·se` they follow the
+        likelihood where it is not quadratic, respect the bounds (an interval that
+        reaches a bound ends there) and do not change with a reparametrisation.
+
+        Returns:
+            One row per free parameter: `estimate`, `profile_lower`, `profile_upper`
+            and the Wald `wald_lower`, `wald_upper` at the same level.
+        """
+        if self.method != "mle":
+            raise EstimationError(
+                "profile_intervals: profile likelihoods need method='mle'; for the method of "
+                "moments use the sandwich intervals of summary()."
+            )
+        if not 0 < level < 1:
+            raise EstimationError(f"profile_intervals: level must lie in (0, 1), got {level}.")
+        if not self.converged:
+            warn(f"profile_intervals: the estimation did not converge ({self.message}).")
+        z = NormalDist().inv_cdf(0.5 + level / 2)
+        se = np.sqrt(np.diag(self.covariance))
+        x_hat = _unconstrained(self.problem, self.estimates)
+        edges = {
+            side: [_profile_edge(self, x_hat, j, side, z**2, se[j]) for j in range(len(self.names))]
+            for side in (-1, 1)
+        }
+        return pd.DataFrame(
+            {
+                "estimate": self.estimates,
+                "profile_lower": edges[-1],
+                "profile_upper": edges[1],
+                "wald_lower": self.estimates - z * se,
+                "wald_upper": self.estimates + z * se,
+            },
+            index=pd.Index(self.names, name="parameter"),
+        )
+
+    def likelihood_ratio(self, restricted: EstimationResult) -> LikelihoodRatioTest:
+        """The likelihood-ratio test of `restricted`, the same model estimated on the same
+        data with some of these free parameters fixed (at the values of the null):
+        `2 (ℓ − ℓ_restricted)`, asymptotically `χ²` with as many degrees of freedom as
+        parameters fixed."""
+        if self.method != "mle" or restricted.method != "mle":
+            raise EstimationError("likelihood_ratio: both estimations need method='mle'.")
+        extra = set(restricted.names) - set(self.names)
+        df = len(self.names) - len(restricted.names)
+        if extra or df < 1 or restricted.n_subjects != self.n_subjects:
+            raise EstimationError(
+                "likelihood_ratio: the restricted estimation must free a strict subset of "
+                f"these parameters {list(self.names)} on the same data; it frees "
+                f"{list(restricted.names)} on {restricted.n_subjects} subjects "
+                f"(here {self.n_subjects})."
+            )
+        for which, result in (("unrestricted", self), ("restricted", restricted)):
+            if not result.converged:
+                warn(f"likelihood_ratio: the {which} estimation did not converge.")
+        statistic = 2.0 * (self.objective - restricted.objective)
+        if statistic < -1e-6 * max(1.0, abs(self.objective)):
+            warn(
+                f"likelihood_ratio: the restricted log-likelihood exceeds the unrestricted one "
+                f"by {-statistic / 2:.3g}: the unrestricted estimation missed the maximum."
+            )
+        p_value = float(jax.scipy.special.gammaincc(df / 2, max(statistic, 0.0) / 2))
+        return LikelihoodRatioTest(statistic=statistic, df=df, p_value=p_value)
 
     def identification(self, threshold: float = 1e-3) -> Identification:
         """The identification report at the estimates (see `Identification`).
@@ -735,6 +819,8 @@ def estimate(
         message=message,
         newton_step=newton,
         at_bound=at_bound,
+        problem=objective,
+        settings=(tolerance, max_steps),
         n_subjects=int(n_subjects),
         jacobian=cast(np.ndarray, jacobian),
         moments=model_moments,
@@ -742,6 +828,88 @@ def estimate(
         weight=None if method == "mle" else np.asarray(objective.weight),
         moment_labels=None if panel is None else panel.labels,
     )
+
+
+# ------------------------------------------------------------------- profile likelihood
+def _unconstrained(objective: Objective, theta: np.ndarray) -> np.ndarray:
+    """The optimiser's coordinates `x` of the parameters `θ` (the inverse of `natural`)."""
+    n = len(objective.free)
+    x = [f.to_unconstrained(float(t)) for f, t in zip(objective.free, theta[:n], strict=True)]
+    if objective.types:
+        shares = np.asarray(theta[n:])
+        x += list(np.log(shares / (1.0 - shares.sum())))
+    return np.asarray(x, dtype=float)
+
+
+def _profile_edge(result: EstimationResult, x_hat, j: int, side: int, critical, se) -> float:
+    """Where the profile statistic `2 (ℓ̂ − ℓ_p(t))` of parameter `j` reaches `critical`
+    on `side` (−1: below the estimate): the Wald edge first, widened (doubling the
+    distance) until the statistic passes `critical`, then regula falsi (Illinois) on
+    the bracket. An interval that never passes `critical` before the bound ends at it."""
+    objective, names = result.problem, result.names
+    tolerance, max_steps = result.settings
+    if objective.types and j >= len(objective.free) and objective.types.n_types > 2:
+        raise EstimationError(
+            f"profile_intervals: {names[j]!r} is one of {objective.types.n_types} type shares, "
+            "whose profile the softmax coordinates do not give; only two types are supported."
+        )
+    theta_hat = result.estimates[j]
+    bound = result.lower[j] if side < 0 else result.upper[j]
+    fixed = np.zeros(len(x_hat), dtype=bool)
+    fixed[j] = True
+    warm = x_hat.copy()
+    n = result.n_subjects
+
+    def statistic(t):
+        nonlocal warm
+        x = warm.copy()
+        x[j] = _unconstrained(objective, _with(result.estimates, j, t))[j]
+        x, value, gradient, _, _, _ = _minimise(objective, x, tolerance, max_steps, fixed)
+        if not gradient <= tolerance:
+            warn(
+                f"profile_intervals: maximising over the others at {names[j]}={t:.6g} stopped "
+                f"with gradient {gradient:.2e} > tolerance {tolerance:g}."
+            )
+        warm = x
+        return 2.0 * (result.objective + value * n) - critical
+
+    scale = se if np.isfinite(se) and se > 0 else 0.1 * max(abs(theta_hat), 1.0)
+    inside, f_inside = theta_hat, -critical
+    distance = math.sqrt(critical) * scale
+    for _ in range(12):
+        # Stay strictly inside the interval: at most 99.9% of the way to the bound.
+        t = theta_hat + side * min(distance, 0.999 * abs(bound - theta_hat))
+        f_t = statistic(t)
+        if f_t > 0:
+            break
+        inside, f_inside = t, f_t
+        distance *= 2
+    else:
+        return float(bound)
+    outside, f_outside = t, f_t
+    last = 0
+    for _ in range(50):
+        t = outside - f_outside * (outside - inside) / (f_outside - f_inside)
+        f_t = statistic(t)
+        if abs(f_t) < 1e-6 * critical or abs(outside - inside) < 1e-9 * scale:
+            break
+        # Illinois: when the same end moves twice running, halve the other end's value
+        # so that regula falsi does not stall on a convex stretch.
+        if f_t > 0:
+            outside, f_outside = t, f_t
+            f_inside = f_inside / 2 if last > 0 else f_inside
+            last = 1
+        else:
+            inside, f_inside = t, f_t
+            f_outside = f_outside / 2 if last < 0 else f_outside
+            last = -1
+    return float(t)
+
+
+def _with(theta: np.ndarray, j: int, value: float) -> np.ndarray:
+    out = np.array(theta, dtype=float)
+    out[j] = value
+    return out
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -1094,4 +1262,4 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
     )
 
 
-__all__ = ["EstimationResult", "Identification", "estimate"]
+__all__ = ["EstimationResult", "Identification", "LikelihoodRatioTest", "estimate"]
