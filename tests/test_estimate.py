@@ -220,13 +220,13 @@ def typed_utility(consumption, labor, kind, disutility_low, disutility_high):
     return jnp.log(consumption) - disutility * (labor == Labor.work)
 
 
-def typed_model(utility=typed_utility, n_periods=4, n_wealth=12, n_consumption=15):
+def typed_model(utility=typed_utility, n_periods=4, n_wealth=12, n_consumption=15, extra=None):
     wealth = lcm.LinSpacedGrid(1.0, 60.0, n_wealth)
     consumption = lcm.LinSpacedGrid(1.0, 60.0, n_consumption)
     working = lcm.Regime(
         states={"wealth": wealth, "kind": lcm.DiscreteGrid(Kind)},
         actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
-        functions={"utility": utility, "labor_income": retirement.labor_income},
+        functions={"utility": utility, "labor_income": retirement.labor_income, **(extra or {})},
         state_transitions={"wealth": retirement.next_wealth, "kind": lambda kind: kind},
         transition=retirement.next_regime,
         constraints={"borrowing": retirement.borrowing},
@@ -288,16 +288,21 @@ def shifted_utility(consumption, labor, kind, disutility_of_work, kind_shift):
     return jnp.log(consumption) - (disutility_of_work + kind_shift * kind) * (labor == Labor.work)
 
 
-def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form():
-    """One period, an observed `kind` that shifts the disutility: the log-likelihood is
-    that of two Bernoulli shares, `P(work | k) = 1 / (1 + exp((δ + Δk) / λ))`, whose
-    profiles (maximised over the other parameter by scipy) and LR statistic against
-    `Δ = 0` (the pooled share) are written out here in numpy. With 600 subjects the
-    likelihood is nearly quadratic, so the profile intervals are close to Wald's."""
-    from scipy import optimize, stats
+def high_and_working(labor, kind):
+    return ((labor == Labor.work) & (kind == Kind.high)).astype(float)
 
-    model = typed_model(shifted_utility, n_periods=1, n_wealth=5, n_consumption=6)
-    truth = {**TRUE, "disutility_of_work": 0.2, "kind_shift": 0.5}
+
+SHIFTED = {**TRUE, "disutility_of_work": 0.2, "kind_shift": 0.5}
+
+
+@pytest.fixture(scope="module")
+def shifted():
+    """One period, an observed `kind` that shifts the disutility: the log-likelihood is
+    that of two Bernoulli shares, `P(work | k) = 1 / (1 + exp((δ + Δk) / λ))`."""
+    model = typed_model(
+        shifted_utility, n_periods=1, n_wealth=5, n_consumption=6,
+        extra={"high_and_working": high_and_working},
+    )  # fmt: skip
     rng = np.random.default_rng(4)
     n = 600
     initial = {
@@ -305,14 +310,30 @@ def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form():
         "wealth": rng.uniform(2.0, 50.0, n),
         "kind": rng.integers(0, 2, n),
     }
-    df = model.simulate(truth, initial, key=jax.random.key(4)).to_dataframe()
-    free = ["disutility_of_work", "kind_shift"]
-    result = lcm.estimate(model, truth, data=df, free=free, tolerance=1e-9)
-    assert result.converged, result.message
-
+    simulated = model.simulate(SHIFTED, initial, key=jax.random.key(4))
+    df = simulated.to_dataframe(["high_and_working"], model=model, params=SHIFTED)
     work = np.asarray(df["labor"] == "work")
     kind = np.asarray(df["kind"] == "high", dtype=int)
     counts = [(np.sum(kind == k), np.sum(work & (kind == k))) for k in (0, 1)]
+    scale = TRUE["taste_shock_scale"]
+    shares = [w / m for m, w in counts]
+    delta = scale * np.log((1 - shares[0]) / shares[0])
+    shift = scale * np.log((1 - shares[1]) / shares[1]) - delta
+    return model, df, counts, (delta, shift)
+
+
+def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form(shifted):
+    """The profiles (maximised over the other parameter by scipy) and the LR statistic
+    against `Δ = 0` (the pooled share) written out in numpy. With 600 subjects the
+    likelihood is nearly quadratic, so the profile intervals are close to Wald's."""
+    from scipy import optimize, stats
+
+    model, df, counts, (delta_hat, shift_hat) = shifted
+    truth, n = SHIFTED, len(df)
+    free = ["disutility_of_work", "kind_shift"]
+    result = lcm.estimate(model, truth, data=df, free=free, tolerance=1e-9)
+    assert result.converged, result.message
+    work = np.asarray(df["labor"] == "work")
     scale = TRUE["taste_shock_scale"]
 
     def log_l(delta, shift):
@@ -322,9 +343,6 @@ def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form():
             total += w_k * np.log(p) + (n_k - w_k) * np.log(1 - p)
         return total
 
-    shares = [w / m for m, w in counts]
-    delta_hat = scale * np.log((1 - shares[0]) / shares[0])
-    shift_hat = scale * np.log((1 - shares[1]) / shares[1]) - delta_hat
     np.testing.assert_allclose(result.estimates, [delta_hat, shift_hat], rtol=1e-6)
     best = log_l(delta_hat, shift_hat)
 
@@ -356,3 +374,22 @@ def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form():
     np.testing.assert_allclose(test.p_value, stats.chi2.sf(test.statistic, 1), rtol=1e-6)
     with pytest.raises(lcm.EstimationError, match="strict subset"):
         restricted.likelihood_ratio(result)
+
+
+@pytest.mark.slow  # compiles the distribution and its derivative in the initial mass
+def test_msm_by_gauss_newton_matches_the_likelihood(shifted):
+    """Exactly identified moments (the share working, the share high and working) from
+    the distribution started at the data's own kinds: the estimates are the two shares'
+    closed form, as for the likelihood, and the sandwich standard errors are the
+    likelihood's (the delta method on the shares, given the kinds). Gauss–Newton
+    needs a handful of steps."""
+    model, df, _, closed = shifted
+    free = ["disutility_of_work", "kind_shift"]
+    start = {**SHIFTED, "disutility_of_work": 0.6, "kind_shift": 0.0}
+    moments = [lcm.Profile("labor", Labor.work), lcm.Profile("high_and_working")]
+    result = lcm.estimate(model, start, data=df, method="msm", moments=moments, free=free)
+    assert result.converged, result.message
+    assert result.n_steps <= 10
+    np.testing.assert_allclose(result.estimates, closed, rtol=1e-6)
+    mle = lcm.estimate(model, start, data=df, free=free)
+    np.testing.assert_allclose(result.covariance, mle.covariance, rtol=1e-3)

@@ -18,8 +18,9 @@ What it does, in order:
      exact distribution (`model.distribution`, no simulation noise) started from the
      data's period-0 rows, `m̂` the data's moments (`data_moments`) and `W` the
      weighting matrix.
-3. **L-BFGS** (optax's direction, a backtracking line search) from each start; the
-   best run is kept. Converged means: the objective is finite, the gradient's largest
+3. **The optimiser**, from each start (the best run is kept): for `"mle"`, L-BFGS
+   (optax's direction, a backtracking line search); for `"msm"`, damped Gauss–Newton
+   (the objective is a quadratic form in moments with an exact Jacobian). Converged means: the objective is finite, the gradient's largest
    entry (in `x`) is at most `tolerance`, the curvature matrix (the Hessian, or
    `GᵀWG`) is positive definite, the Newton step from the estimate is at most
    `step_tolerance` standard errors in every parameter, and no parameter is at a
@@ -293,6 +294,66 @@ def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: 
             reason = f"the line search found no decrease after {MAX_HALVINGS} halvings"
             break
         x, value, gradient = trial, trial_value, trial_gradient
+        step += 1
+        trace.append((value, float(np.max(np.abs(gradient)))))
+    return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
+
+
+def _gauss_newton(
+    objective: Objective,
+    x: np.ndarray,
+    tolerance: float,
+    max_steps: int,
+    step_tolerance: float,
+    covariance: np.ndarray,
+):
+    """Damped Gauss–Newton on `½ rᵀWr`, `r = m(θ) − m̂`, from `x`.
+
+    The method of moments' objective is a quadratic form in moments whose Jacobian
+    `G = ∂m/∂θ` is exact (forward mode), so `GᵀWG` is the curvature near the optimum and
+    the step `−(J_xᵀWJ_x)⁻¹ J_xᵀWr` (`J_x = G ∂θ/∂x`) converges in a few iterations
+    where L-BFGS crawls; halving the step until the objective falls (Armijo) keeps it
+    safe far away. Stops when the gradient in `x` is at most `tolerance` and the step
+    in `θ` at most `step_tolerance` standard errors (the sandwich with the data moments'
+    `covariance` for `Ω`, the cheap form of the reported one). Same returns as
+    `_minimise`.
+    """
+    weight, target = np.asarray(objective.weight), np.asarray(objective.data_moments)
+
+    def linearise(x):
+        theta, dtheta_dx = objective.natural(x)
+        moments, jacobian = (np.asarray(a) for a in _moments_and_jacobian(objective, theta))
+        residual = moments - target
+        value = 0.5 * float(residual @ weight @ residual)
+        j_x = jacobian @ dtheta_dx
+        return value, j_x.T @ weight @ residual, j_x, jacobian, dtheta_dx
+
+    value, gradient, j_x, jacobian, dtheta_dx = linearise(x)
+    trace = [(value, float(np.max(np.abs(gradient))))]
+    reason, step = None, 0
+    while True:
+        curvature = j_x.T @ weight @ j_x
+        direction = -np.linalg.lstsq(curvature, gradient, rcond=None)[0]
+        bread = _inverse(jacobian.T @ weight @ jacobian)
+        meat = jacobian.T @ weight @ covariance @ weight @ jacobian
+        se = np.sqrt(np.abs(np.diag(bread @ meat @ bread)))
+        small = np.all(np.abs(dtheta_dx @ direction) <= step_tolerance * se)
+        if (np.max(np.abs(gradient)) <= tolerance and small) or step >= max_steps:
+            break
+        slope = float(gradient @ direction)
+        if not slope < 0:  # numerically flat: the steepest descent direction instead
+            direction, slope = -gradient, -float(gradient @ gradient)
+        size = 1.0
+        for _ in range(MAX_HALVINGS):
+            trial = linearise(x + size * direction)
+            if np.isfinite(trial[0]) and trial[0] <= value + ARMIJO * size * slope:
+                break
+            size /= 2
+        else:
+            reason = f"the line search found no decrease after {MAX_HALVINGS} halvings"
+            break
+        x = x + size * direction
+        value, gradient, j_x, jacobian, dtheta_dx = trial
         step += 1
         trace.append((value, float(np.max(np.abs(gradient)))))
     return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
@@ -683,7 +744,8 @@ def estimate(
             most this many standard errors in every parameter (the gradient in the
             unconstrained coordinates vanishes where a transform saturates, at a bound,
             however far the optimum lies).
-        max_steps: the most L-BFGS steps.
+        max_steps: the most optimiser steps (L-BFGS for `"mle"`, Gauss–Newton for
+            `"msm"`).
         subject: the column identifying subjects.
 
     Returns:
@@ -743,7 +805,14 @@ def estimate(
                 f"estimate({method!r}): the objective is {value} at the start ({at}); "
                 "check the start values (and that every observed choice is feasible)."
             )
-        runs.append((theta0, *_minimise(objective, x0, tolerance, max_steps)))
+        if method == "mle":
+            run = _minimise(objective, x0, tolerance, max_steps)
+        else:
+            assert panel is not None  # MSM always has its data moments
+            run = _gauss_newton(
+                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance
+            )
+        runs.append((theta0, *run))
     finite = [r for r in runs if math.isfinite(r[2])]
     start_theta, x, value, gradient, n_steps, trace, reason = min(
         finite or runs, key=lambda r: r[2] if math.isfinite(r[2]) else math.inf
