@@ -20,14 +20,14 @@ What it does, in order:
      weighting matrix.
 3. **The optimiser**, from each start (the best run is kept): for `"mle"`, L-BFGS
    (optax's direction, a backtracking line search); for `"msm"`, damped Gauss–Newton
-   (the objective is a quadratic form in moments with an exact Jacobian). Converged means: the objective is finite, the gradient's largest
-   entry (in `x`) is at most `tolerance`, the curvature matrix (the Hessian, or
-   `GᵀWG`) is positive definite, the Newton step from the estimate is at most
-   `step_tolerance` standard errors in every parameter, and no parameter is at a
-   bound (the Newton step would leave its interval). The gradient in `x` alone can
-   mislead: it vanishes where the transform saturates, however far the optimum lies
-   beyond the bound. Anything else is reported as not converged, with a message and
-   an `LcmWarning`.
+   (the objective is a quadratic form in moments with an exact Jacobian). Converged
+   means: the objective is finite, the gradient's largest entry (in `x`) is at most
+   `tolerance`, the curvature matrix (the Hessian, or `GᵀWG`) is positive definite,
+   the Newton step from the estimate is at most `step_tolerance` standard errors in
+   every parameter, and no parameter is at a bound (the Newton step would leave its
+   interval). The gradient in `x` alone can mislead: it vanishes where the transform
+   saturates, however far the optimum lies beyond the bound. Anything else is
+   reported as not converged, with a message and an `LcmWarning`.
 4. **Standard errors** in the natural parameters `θ`: for `"mle"`, from the Hessian
    `H` of minus the log-likelihood, the outer product of the subjects' scores `S`,
    and the robust sandwich `H⁻¹ SᵀS H⁻¹`; for `"msm"`, the sandwich
