@@ -777,6 +777,8 @@ def estimate(
     if method == "mle":
         fields, n_subjects = _mle_fields(model, data, types, subject), None
         fields["measurement_sd"] = measurement_sd
+        if types is not None and measurement_sd is None:
+            _warn_unused_continuous(types, fields["data"][0])
         n_subjects = fields["n_clusters"]
         panel = None
     else:
@@ -1111,6 +1113,27 @@ def _mle_fields(model, data, types, subject) -> dict:
     return dict(
         data=prepared, clusters=jnp.asarray(clusters, jnp.int32), n_clusters=int(n_clusters)
     )
+
+
+def _warn_unused_continuous(types: Types, data: ChoiceData) -> None:
+    """Without a measurement error the likelihood reads only the discrete choices, so
+    observed continuous choices, which depend on the type through its future choices,
+    are thrown away: the types are then told apart by the discrete choices alone."""
+    observed = sorted(
+        {
+            action
+            for block in data.blocks.values()
+            for action, values in block.continuous_actions.items()
+            if np.any(np.isfinite(values) & block.mask)
+        }
+    )
+    if observed:
+        warn(
+            f"estimate: unobserved_type={types.state!r} and the data observe the continuous "
+            f"actions {observed}, but without measurement_sd the likelihood uses only the "
+            "discrete choices, so the continuous choices carry no information about the "
+            "types; pass measurement_sd=... to use them."
+        )
 
 
 def _msm_fields(model, data, moments, weighting, initial, subject):
