@@ -26,6 +26,7 @@ from ._estimation import ChoiceData as ChoiceData
 from ._estimation import Distribution as Distribution
 from ._estimation import EstimationResult as EstimationResult
 from ._estimation import Identification as Identification
+from ._estimation import LikelihoodRatioTest as LikelihoodRatioTest
 from ._estimation import Profile as Profile
 from ._estimation import best_continuous_actions as best_continuous_actions
 from ._estimation import choice_moments as choice_moments

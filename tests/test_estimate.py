@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
+from lcm_eqx._estimation import _estimate as estimate_module  # noqa: E402
 from tests.models import retirement  # noqa: E402
 from tests.test_taste_shocks import build_model  # noqa: E402
 
@@ -138,6 +139,74 @@ def test_max_steps_reached_is_not_converged(one_period):
         result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], max_steps=1,
                               tolerance=1e-14)  # fmt: skip
     assert not result.converged and result.n_steps == 1
+    assert result.summary()["at_bound"].tolist() == [False]
+
+
+@pytest.mark.parametrize(
+    ("bound", "start", "edge"), [((0.0, np.inf), 0.3, 0.0), ((-np.inf, -0.5), -1.0, -0.5)]
+)
+def test_an_estimate_at_its_bound_is_not_converged(one_period, bound, start, edge):
+    """The unconstrained MLE (about -0.4) lies outside the bounds: the transform pushes
+    the estimate onto the bound, where its gradient in the unconstrained coordinate
+    vanishes, which once passed for convergence."""
+    model, df = one_period
+    with pytest.warns(lcm.LcmWarning, match=r"disutility_of_work at .*at its bound"):
+        result = lcm.estimate(
+            model, {**TRUE, "disutility_of_work": start}, data=df, free=["disutility_of_work"],
+            bounds={"disutility_of_work": bound},
+        )  # fmt: skip
+    assert not result.converged
+    assert result.summary()["at_bound"].tolist() == [True]
+    np.testing.assert_allclose(result.estimates, [edge], atol=1e-4)
+    # The Newton step points back to the unconstrained optimum, the closed form.
+    np.testing.assert_allclose(
+        result.estimates + result.newton_step, closed_form(df, TRUE["taste_shock_scale"])[0],
+        atol=0.05,
+    )  # fmt: skip
+
+
+def test_a_loose_gradient_tolerance_is_caught_by_the_newton_step(one_period):
+    model, df = one_period
+    start = {**TRUE, "disutility_of_work": 0.3}
+    with pytest.warns(lcm.LcmWarning, match="Newton step of more than"):
+        result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=0.05)
+    assert not result.converged and not result.at_bound.any()
+    # Near the optimum the Newton step is what remains to the closed form.
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    np.testing.assert_allclose(result.estimates + result.newton_step, estimate, atol=0.05 * se)
+    assert abs(result.estimates[0] - estimate) > 0.05 * se
+
+
+def test_datasets_of_the_same_size_trace_the_likelihood_once(one_period, monkeypatch):
+    """A coverage loop compiles once: the data's arrays have the same shapes for every
+    panel of as many subjects, however the rows split between the regimes (here the
+    subjects start in either regime, and the second panel has no retired subject)."""
+    model, _ = one_period
+    traces = []
+    counted = estimate_module.log_likelihood
+
+    def counting(*args, **kwargs):
+        traces.append(1)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(estimate_module, "log_likelihood", counting)
+    panels = []
+    for seed, retired_share in ((1, 0.3), (2, 0.0)):
+        rng = np.random.default_rng(seed)
+        initial = {
+            "regime": (rng.uniform(size=N) < retired_share).astype(int),
+            "wealth": rng.uniform(2.0, 30.0, N),
+        }
+        panels.append(model.simulate(TRUE, initial, key=jax.random.key(seed)).to_dataframe())
+    shapes = [jax.tree.map(np.shape, lcm.prepare_data(model, df)) for df in panels]
+    assert shapes[0] == shapes[1]
+    start = {**TRUE, "disutility_of_work": 0.3}
+    counts = []
+    for df in panels:
+        result = lcm.estimate(model, start, data=df, free=["disutility_of_work"])
+        assert result.converged, result.message
+        counts.append(len(traces))
+    assert counts[0] <= 1 and counts[1] == counts[0]
 
 
 # ------------------------------------------------------------------ unobserved types
@@ -151,13 +220,13 @@ def typed_utility(consumption, labor, kind, disutility_low, disutility_high):
     return jnp.log(consumption) - disutility * (labor == Labor.work)
 
 
-def typed_model():
-    wealth = lcm.LinSpacedGrid(1.0, 60.0, 12)
-    consumption = lcm.LinSpacedGrid(1.0, 60.0, 15)
+def typed_model(utility=typed_utility, n_periods=4, n_wealth=12, n_consumption=15, extra=None):
+    wealth = lcm.LinSpacedGrid(1.0, 60.0, n_wealth)
+    consumption = lcm.LinSpacedGrid(1.0, 60.0, n_consumption)
     working = lcm.Regime(
         states={"wealth": wealth, "kind": lcm.DiscreteGrid(Kind)},
         actions={"labor": lcm.DiscreteGrid(Labor), "consumption": consumption},
-        functions={"utility": typed_utility, "labor_income": retirement.labor_income},
+        functions={"utility": utility, "labor_income": retirement.labor_income, **(extra or {})},
         state_transitions={"wealth": retirement.next_wealth, "kind": lambda kind: kind},
         transition=retirement.next_regime,
         constraints={"borrowing": retirement.borrowing},
@@ -172,7 +241,7 @@ def typed_model():
         constraints={"borrowing": retirement.borrowing},
     )
     return lcm.Model(
-        regimes={"working": working, "retired": retired}, n_periods=4, regime_ids=RegimeId
+        regimes={"working": working, "retired": retired}, n_periods=n_periods, regime_ids=RegimeId
     )
 
 
@@ -199,12 +268,16 @@ def test_two_type_mixture_recovers_the_share_and_both_types():
     with pytest.raises(lcm.InvalidDataError, match="'kind'"):
         lcm.estimate(model, truth, data=df, free=["disutility_low"], unobserved_type="kind")
     start = {**truth, "disutility_low": -0.5, "disutility_high": 0.5}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", lcm.LcmWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", lcm.LcmWarning)
         result = lcm.estimate(
             model, start, data=df.drop(columns="kind"), free=["disutility_low", "disutility_high"],
             unobserved_type="kind", type_shares=[0.6, 0.4],
         )  # fmt: skip
+    # The one warning: the observed consumption is not used to tell the types apart.
+    messages = [str(w.message) for w in caught if issubclass(w.category, lcm.LcmWarning)]
+    assert len(messages) == 1 and "carry no information about the types" in messages[0]
+    assert "['consumption']" in messages[0]
     assert result.converged, result.message
     assert result.names == ("disutility_low", "disutility_high", "type_share[1]")
     se = np.sqrt(np.diag(result.covariance))
@@ -212,3 +285,115 @@ def test_two_type_mixture_recovers_the_share_and_both_types():
     z = (result.estimates - values) / se
     assert np.all(np.abs(z) < 2), (result.estimates, se)
     np.testing.assert_allclose(result.type_shares.sum(), 1.0)
+
+
+# ------------------------------------------------- profile likelihood and the LR test
+def shifted_utility(consumption, labor, kind, disutility_of_work, kind_shift):
+    return jnp.log(consumption) - (disutility_of_work + kind_shift * kind) * (labor == Labor.work)
+
+
+def high_and_working(labor, kind):
+    return ((labor == Labor.work) & (kind == Kind.high)).astype(float)
+
+
+SHIFTED = {**TRUE, "disutility_of_work": 0.2, "kind_shift": 0.5}
+
+
+@pytest.fixture(scope="module")
+def shifted():
+    """One period, an observed `kind` that shifts the disutility: the log-likelihood is
+    that of two Bernoulli shares, `P(work | k) = 1 / (1 + exp((δ + Δk) / λ))`."""
+    model = typed_model(
+        shifted_utility, n_periods=1, n_wealth=5, n_consumption=6,
+        extra={"high_and_working": high_and_working},
+    )  # fmt: skip
+    rng = np.random.default_rng(4)
+    n = 600
+    initial = {
+        "regime": np.zeros(n, dtype=int),
+        "wealth": rng.uniform(2.0, 50.0, n),
+        "kind": rng.integers(0, 2, n),
+    }
+    simulated = model.simulate(SHIFTED, initial, key=jax.random.key(4))
+    df = simulated.to_dataframe(["high_and_working"], model=model, params=SHIFTED)
+    work = np.asarray(df["labor"] == "work")
+    kind = np.asarray(df["kind"] == "high", dtype=int)
+    counts = [(np.sum(kind == k), np.sum(work & (kind == k))) for k in (0, 1)]
+    scale = TRUE["taste_shock_scale"]
+    shares = [w / m for m, w in counts]
+    delta = scale * np.log((1 - shares[0]) / shares[0])
+    shift = scale * np.log((1 - shares[1]) / shares[1]) - delta
+    return model, df, counts, (delta, shift)
+
+
+def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form(shifted):
+    """The profiles (maximised over the other parameter by scipy) and the LR statistic
+    against `Δ = 0` (the pooled share) written out in numpy. With 600 subjects the
+    likelihood is nearly quadratic, so the profile intervals are close to Wald's."""
+    from scipy import optimize, stats
+
+    model, df, counts, (delta_hat, shift_hat) = shifted
+    truth, n = SHIFTED, len(df)
+    free = ["disutility_of_work", "kind_shift"]
+    result = lcm.estimate(model, truth, data=df, free=free, tolerance=1e-9)
+    assert result.converged, result.message
+    work = np.asarray(df["labor"] == "work")
+    scale = TRUE["taste_shock_scale"]
+
+    def log_l(delta, shift):
+        total = 0.0
+        for k, (n_k, w_k) in enumerate(counts):
+            p = 1 / (1 + np.exp((delta + shift * k) / scale))
+            total += w_k * np.log(p) + (n_k - w_k) * np.log(1 - p)
+        return total
+
+    np.testing.assert_allclose(result.estimates, [delta_hat, shift_hat], rtol=1e-6)
+    best = log_l(delta_hat, shift_hat)
+
+    def profile(j, t):
+        other = lambda u: -log_l(t, u) if j == 0 else -log_l(u, t)
+        return -optimize.minimize_scalar(other, bracket=(-1, 1), tol=1e-12).fun
+
+    table = result.profile_intervals(level=0.95)
+    critical = stats.chi2.ppf(0.95, 1)
+    for j, name in enumerate(free):
+        root = lambda t, j=j: 2 * (best - profile(j, t)) - critical
+        estimate, half = result.estimates[j], 3 * np.sqrt(result.covariance[j, j])
+        lower = optimize.brentq(root, estimate - half, estimate)
+        upper = optimize.brentq(root, estimate, estimate + half)
+        row = table.loc[name]
+        np.testing.assert_allclose([row["profile_lower"], row["profile_upper"]], [lower, upper],
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        wald_half = (row["wald_upper"] - row["wald_lower"]) / 2
+        assert abs(row["profile_lower"] - row["wald_lower"]) < 0.1 * wald_half
+        assert abs(row["profile_upper"] - row["wald_upper"]) < 0.1 * wald_half
+
+    restricted = lcm.estimate(model, {**truth, "kind_shift": 0.0}, data=df,
+                              free=["disutility_of_work"], tolerance=1e-9)  # fmt: skip
+    test = result.likelihood_ratio(restricted)
+    pooled = work.mean()
+    restricted_log_l = n * (pooled * np.log(pooled) + (1 - pooled) * np.log(1 - pooled))
+    np.testing.assert_allclose(test.statistic, 2 * (best - restricted_log_l), rtol=1e-6)
+    assert test.df == 1
+    np.testing.assert_allclose(test.p_value, stats.chi2.sf(test.statistic, 1), rtol=1e-6)
+    with pytest.raises(lcm.EstimationError, match="strict subset"):
+        restricted.likelihood_ratio(result)
+
+
+@pytest.mark.slow  # compiles the distribution and its derivative in the initial mass
+def test_msm_by_gauss_newton_matches_the_likelihood(shifted):
+    """Exactly identified moments (the share working, the share high and working) from
+    the distribution started at the data's own kinds: the estimates are the two shares'
+    closed form, as for the likelihood, and the sandwich standard errors are the
+    likelihood's (the delta method on the shares, given the kinds). Gauss–Newton
+    needs a handful of steps."""
+    model, df, _, closed = shifted
+    free = ["disutility_of_work", "kind_shift"]
+    start = {**SHIFTED, "disutility_of_work": 0.6, "kind_shift": 0.0}
+    moments = [lcm.Profile("labor", Labor.work), lcm.Profile("high_and_working")]
+    result = lcm.estimate(model, start, data=df, method="msm", moments=moments, free=free)
+    assert result.converged, result.message
+    assert result.n_steps <= 10
+    np.testing.assert_allclose(result.estimates, closed, rtol=1e-6)
+    mle = lcm.estimate(model, start, data=df, free=free)
+    np.testing.assert_allclose(result.covariance, mle.covariance, rtol=1e-3)

@@ -133,3 +133,26 @@ def test_discrete_choices_need_taste_shocks(panel):
 
 def test_simulated_labor_matches_labels(panel):
     assert set(panel["labor"].dropna()) <= {label.name for label in Labor}
+
+
+def test_a_period_without_rows_of_a_regime_is_masked_out():
+    """`prepare_data` gives each regime a group for every period of the data (so that
+    datasets of the same size have the same shapes); a group without rows of the regime
+    adds nothing to the likelihood or its gradient, and its choice moments are NaN."""
+    model = build_model(n_periods=3, wealth=(1.0, 30.0, 5), consumption=(1.0, 30.0, 7))
+    rng = np.random.default_rng(1)
+    initial = {"regime": np.zeros(100, dtype=int), "wealth": rng.uniform(2.0, 25.0, 100)}
+    panel = model.simulate(PARAMS, initial, key=jax.random.key(1)).to_dataframe()
+    working = panel["regime"] == "working"
+    period = 1
+    assert np.any(~working & (panel["period"] == period))  # the period stays in the data
+    keep = ~(working & (panel["period"] == period)).to_numpy()
+    data = prepare_data(model, panel[keep])
+    block = data.blocks["working"]
+    assert period in block.periods and not block.mask[block.periods == period].any()
+    moments = lcm.choice_moments(model, PARAMS, data)["working"]
+    assert np.all(np.isnan(moments[period])) and np.all(np.isfinite(moments[0]))
+    full = log_likelihood(model, PARAMS, panel, per_row=True)
+    value, gradient = jax.value_and_grad(lambda p: log_likelihood(model, p, data))(PARAMS)
+    np.testing.assert_allclose(value, np.sum(np.asarray(full)[keep]), rtol=1e-12)
+    assert all(np.isfinite(float(g)) for g in jax.tree.leaves(gradient))

@@ -3,7 +3,7 @@
 from ._choice import choice_probabilities, discrete_values, refine_codes
 from ._data import ChoiceData, InvalidDataError, prepare_data
 from ._distribution import Distribution
-from ._estimate import EstimationResult, Identification, estimate
+from ._estimate import EstimationResult, Identification, LikelihoodRatioTest, estimate
 from ._euler import euler_errors
 from ._likelihood import best_continuous_actions, choice_moments, log_likelihood
 from ._moments import Profile, data_moments
@@ -14,6 +14,7 @@ __all__ = [
     "EstimationResult",
     "Identification",
     "InvalidDataError",
+    "LikelihoodRatioTest",
     "Profile",
     "best_continuous_actions",
     "choice_moments",

@@ -2,6 +2,15 @@
 
 Conversion happens once, in numpy, outside any trace. The result is an `eqx.Module`
 (a pytree of arrays) that can be passed to, or closed over by, jitted functions.
+
+The blocks' shapes depend only on which periods the data have and how many rows each
+period has, never on how those rows split between regimes: every regime's block has a
+group for each period of the data in which the regime is active, each as wide as the
+period with the most rows, and a regime without rows in these data has a block of
+masked-out padding all the same. So datasets of the same size (balanced panels of as
+many subjects, say, simulated with different draws) give the same shapes, and a
+function jitted on one runs on the others without being traced again. The likelihood
+skips groups without rows (`lax.cond`), so the padding costs no work there.
 """
 
 from __future__ import annotations
@@ -22,6 +31,9 @@ if TYPE_CHECKING:
 
 class RegimeBlock(eqx.Module):
     """The observations of one regime, padded into `(n_groups, max_rows)` blocks by period.
+
+    A group per period of the data in which the regime is active (possibly with no row
+    of the regime), each `max_rows` wide: the most rows any period of the data has.
 
     `states[name]` holds codes (discrete states), values (continuous states) or, for
     process states given as values, those values (mapped to the nearest grid point at
@@ -75,17 +87,22 @@ def prepare_data(model: Model, data: Data | ChoiceData) -> ChoiceData:
     period = period.astype(np.int64)
     if np.any((period < 0) | (period >= plan.n_periods)):
         raise InvalidDataError(f"data['period'] must lie in 0..{plan.n_periods - 1}.")
+    data_periods, rows_per_period = np.unique(period, return_counts=True)
+    width = int(rows_per_period.max()) if n_rows else 0
     blocks = {}
     for name, regime_plan in plan.regimes.items():
         rows = np.flatnonzero(regime == regime_plan.id)
-        if rows.size == 0:
-            continue
         inactive = sorted(set(period[rows].tolist()) - set(regime_plan.active))
         if inactive:
             raise InvalidDataError(
                 f"data: regime {name!r} has rows in periods {inactive}, where it is inactive."
             )
-        blocks[name] = _block(regime_plan, columns, rows, period[rows])
+        groups = np.asarray([t for t in data_periods if t in regime_plan.active], dtype=np.int64)
+        if rows.size == 0 and (
+            groups.size == 0 or any(s not in columns for s in regime_plan.states)
+        ):
+            continue  # a regime these data could never have rows of
+        blocks[name] = _block(regime_plan, columns, rows, period[rows], groups, width)
     return ChoiceData(blocks=blocks, n_rows=n_rows)
 
 
@@ -155,7 +172,7 @@ def _codes(name: str, grid, raw, rows) -> np.ndarray:
     return codes
 
 
-def _block(regime_plan, columns, rows, periods) -> RegimeBlock:
+def _block(regime_plan, columns, rows, periods, groups, width) -> RegimeBlock:
     name = regime_plan.name
     states, discrete_actions, continuous_actions = {}, {}, {}
     process_as_values = []
@@ -188,22 +205,31 @@ def _block(regime_plan, columns, rows, periods) -> RegimeBlock:
         else:
             continuous_actions[action] = np.full(rows.shape, np.nan)
 
-    unique = np.unique(periods)
-    counts = [int(np.sum(periods == t)) for t in unique]
-    width = max(counts)
-    index = np.empty((unique.size, width), dtype=np.int64)
-    mask = np.zeros((unique.size, width), dtype=bool)
-    for g, t in enumerate(unique):
+    if rows.size == 0:
+        # No row in these data (other datasets of the same layout may have some): one
+        # stand-in row of no period, always masked out, keeps the block and its shapes.
+        states = {k: np.zeros(1, v.dtype) for k, v in states.items()}
+        discrete_actions = {k: np.zeros(1, v.dtype) for k, v in discrete_actions.items()}
+        continuous_actions = {
+            k: np.zeros(1) if k in columns else np.full(1, np.nan) for k in continuous_actions
+        }
+        periods, rows = np.full(1, -1), np.full(1, -1)
+    index = np.empty((groups.size, width), dtype=np.int64)
+    mask = np.zeros((groups.size, width), dtype=bool)
+    for g, t in enumerate(groups):
         members = np.flatnonzero(periods == t)
         index[g, : members.size] = members
-        index[g, members.size :] = members[0]
+        # Padding repeats an observed row of the regime (of the nearest period when this
+        # one has none), whose terms are finite, so that masking it out leaves finite
+        # gradients.
+        index[g, members.size :] = members[0] if members.size else np.argmin(np.abs(periods - t))
         mask[g, : members.size] = True
 
     def pad(array):
         return array[index]
 
     return RegimeBlock(
-        periods=unique.astype(np.int32),
+        periods=groups.astype(np.int32),
         states={k: pad(v) for k, v in states.items()},
         discrete_actions={k: pad(v).astype(np.int32) for k, v in discrete_actions.items()},
         continuous_actions={k: pad(v) for k, v in continuous_actions.items()},

@@ -18,11 +18,16 @@ What it does, in order:
      exact distribution (`model.distribution`, no simulation noise) started from the
      data's period-0 rows, `m̂` the data's moments (`data_moments`) and `W` the
      weighting matrix.
-3. **L-BFGS** (optax, zoom line search) in one compiled `lax.while_loop`, vmapped over
-   several starts when `starts` is given. Converged means: the gradient's largest
-   entry (in `x`) is at most `tolerance`, the objective is finite, and the curvature
-   matrix (the Hessian, or `GᵀWG`) is positive definite. Anything else is reported as
-   not converged, with a message and an `LcmWarning`.
+3. **The optimiser**, from each start (the best run is kept): for `"mle"`, L-BFGS
+   (optax's direction, a backtracking line search); for `"msm"`, damped Gauss–Newton
+   (the objective is a quadratic form in moments with an exact Jacobian). Converged
+   means: the objective is finite, the gradient's largest entry (in `x`) is at most
+   `tolerance`, the curvature matrix (the Hessian, or `GᵀWG`) is positive definite,
+   the Newton step from the estimate is at most `step_tolerance` standard errors in
+   every parameter, and no parameter is at a bound (the Newton step would leave its
+   interval). The gradient in `x` alone can mislead: it vanishes where the transform
+   saturates, however far the optimum lies beyond the bound. Anything else is
+   reported as not converged, with a message and an `LcmWarning`.
 4. **Standard errors** in the natural parameters `θ`: for `"mle"`, from the Hessian
    `H` of minus the log-likelihood, the outer product of the subjects' scores `S`,
    and the robust sandwich `H⁻¹ SᵀS H⁻¹`; for `"msm"`, the sandwich
@@ -37,7 +42,8 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -245,20 +251,23 @@ LBFGS = optax.lbfgs(linesearch=None)
 _lbfgs_direction = jax.jit(LBFGS.update)
 
 
-def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int):
+def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int, fixed=None):
     """L-BFGS (optax's direction) with a backtracking line search, from `x`.
 
     Every evaluation is the one compiled `objective.evaluate`, so the optimiser adds no
-    compilation of its own; the loop runs in Python on `n_free` numbers. Returns the
-    final `x`, the objective and largest gradient entry there, the steps taken, the
-    trace and why it stopped (`None` when the gradient criterion was met).
+    compilation of its own; the loop runs in Python on `n_free` numbers. Coordinates
+    where the mask `fixed` is True stay put (their gradient is taken as 0, and L-BFGS
+    never moves along a coordinate whose gradient stays 0): the profile likelihood.
+    Returns the final `x`, the objective and largest gradient entry there, the steps
+    taken, the trace and why it stopped (`None` when the gradient criterion was met).
     """
     optimiser, direction_of = LBFGS, _lbfgs_direction
+    moving = np.ones(len(x)) if fixed is None else 1.0 - np.asarray(fixed, dtype=float)
 
     def value_and_gradient(x):
         theta, dtheta_dx = objective.natural(x)
         value, gradient, _ = objective.evaluate(jnp.asarray(theta))
-        return value, dtheta_dx.T @ gradient
+        return value, moving * (dtheta_dx.T @ gradient)
 
     value, gradient = value_and_gradient(x)
     state = optimiser.init(jnp.asarray(x))
@@ -290,6 +299,66 @@ def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: 
     return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
 
 
+def _gauss_newton(
+    objective: Objective,
+    x: np.ndarray,
+    tolerance: float,
+    max_steps: int,
+    step_tolerance: float,
+    covariance: np.ndarray,
+):
+    """Damped Gauss–Newton on `½ rᵀWr`, `r = m(θ) − m̂`, from `x`.
+
+    The method of moments' objective is a quadratic form in moments whose Jacobian
+    `G = ∂m/∂θ` is exact (forward mode), so `GᵀWG` is the curvature near the optimum and
+    the step `−(J_xᵀWJ_x)⁻¹ J_xᵀWr` (`J_x = G ∂θ/∂x`) converges in a few iterations
+    where L-BFGS crawls; halving the step until the objective falls (Armijo) keeps it
+    safe far away. Stops when the gradient in `x` is at most `tolerance` and the step
+    in `θ` at most `step_tolerance` standard errors (the sandwich with the data moments'
+    `covariance` for `Ω`, the cheap form of the reported one). Same returns as
+    `_minimise`.
+    """
+    weight, target = np.asarray(objective.weight), np.asarray(objective.data_moments)
+
+    def linearise(x):
+        theta, dtheta_dx = objective.natural(x)
+        moments, jacobian = (np.asarray(a) for a in _moments_and_jacobian(objective, theta))
+        residual = moments - target
+        value = 0.5 * float(residual @ weight @ residual)
+        j_x = jacobian @ dtheta_dx
+        return value, j_x.T @ weight @ residual, j_x, jacobian, dtheta_dx
+
+    value, gradient, j_x, jacobian, dtheta_dx = linearise(x)
+    trace = [(value, float(np.max(np.abs(gradient))))]
+    reason, step = None, 0
+    while True:
+        curvature = j_x.T @ weight @ j_x
+        direction = -np.linalg.lstsq(curvature, gradient, rcond=None)[0]
+        bread = _inverse(jacobian.T @ weight @ jacobian)
+        meat = jacobian.T @ weight @ covariance @ weight @ jacobian
+        se = np.sqrt(np.abs(np.diag(bread @ meat @ bread)))
+        small = np.all(np.abs(dtheta_dx @ direction) <= step_tolerance * se)
+        if (np.max(np.abs(gradient)) <= tolerance and small) or step >= max_steps:
+            break
+        slope = float(gradient @ direction)
+        if not slope < 0:  # numerically flat: the steepest descent direction instead
+            direction, slope = -gradient, -float(gradient @ gradient)
+        size = 1.0
+        for _ in range(MAX_HALVINGS):
+            trial = linearise(x + size * direction)
+            if np.isfinite(trial[0]) and trial[0] <= value + ARMIJO * size * slope:
+                break
+            size /= 2
+        else:
+            reason = f"the line search found no decrease after {MAX_HALVINGS} halvings"
+            break
+        x = x + size * direction
+        value, gradient, j_x, jacobian, dtheta_dx = trial
+        step += 1
+        trace.append((value, float(np.max(np.abs(gradient)))))
+    return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
+
+
 @eqx.filter_jit
 def _moments_by_initial_mass(objective: Objective, theta):
     """`∂m/∂μ`: each moment's derivative in the initial mass (by regime)."""
@@ -297,26 +366,32 @@ def _moments_by_initial_mass(objective: Objective, theta):
     return jax.jacrev(lambda mass: objective.moments(params, mass))(objective.mass)
 
 
-def _likelihood_curvature(objective: Objective, theta: np.ndarray):
-    """Minus the Hessian of the log-likelihood and the subjects' scores, in `θ`: central
-    differences of the exact gradient and of the subjects' log-likelihoods (2 calls of
-    the compiled evaluation per parameter, so nothing else is compiled)."""
+def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper):
+    """Minus the Hessian of the log-likelihood, the subjects' scores and minus the
+    gradient of the log-likelihood, in `θ`: differences of the exact gradient and of the
+    subjects' log-likelihoods (2 calls of the compiled evaluation per parameter, so
+    nothing else is compiled). Central differences, one-sided within a step of a bound:
+    the model need not be defined beyond it (a negative taste-shock scale)."""
     n = len(theta)
-    information, scores = np.zeros((n, n)), None
+    _, gradient, rows = objective.evaluate(jnp.asarray(theta))
+    n_subjects = rows.shape[0]
+    information, scores = np.zeros((n, n)), np.zeros((n_subjects, n))
     for j in range(n):
-        h = 1e-4 * max(abs(theta[j]), 1e-3)
+        h = min(1e-4 * max(abs(theta[j]), 1e-3), (upper[j] - lower[j]) / 4)
         up, down = theta.copy(), theta.copy()
-        up[j] += h
-        down[j] -= h
-        _, gradient_up, rows_up = objective.evaluate(jnp.asarray(up))
-        _, gradient_down, rows_down = objective.evaluate(jnp.asarray(down))
-        n_subjects = rows_up.shape[0]
-        if scores is None:
-            scores = np.zeros((n_subjects, n))
+        up[j] += 0.0 if theta[j] + h >= upper[j] else h
+        down[j] -= 0.0 if theta[j] - h <= lower[j] else h
+        gradient_up, rows_up = (
+            (gradient, rows) if up[j] == theta[j] else objective.evaluate(jnp.asarray(up))[1:]
+        )
+        gradient_down, rows_down = (
+            (gradient, rows) if down[j] == theta[j] else objective.evaluate(jnp.asarray(down))[1:]
+        )
+        width = up[j] - down[j]
         # evaluate's gradient is that of minus the mean log-likelihood
-        information[:, j] = (gradient_up - gradient_down) * n_subjects / (2 * h)
-        scores[:, j] = (rows_up - rows_down) / (2 * h)
-    return 0.5 * (information + information.T), scores
+        information[:, j] = (gradient_up - gradient_down) * n_subjects / width
+        scores[:, j] = (rows_up - rows_down) / width
+    return 0.5 * (information + information.T), scores, gradient * n_subjects
 
 
 class Identification(eqx.Module):
@@ -397,6 +472,15 @@ class Identification(eqx.Module):
         return figure
 
 
+class LikelihoodRatioTest(NamedTuple):
+    """`EstimationResult.likelihood_ratio`: the statistic `2 (ℓ − ℓ_restricted)`, its
+    degrees of freedom and the `χ²` p-value."""
+
+    statistic: float
+    df: int
+    p_value: float
+
+
 class EstimationResult(eqx.Module):
     """The result of `lcm.estimate`: estimates, standard errors and how the fit went.
 
@@ -419,14 +503,22 @@ class EstimationResult(eqx.Module):
         trace: `(2, n_steps + 1)`: the optimiser's objective and largest gradient
             entry at each step.
         n_steps: the optimiser's steps.
-        converged: the gradient is below the tolerance, the objective is finite and the
-            curvature is positive definite; `message` says which failed otherwise.
+        converged: the objective is finite, its gradient (in the unconstrained
+            coordinates) is below `tolerance`, the curvature is positive definite, the
+            Newton step from the estimate is at most `step_tolerance` standard errors
+            in every parameter and none is at a bound; `message` says which failed.
+        newton_step: `(n_free,)` the Newton step in `θ` from the estimates (the
+            Hessian's for `"mle"`, Gauss–Newton's for `"msm"`).
+        at_bound: `(n_free,)` which estimates are at a bound of their interval (the
+            Newton step leaves it).
         message: how the optimisation ended.
         n_subjects: the number of subjects (the clusters of the standard errors).
         jacobian: `∂m/∂θ` (`"msm"`) or the subjects' scores (`"mle"`), in `θ`.
         moments, data_moments, weight: the method of moments' model and data moments
             and weighting matrix (None for `"mle"`).
         moment_labels: their `(moment, period)` labels.
+        problem: the objective (model, data, fixed parameters) the estimates optimise;
+            `profile_intervals` optimises it again.
     """
 
     params: dict
@@ -446,6 +538,10 @@ class EstimationResult(eqx.Module):
     n_steps: int
     converged: bool
     message: str = eqx.field(static=True)
+    newton_step: np.ndarray
+    at_bound: np.ndarray
+    problem: Objective
+    settings: tuple[float, int] = eqx.field(static=True)  # (tolerance, max_steps)
     n_subjects: int
     jacobian: np.ndarray
     moments: np.ndarray | None
@@ -454,7 +550,8 @@ class EstimationResult(eqx.Module):
     moment_labels: tuple[tuple[str, int], ...] | None = eqx.field(static=True)
 
     def summary(self) -> pd.DataFrame:
-        """One row per free parameter: estimate, standard error, 95% interval, start, bounds."""
+        """One row per free parameter: estimate, standard error, 95% interval, start,
+        bounds, and whether the estimate is at a bound (then `converged` is False)."""
         se = np.sqrt(np.diag(self.covariance))
         return pd.DataFrame(
             {
@@ -465,9 +562,77 @@ class EstimationResult(eqx.Module):
                 "start": self.start,
                 "lower_bound": self.lower,
                 "upper_bound": self.upper,
+                "at_bound": self.at_bound,
             },
             index=pd.Index(self.names, name="parameter"),
         )
+
+    def profile_intervals(self, level: float = 0.95) -> pd.DataFrame:
+        """Profile-likelihood intervals (`"mle"`): for each free parameter, the values
+        `t` where `2 (ℓ̂ − max ℓ(θ_j = t))` reaches the `level` quantile of `χ²₁`, the
+        other parameters maximised again at each `t` (warm-started L-BFGS, the same
+        compiled likelihood). Unlike the Wald interval `θ̂ ± z·se` they follow the
+        likelihood where it is not quadratic, respect the bounds (an interval that
+        reaches a bound ends there) and do not change with a reparametrisation.
+
+        Returns:
+            One row per free parameter: `estimate`, `profile_lower`, `profile_upper`
+            and the Wald `wald_lower`, `wald_upper` at the same level.
+        """
+        if self.method != "mle":
+            raise EstimationError(
+                "profile_intervals: profile likelihoods need method='mle'; for the method of "
+                "moments use the sandwich intervals of summary()."
+            )
+        if not 0 < level < 1:
+            raise EstimationError(f"profile_intervals: level must lie in (0, 1), got {level}.")
+        if not self.converged:
+            warn(f"profile_intervals: the estimation did not converge ({self.message}).")
+        z = NormalDist().inv_cdf(0.5 + level / 2)
+        se = np.sqrt(np.diag(self.covariance))
+        x_hat = _unconstrained(self.problem, self.estimates)
+        edges = {
+            side: [_profile_edge(self, x_hat, j, side, z**2, se[j]) for j in range(len(self.names))]
+            for side in (-1, 1)
+        }
+        return pd.DataFrame(
+            {
+                "estimate": self.estimates,
+                "profile_lower": edges[-1],
+                "profile_upper": edges[1],
+                "wald_lower": self.estimates - z * se,
+                "wald_upper": self.estimates + z * se,
+            },
+            index=pd.Index(self.names, name="parameter"),
+        )
+
+    def likelihood_ratio(self, restricted: EstimationResult) -> LikelihoodRatioTest:
+        """The likelihood-ratio test of `restricted`, the same model estimated on the same
+        data with some of these free parameters fixed (at the values of the null):
+        `2 (ℓ − ℓ_restricted)`, asymptotically `χ²` with as many degrees of freedom as
+        parameters fixed."""
+        if self.method != "mle" or restricted.method != "mle":
+            raise EstimationError("likelihood_ratio: both estimations need method='mle'.")
+        extra = set(restricted.names) - set(self.names)
+        df = len(self.names) - len(restricted.names)
+        if extra or df < 1 or restricted.n_subjects != self.n_subjects:
+            raise EstimationError(
+                "likelihood_ratio: the restricted estimation must free a strict subset of "
+                f"these parameters {list(self.names)} on the same data; it frees "
+                f"{list(restricted.names)} on {restricted.n_subjects} subjects "
+                f"(here {self.n_subjects})."
+            )
+        for which, result in (("unrestricted", self), ("restricted", restricted)):
+            if not result.converged:
+                warn(f"likelihood_ratio: the {which} estimation did not converge.")
+        statistic = 2.0 * (self.objective - restricted.objective)
+        if statistic < -1e-6 * max(1.0, abs(self.objective)):
+            warn(
+                f"likelihood_ratio: the restricted log-likelihood exceeds the unrestricted one "
+                f"by {-statistic / 2:.3g}: the unrestricted estimation missed the maximum."
+            )
+        p_value = float(jax.scipy.special.gammaincc(df / 2, max(statistic, 0.0) / 2))
+        return LikelihoodRatioTest(statistic=statistic, df=df, p_value=p_value)
 
     def identification(self, threshold: float = 1e-3) -> Identification:
         """The identification report at the estimates (see `Identification`).
@@ -537,6 +702,7 @@ def estimate(
     starts: Sequence[Mapping[str, float]] | None = None,
     covariance: str | None = None,
     tolerance: float = 1e-6,
+    step_tolerance: float = 0.05,
     max_steps: int = 200,
     subject: str = "subject_id",
 ) -> EstimationResult:
@@ -574,7 +740,12 @@ def estimate(
         tolerance: converged when the objective's gradient in the unconstrained
             coordinates has no entry above this (the `"mle"` objective is the mean
             negative log-likelihood per subject).
-        max_steps: the most L-BFGS steps.
+        step_tolerance: converged also needs the Newton step from the estimates to be at
+            most this many standard errors in every parameter (the gradient in the
+            unconstrained coordinates vanishes where a transform saturates, at a bound,
+            however far the optimum lies).
+        max_steps: the most optimiser steps (L-BFGS for `"mle"`, Gauss–Newton for
+            `"msm"`).
         subject: the column identifying subjects.
 
     Returns:
@@ -606,6 +777,8 @@ def estimate(
     if method == "mle":
         fields, n_subjects = _mle_fields(model, data, types, subject), None
         fields["measurement_sd"] = measurement_sd
+        if types is not None and measurement_sd is None:
+            _warn_unused_continuous(types, fields["data"][0])
         n_subjects = fields["n_clusters"]
         panel = None
     else:
@@ -634,20 +807,30 @@ def estimate(
                 f"estimate({method!r}): the objective is {value} at the start ({at}); "
                 "check the start values (and that every observed choice is feasible)."
             )
-        runs.append((theta0, *_minimise(objective, x0, tolerance, max_steps)))
+        if method == "mle":
+            run = _minimise(objective, x0, tolerance, max_steps)
+        else:
+            assert panel is not None  # MSM always has its data moments
+            run = _gauss_newton(
+                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance
+            )
+        runs.append((theta0, *run))
     finite = [r for r in runs if math.isfinite(r[2])]
     start_theta, x, value, gradient, n_steps, trace, reason = min(
         finite or runs, key=lambda r: r[2] if math.isfinite(r[2]) else math.inf
     )
     theta, _ = objective.natural(x)
+    bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
+    bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
 
     if method == "mle":
-        information, scores = _likelihood_curvature(objective, theta)
-        jacobian = cast(np.ndarray, scores)
+        information, scores, descent = _likelihood_curvature(objective, theta, bounds_lo, bounds_hi)
+        jacobian = scores
         outer = jacobian.T @ jacobian
         curvature: tuple = (information, outer)
         covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
         covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
+        newton = -covariances["hessian"] @ descent
         reported = -value * n_subjects
         model_moments = None
     else:
@@ -666,22 +849,27 @@ def estimate(
         bread = _inverse(jacobian.T @ weight @ jacobian)
         curvature = (jacobian.T @ weight @ jacobian,)
         covariances = {"sandwich": bread @ jacobian.T @ weight @ omega @ weight @ jacobian @ bread}
+        newton = -bread @ jacobian.T @ weight @ (model_moments - np.asarray(objective.data_moments))
         reported = 2 * value
 
+    cov = covariances[kind]
+    se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
+    at_bound = _at_bound(theta, newton, np.asarray(bounds_lo), np.asarray(bounds_hi))
     converged, message = _status(
-        value, gradient, tolerance, n_steps, max_steps, reason, curvature, names
+        Fit(theta, value, gradient, n_steps, reason, curvature, newton / se, at_bound),
+        names=names,
+        bounds=(bounds_lo, bounds_hi),
+        tolerance=tolerance,
+        step_tolerance=step_tolerance,
+        max_steps=max_steps,
     )
     if not converged:
         warn(f"estimate({method!r}) did not converge: {message}")
-    cov = covariances[kind]
-    se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
     estimates = theta
     model_params = objective.model_params(jnp.asarray(theta))
     standard_errors = jax.tree.map(lambda leaf: jnp.full(jnp.shape(leaf), jnp.nan), params)
     for i, f in enumerate(free_specs):
         standard_errors = _replace(standard_errors, f.path, jnp.asarray(se[i]))
-    bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
-    bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
     return EstimationResult(
         params=model_params,
         standard_errors=standard_errors,
@@ -700,6 +888,10 @@ def estimate(
         n_steps=n_steps,
         converged=converged,
         message=message,
+        newton_step=newton,
+        at_bound=at_bound,
+        problem=objective,
+        settings=(tolerance, max_steps),
         n_subjects=int(n_subjects),
         jacobian=cast(np.ndarray, jacobian),
         moments=model_moments,
@@ -707,6 +899,88 @@ def estimate(
         weight=None if method == "mle" else np.asarray(objective.weight),
         moment_labels=None if panel is None else panel.labels,
     )
+
+
+# ------------------------------------------------------------------- profile likelihood
+def _unconstrained(objective: Objective, theta: np.ndarray) -> np.ndarray:
+    """The optimiser's coordinates `x` of the parameters `θ` (the inverse of `natural`)."""
+    n = len(objective.free)
+    x = [f.to_unconstrained(float(t)) for f, t in zip(objective.free, theta[:n], strict=True)]
+    if objective.types:
+        shares = np.asarray(theta[n:])
+        x += list(np.log(shares / (1.0 - shares.sum())))
+    return np.asarray(x, dtype=float)
+
+
+def _profile_edge(result: EstimationResult, x_hat, j: int, side: int, critical, se) -> float:
+    """Where the profile statistic `2 (ℓ̂ − ℓ_p(t))` of parameter `j` reaches `critical`
+    on `side` (−1: below the estimate): the Wald edge first, widened (doubling the
+    distance) until the statistic passes `critical`, then regula falsi (Illinois) on
+    the bracket. An interval that never passes `critical` before the bound ends at it."""
+    objective, names = result.problem, result.names
+    tolerance, max_steps = result.settings
+    if objective.types and j >= len(objective.free) and objective.types.n_types > 2:
+        raise EstimationError(
+            f"profile_intervals: {names[j]!r} is one of {objective.types.n_types} type shares, "
+            "whose profile the softmax coordinates do not give; only two types are supported."
+        )
+    theta_hat = result.estimates[j]
+    bound = result.lower[j] if side < 0 else result.upper[j]
+    fixed = np.zeros(len(x_hat), dtype=bool)
+    fixed[j] = True
+    warm = x_hat.copy()
+    n = result.n_subjects
+
+    def statistic(t):
+        nonlocal warm
+        x = warm.copy()
+        x[j] = _unconstrained(objective, _with(result.estimates, j, t))[j]
+        x, value, gradient, _, _, _ = _minimise(objective, x, tolerance, max_steps, fixed)
+        if not gradient <= tolerance:
+            warn(
+                f"profile_intervals: maximising over the others at {names[j]}={t:.6g} stopped "
+                f"with gradient {gradient:.2e} > tolerance {tolerance:g}."
+            )
+        warm = x
+        return 2.0 * (result.objective + value * n) - critical
+
+    scale = se if np.isfinite(se) and se > 0 else 0.1 * max(abs(theta_hat), 1.0)
+    inside, f_inside = theta_hat, -critical
+    distance = math.sqrt(critical) * scale
+    for _ in range(12):
+        # Stay strictly inside the interval: at most 99.9% of the way to the bound.
+        t = theta_hat + side * min(distance, 0.999 * abs(bound - theta_hat))
+        f_t = statistic(t)
+        if f_t > 0:
+            break
+        inside, f_inside = t, f_t
+        distance *= 2
+    else:
+        return float(bound)
+    outside, f_outside = t, f_t
+    last = 0
+    for _ in range(50):
+        t = outside - f_outside * (outside - inside) / (f_outside - f_inside)
+        f_t = statistic(t)
+        if abs(f_t) < 1e-6 * critical or abs(outside - inside) < 1e-9 * scale:
+            break
+        # Illinois: when the same end moves twice running, halve the other end's value
+        # so that regula falsi does not stall on a convex stretch.
+        if f_t > 0:
+            outside, f_outside = t, f_t
+            f_inside = f_inside / 2 if last > 0 else f_inside
+            last = 1
+        else:
+            inside, f_inside = t, f_t
+            f_outside = f_outside / 2 if last < 0 else f_outside
+            last = -1
+    return float(t)
+
+
+def _with(theta: np.ndarray, j: int, value: float) -> np.ndarray:
+    out = np.array(theta, dtype=float)
+    out[j] = value
+    return out
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -839,6 +1113,27 @@ def _mle_fields(model, data, types, subject) -> dict:
     return dict(
         data=prepared, clusters=jnp.asarray(clusters, jnp.int32), n_clusters=int(n_clusters)
     )
+
+
+def _warn_unused_continuous(types: Types, data: ChoiceData) -> None:
+    """Without a measurement error the likelihood reads only the discrete choices, so
+    observed continuous choices, which depend on the type through its future choices,
+    are thrown away: the types are then told apart by the discrete choices alone."""
+    observed = sorted(
+        {
+            action
+            for block in data.blocks.values()
+            for action, values in block.continuous_actions.items()
+            if np.any(np.isfinite(values) & block.mask)
+        }
+    )
+    if observed:
+        warn(
+            f"estimate: unobserved_type={types.state!r} and the data observe the continuous "
+            f"actions {observed}, but without measurement_sd the likelihood uses only the "
+            "discrete choices, so the continuous choices carry no information about the "
+            "types; pass measurement_sd=... to use them."
+        )
 
 
 def _msm_fields(model, data, moments, weighting, initial, subject):
@@ -977,21 +1272,57 @@ def _inverse(matrix: np.ndarray) -> np.ndarray:
     return np.linalg.inv(scaled) / np.outer(scale, scale)
 
 
-def _status(
-    value, gradient, tolerance, n_steps, max_steps, reason, curvature, names
-) -> tuple[bool, str]:
-    if not math.isfinite(value):
-        return False, f"the objective became {value} after {n_steps} steps"
+class Fit(NamedTuple):
+    """Where the optimiser stopped: what `_status` judges."""
+
+    theta: np.ndarray
+    value: float
+    gradient: float  # the largest entry of the gradient in the unconstrained `x`
+    n_steps: int
+    reason: str | None  # why the optimiser stopped early, or None
+    curvature: tuple  # the matrices that must be positive definite
+    newton_in_se: np.ndarray  # the Newton step in `θ` over the standard errors
+    at_bound: np.ndarray
+
+
+def _at_bound(theta, newton, lower, upper) -> np.ndarray:
+    """Parameters at an edge of their interval: the Newton step from the estimate leaves
+    it (the objective keeps improving beyond the bound, where the transform has pushed
+    the estimate), or the estimate sits on it to rounding."""
+    target = theta + np.where(np.isfinite(newton), newton, 0.0)
+    on_edge = np.minimum(theta - lower, upper - theta) <= 1e-9 * (1.0 + np.abs(theta))
+    return on_edge | (target <= lower) | (target >= upper)
+
+
+def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) -> tuple[bool, str]:
+    """Converged or not, and why. The gradient in `x` alone can mislead: where a
+    transform saturates (an estimate pushed against its bound) it vanishes however far
+    the optimum lies, so the Newton step in `θ`, measured in standard errors, must be
+    small too, and no parameter may sit at a bound."""
+    gradient, n_steps = fit.gradient, fit.n_steps
+    if not math.isfinite(fit.value):
+        return False, f"the objective became {fit.value} after {n_steps} steps"
+    if np.any(fit.at_bound):
+        edges = [
+            f"{n} at {lo if t - lo <= hi - t else hi:g}"
+            for n, t, lo, hi, flag in zip(names, fit.theta, *bounds, fit.at_bound, strict=True)
+            if flag
+        ]
+        return False, (
+            f"{', '.join(edges)}: the estimate is at its bound (the objective still improves "
+            "beyond it), so the standard errors and intervals do not apply; widen the bounds "
+            "or fix the parameter"
+        )
     if not gradient <= tolerance:
-        if reason is not None:
-            return False, f"{reason}, with gradient {gradient:.2e} > tolerance {tolerance:g}"
+        if fit.reason is not None:
+            return False, f"{fit.reason}, with gradient {gradient:.2e} > tolerance {tolerance:g}"
         if n_steps >= max_steps:
             return (
                 False,
                 f"max_steps={max_steps} reached with gradient {gradient:.2e} > {tolerance:g}",
             )
         return False, f"stopped with gradient {gradient:.2e} > tolerance {tolerance:g}"
-    for matrix in curvature:
+    for matrix in fit.curvature:
         if not np.all(np.isfinite(matrix)):
             return False, f"the curvature at the estimate is not finite ({names})"
         scale = np.sqrt(np.abs(np.diag(matrix)))
@@ -1005,7 +1336,22 @@ def _status(
             f"definite (a flat or downward direction in {flat}): a saddle point or parameters "
             "the data do not identify (see result.identification())"
         )
-    return True, f"gradient {gradient:.2e} <= tolerance {tolerance:g} after {n_steps} steps"
+    step = np.abs(fit.newton_in_se)
+    if not np.all(step <= step_tolerance):
+        far = [
+            f"{n} ({s:.2g} s.e.)"
+            for n, s in zip(names, step, strict=True)
+            if not s <= step_tolerance
+        ]
+        return False, (
+            f"gradient {gradient:.2e} is below the tolerance, but a Newton step of more than "
+            f"step_tolerance={step_tolerance:g} standard errors remains in {', '.join(far)}: "
+            "the optimiser stopped short of the optimum"
+        )
+    return True, (
+        f"gradient {gradient:.2e} <= tolerance {tolerance:g} and Newton step "
+        f"{float(np.max(step)):.2g} <= {step_tolerance:g} s.e. after {n_steps} steps"
+    )
 
 
-__all__ = ["EstimationResult", "Identification", "estimate"]
+__all__ = ["EstimationResult", "Identification", "LikelihoodRatioTest", "estimate"]

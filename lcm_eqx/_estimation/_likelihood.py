@@ -185,7 +185,9 @@ def _choice_moments(model, validate, params, data, solution):
         p = _map_rows(model, resolved, solution, name, block, row)
         mask = jnp.asarray(block.mask).reshape(block.mask.shape + (1,) * len(discrete))
         counts = jnp.sum(mask, axis=1)
-        means = jnp.sum(jnp.where(mask, p, 0.0), axis=1) / jnp.maximum(counts, 1)
+        means = jnp.where(
+            counts > 0, jnp.sum(jnp.where(mask, p, 0.0), axis=1) / jnp.maximum(counts, 1), jnp.nan
+        )
         dshape = p.shape[2:]
         full = jnp.full((model.plan.n_periods, *dshape), jnp.nan, p.dtype)
         out[name] = full.at[jnp.asarray(block.periods)].set(means)
@@ -230,11 +232,24 @@ def _map_rows(model, resolved, solution, name: str, block: RegimeBlock, fn):
 
     A scan over the block's periods (the problem is built once per period) with a vmap
     over rows inside, checkpointed so reverse mode stores one period's work at a time.
+    A period without rows of the block (padding, see `prepare_data`) gives zeros
+    without evaluating anything, so its stand-in rows cost nothing and reach no
+    gradient.
     """
     regime_plan = model.plan.regimes[name]
     dtype = jnp.zeros(()).dtype
 
     def group(inputs):
+        observed = inputs[-1]
+        rows = jax.eval_shape(evaluate, inputs[:-1])
+        return jax.lax.cond(
+            jnp.any(observed),
+            evaluate,
+            lambda _: jax.tree.map(lambda r: jnp.zeros(r.shape, r.dtype), rows),
+            inputs[:-1],
+        )
+
+    def evaluate(inputs):
         period, states, d_obs, c_obs = inputs
         problem = regime_problem(
             model, resolved, name, period, solution.continuation_values, solution.policies
@@ -265,6 +280,7 @@ def _map_rows(model, resolved, solution, name: str, block: RegimeBlock, fn):
         states,
         {a: jnp.asarray(v) for a, v in block.discrete_actions.items()},
         {a: jnp.asarray(v, dtype) for a, v in block.continuous_actions.items()},
+        jnp.asarray(block.mask),
     )
     return jax.lax.map(jax.checkpoint(group), inputs)
 
