@@ -267,7 +267,9 @@ def _two_laws(per_target: bool):
         states=states,
         actions={"labor": lcm.DiscreteGrid(["work", "retire"]), "consumption": consumption},
         functions={
-            "utility": lambda consumption, labor, health: jnp.log(consumption) - 0.4 * (labor == 0) + 0.2 * health,
+            "utility": lambda consumption, labor, health: (
+                jnp.log(consumption) - 0.4 * (labor == 0) + 0.2 * health
+            ),
             "income": lambda labor: jnp.where(labor == 0, 1.5, 0.0),
         },
         state_transitions={"wealth": next_wealth, "health": health},
@@ -278,8 +280,10 @@ def _two_laws(per_target: bool):
         states=states,
         actions={"consumption": consumption},
         functions={"utility": lambda consumption, health: jnp.log(consumption) + 0.2 * health},
-        state_transitions={"wealth": lambda wealth, consumption: 1.02 * (wealth - consumption) + 0.5,
-                           "health": retired_health},
+        state_transitions={
+            "wealth": lambda wealth, consumption: 1.02 * (wealth - consumption) + 0.5,
+            "health": retired_health,
+        },
         transition=lambda: 1,
         constraints={"budget": lambda consumption, wealth: consumption <= wealth},
     )  # fmt: skip
@@ -313,7 +317,7 @@ def test_bad_per_target_probabilities_are_caught_where_the_target_is_reached():
         }
     )
     broken = lcm.Model(regimes={"working": bad, "retired": model.regimes["retired"]}, n_periods=4)
-    with pytest.raises(lcm.InvalidTransitionProbabilitiesError, match="'working'.*next_health"):
+    with pytest.raises(lcm.InvalidTransitionProbabilitiesError, match=r"'working'.*next_health"):
         broken.solve({"discount_factor": 0.95})
 
 
@@ -325,5 +329,5 @@ def test_a_per_target_markov_transition_of_a_continuous_state_is_a_model_error()
             "wealth": {"alive": lcm.MarkovTransition(lambda: jnp.ones(6) / 6)},
         }
     )
-    with pytest.raises(lcm.ModelInitializationError, match="'alive'.*'wealth'.*continuous"):
+    with pytest.raises(lcm.ModelInitializationError, match=r"'alive'.*'wealth'.*continuous"):
         lcm.Model(regimes={"alive": wrong, "dead": build(PYLCM, None).regimes["dead"]}, n_periods=4)

@@ -1,10 +1,11 @@
 """`pip install lcm_eqx` works from a built wheel (issue 32, item 8).
 
 Builds the sdist and the wheel (`python -m build`, which fetches the build backend
-of `pyproject.toml` from the package index, as `pip install` would), installs the wheel without its dependencies into a folder of
-its own (JAX and the rest come from this environment), and runs the quick start's model,
-parameters and first solve (the first three code blocks of docs/quickstart.md) from a
-folder outside the repository, so that the installed package is the one imported.
+of `pyproject.toml` from the package index, as `pip install` would), installs the wheel
+without its dependencies into a folder of its own (JAX and the rest come from this
+environment), and runs the quick start's model, parameters and first solve (the first
+three code blocks of docs/quickstart.md) from a folder outside the repository, so that
+the installed package is the one imported.
 """
 
 import os
