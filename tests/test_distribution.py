@@ -185,7 +185,7 @@ def test_process_values_under_jit_are_binned_on_the_traced_nodes():
     jitted = jax.jit(lambda p: model.distribution(p, by_value, solution).mean("wealth"))
     np.testing.assert_allclose(jitted(lc.PARAMS), eager, rtol=1e-12)
     off_node = {**by_value, "income": by_value["income"] + 0.01}
-    with pytest.raises(Exception, match="not a node of 'income'.*income:index"):
+    with pytest.raises(Exception, match=r"not a node of 'income'.*income:index"):
         jax.block_until_ready(
             jax.jit(lambda p: model.distribution(p, off_node, solution).mean("wealth"))(lc.PARAMS)
         )
