@@ -10,19 +10,21 @@ persistent compilation cache off, as a user meets it the first time:
 - `distribution`: the first `model.distribution(params, initial, solution)`;
 - `gradient`: the first `jax.grad` of a moment of the distribution (mean wealth at
   period 20) with respect to two parameters (the disutility of work and the interest
-  rate), under `jax.jit` (how an estimation calls it);
+  rate), under `jax.jit` with `model.compiler_options()` (how an estimation calls it;
+  `--plain` without them), and its steady time once compiled;
 
 each with its wall time and the trace / lower / compile split of the same program
 (timed apart in another fresh process, so neither warms the other), and the number of
 XLA programs compiled during the call (from a `jax.monitoring` listener).
 
-    python benchmarks/first_hour.py [--solver dcegm|grid] [--periods 30] [--rounds 1]
+    python benchmarks/first_hour.py [--solver dcegm|grid] [--periods 30] [--rounds 1] [--plain]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -163,15 +165,23 @@ def initial_conditions(n: int = 500):
     }
 
 
-def gradient(model, params, initial):
-    """The jitted gradient of mean wealth at period 20 with respect to two parameters,
-    and the point to take it at."""
+def gradient(model, params, initial, plain: bool = False):
+    """The jitted gradient of mean wealth at period 20 (the last period in a shorter
+    model) with respect to two parameters, and the point to take it at; compiled with
+    the model's XLA options (`model.compiler_options()`, as docs/estimation.md does)
+    unless `plain`."""
     import jax
 
-    def moment(free):
-        return model.distribution({**params, **free}, initial).mean("wealth")[20]
+    period = min(20, model.n_periods - 1)
 
-    return jax.jit(jax.grad(moment)), {"disutility_of_work": 0.05, "interest_rate": 0.03}
+    def moment(free):
+        return model.distribution({**params, **free}, initial).mean("wealth")[period]
+
+    options = {} if plain else model.compiler_options()
+    return jax.jit(jax.grad(moment), compiler_options=options or None), {
+        "disutility_of_work": 0.05,
+        "interest_rate": 0.03,
+    }
 
 
 def child(what: str, args) -> None:
@@ -207,9 +217,16 @@ def child(what: str, args) -> None:
         elif program == "distribution":
             jax.block_until_ready(model.distribution(params, initial, solution).mean("wealth"))
         else:
-            grad, free = gradient(model, params, initial)
+            grad, free = gradient(model, params, initial, args.plain)
             jax.block_until_ready(grad(free))
         out["wall_s"] = time.perf_counter() - start
+        if program == "gradient":  # the compiled gradient's steady time
+            steady = []
+            for _ in range(3):
+                begin = time.perf_counter()
+                jax.block_until_ready(grad(free))
+                steady.append(time.perf_counter() - begin)
+            out["steady_s"] = min(steady)
     else:
         if program == "solve":
             fn, arg = jax.jit(lambda p: model.solve(p).values), params
@@ -219,25 +236,29 @@ def child(what: str, args) -> None:
                 (params, solution),
             )
         else:
-            grad, free = gradient(model, params, initial)
+            grad, free = gradient(model, params, initial, args.plain)
             fn, arg = grad, free
         arg = arg if isinstance(arg, tuple) else (arg,)
-        t0 = time.perf_counter()
+        # CPU time beside wall time: on a loaded machine it moves less (XLA compiles on
+        # a thread pool, which process_time counts).
+        t0, c0 = time.perf_counter(), time.process_time()
         traced = fn.trace(*arg)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         lowered = traced.lower()
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         lowered.compile()
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
         out.update(trace_s=t1 - t0, lower_s=t2 - t1, compile_s=t3 - t2)
+        out.update(trace_cpu_s=c1 - c0, lower_cpu_s=c2 - c1, compile_cpu_s=c3 - c2)
     out["xla_programs"] = len(compiles)
+    out["load"] = os.getloadavg()[0]
     out["xla_compile_s"] = sum(compiles)
     print(json.dumps(out))
 
 
 def run_child(what: str, args) -> dict:
     command = [sys.executable, __file__, "--child", what, "--periods", str(args.periods)]
-    command += ["--solver", args.solver]
+    command += ["--solver", args.solver] + (["--plain"] if args.plain else [])
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -248,6 +269,9 @@ def main() -> None:
     parser.add_argument("--periods", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=1, help="fresh processes per number")
     parser.add_argument("--only", default="solve,distribution,gradient")
+    parser.add_argument(
+        "--plain", action="store_true", help="the gradient without model.compiler_options()"
+    )
     parser.add_argument("--child", default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -265,7 +289,10 @@ def main() -> None:
             f"{program:>13}: first call {call['wall_s']:7.1f} s ({call['xla_programs']} XLA "
             f"programs, {call['xla_compile_s']:.1f} s compiling); jit: trace "
             f"{split['trace_s']:.1f} s, lower {split['lower_s']:.1f} s, compile "
-            f"{split['compile_s']:.1f} s",
+            f"{split['compile_s']:.1f} s (CPU {split['trace_cpu_s']:.1f} / "
+            f"{split['lower_cpu_s']:.1f} / {split['compile_cpu_s']:.1f} s)"
+            + (f"; steady {call['steady_s'] * 1e3:.0f} ms" if "steady_s" in call else "")
+            + f"; load {split['load']:.1f}",
             flush=True,
         )
     if args.json:

@@ -214,6 +214,9 @@ def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
     # Solvers that ask for different options: the model compiles with those they share.
     mixed = retirement.build(3, solver=retirement.dcegm(), retired_solver=lcm.GridSearch())
     assert mixed._solve is mixed._solve_nested
+    # The same options for a program of the user's own (`model.compiler_options()`).
+    assert model.compiler_options() == model.solvers["working"].compiler_options() != {}
+    assert grid.compiler_options() == mixed.compiler_options() == {}
     monkeypatch.setattr(_facade, "_OPTIONS_REFUSED", [])
     monkeypatch.setattr(lcm.DCEGM, "compiler_options", lambda self: {"xla_no_such_option": 1})
     refusing = retirement.build(3, solver=retirement.dcegm())
@@ -223,6 +226,7 @@ def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
             np.testing.assert_array_equal(fallback.values[regime], solution.values[regime])
     assert len(_facade._OPTIONS_REFUSED) == 1
     assert "xla_no_such_option" in _facade._OPTIONS_REFUSED[0]
+    assert refusing.compiler_options() == {}
 
 
 def _taste_shock_model():

@@ -173,6 +173,24 @@ def test_initial_mass_as_arrays_jit_and_vmap():
     assert float(vmapped[1][-1]) > float(eager[-1])
 
 
+def test_process_values_under_jit_are_binned_on_the_traced_nodes():
+    # Under jit the income nodes depend on traced parameters: the values were converted
+    # to NumPy there (a raw TracerArrayConversionError) before.
+    model, solution = solved()
+    by_index = initial_conditions(50)
+    nodes = small_distribution()[2].state_values["working"]["income"][0]
+    by_value = {k: v for k, v in by_index.items() if k != "income:index"}
+    by_value["income"] = nodes[by_index["income:index"]]
+    eager = model.distribution(lc.PARAMS, by_index, solution).mean("wealth")
+    jitted = jax.jit(lambda p: model.distribution(p, by_value, solution).mean("wealth"))
+    np.testing.assert_allclose(jitted(lc.PARAMS), eager, rtol=1e-12)
+    off_node = {**by_value, "income": by_value["income"] + 0.01}
+    with pytest.raises(Exception, match=r"not a node of 'income'.*income:index"):
+        jax.block_until_ready(
+            jax.jit(lambda p: model.distribution(p, off_node, solution).mean("wealth"))(lc.PARAMS)
+        )
+
+
 def test_new_parameter_values_do_not_recompile():
     from lcm_eqx._estimation._distribution import forward
 

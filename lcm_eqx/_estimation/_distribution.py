@@ -138,7 +138,7 @@ class Distribution(eqx.Module):
         Returns:
             An array `(n_periods,)`; NaN in periods where no mass has `name`.
         """
-        return self.expect(_identity(name), regime)
+        return _expect(self, _identity(name), regime)
 
     def share(self, name: str, value: Any, regime: str | None = None) -> Float[Array, " n_periods"]:
         """The share with a discrete state or action equal to `value`, by period.
@@ -166,7 +166,7 @@ class Distribution(eqx.Module):
                     f"Distribution.share: code {code} is outside 0..{len(labels[name]) - 1} "
                     f"for {name!r}."
                 )
-        return self.expect(_equal(name, code), regime)
+        return _expect(self, _equal(name, code), regime)
 
     def expect(
         self, fn: Callable[..., Any], regime: str | None = None
@@ -248,6 +248,14 @@ class Distribution(eqx.Module):
         return self.functions[layout.name][name]
 
 
+# `mean` and `share` run as one compiled program (one per name and regime: their
+# functions are cached), not as the 20 or so eager operations of `expect`, each an XLA
+# program compiled on a first call. `expect` itself stays eager: a user's function is a
+# new object at each call, and would compile again each time.
+_expect = jax.jit(Distribution.expect, static_argnums=(1, 2))
+
+
+@functools.cache
 def _identity(name: str) -> Callable[..., Any]:
     def value(**kwargs):
         return kwargs[name]
@@ -258,6 +266,7 @@ def _identity(name: str) -> Callable[..., Any]:
     return value
 
 
+@functools.cache
 def _equal(name: str, code: int) -> Callable[..., Any]:
     def value(**kwargs):
         return (kwargs[name] == code).astype(float)
@@ -366,9 +375,19 @@ def _scatter(shape: tuple[int, ...], indices: Array, weights: Array) -> Array:
 
 # ------------------------------------------------------------------------- forward pass
 @functools.partial(jax.jit, static_argnames=("model",))
-def forward(model, params, values, policies, initial: dict[str, Array]) -> Distribution:
-    """Push `initial` (mass per regime on its state grid) through every period."""
+def forward(
+    model, params, values, policies, initial: dict[str, Array] | None, subjects=None
+) -> Distribution:
+    """Push `initial` (mass per regime on its state grid) through every period.
+
+    `subjects` (regime ids and states, as `bin_initial` takes them) in place of
+    `initial` are binned here: inside the program, not operation by operation (eagerly
+    that was some 70 XLA programs, each compiled on a first call).
+    """
     plan: ModelPlan = model.plan
+    if subjects is not None:
+        initial = bin_initial(plan, *subjects)
+    assert initial is not None
     resolved = resolve_params(plan, params)
     dtype = jnp.zeros(()).dtype
     sharding = sharding_plan(plan)  # None unless some state has distributed=True
