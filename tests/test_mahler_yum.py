@@ -371,6 +371,13 @@ def test_effort_refined_off_the_grid_stays_in_bounds_and_only_raises_values(my):
     nodes = np.linspace(0.0, 1.0, my.SIZES["tiny"]["effort"])
     assert np.all((effort >= 0.0) & (effort <= 1.0))
     assert np.abs(effort[:, None] - nodes).min(axis=1).max() > 1e-3  # some off the grid
-    codes = np.asarray(lcm.refine_codes(refined, params, off_grid, "alive", 0)["effort"])
-    assert set(np.unique(codes)) <= {int(c) for c in lcm.RefineCode}
-    assert (codes == lcm.RefineCode.interior).any()
+
+
+def test_choice_probabilities_take_labelled_series_params(tiny):
+    # The example's age tables are labelled Series: the estimation helpers convert them
+    # as `solve` does (they raised an IndexError on the raw Series before).
+    model, params, _, solution = tiny
+    probabilities = np.asarray(lcm.choice_probabilities(model, params, solution, "alive", 0))
+    finite = np.isfinite(np.asarray(solution.value("alive", 0)))
+    total = probabilities.sum(axis=(-2, -1))  # over the discrete labour supply and effort
+    np.testing.assert_allclose(total[finite], 1.0)
