@@ -98,8 +98,12 @@ def main() -> None:
         )
         if name == "refined":
             for period in (0, 20):
-                codes = np.asarray(lcm.refine_codes(model, params, solution, "alive", period)["effort"])
-                shares = {lcm.RefineCode(k).name: f"{(codes == k).mean():.3f}" for k in np.unique(codes)}
+                codes = np.asarray(
+                    lcm.refine_codes(model, params, solution, "alive", period)["effort"]
+                )
+                shares = {
+                    lcm.RefineCode(k).name: f"{(codes == k).mean():.3f}" for k in np.unique(codes)
+                }
                 print(f"  refine codes, period {period}: {shares}")
     if "grid" in values:
         for name in ("discrete", "refined"):

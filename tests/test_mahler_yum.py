@@ -341,7 +341,7 @@ def test_plain_product_reverse_mode_equals_its_forward_mode(my, tiny, plain_tiny
 def test_continuous_effort_on_the_grid_is_the_discrete_model(my, tiny):
     # Keeping the lagged effort is choosing its level, adjusting to it pays the cost and
     # never wins, and the continuation is read at lagged-effort nodes: the same values.
-    model, params, _, solution = tiny
+    solution = tiny[3]
     continuous, c_params, _ = my.build("tiny", saving=4, continuous_effort=True)
     on_grid = continuous.solve(c_params)
     for period in range(my.SIZES["tiny"]["periods"] - 1):
