@@ -16,7 +16,10 @@ recursion, eq. (6): today's effort is tomorrow's habit):
 - health follows a logit in age, education, health, health type, effort and lagged
   effort; survival depends on age, education and health (the reference data).
 
-`build(size)` returns `(model, params, initial_conditions)`:
+`build(size)` returns `(model, params, initial_conditions)`; `build(size,
+continuous_effort=True)` makes effort a continuous action (and lagged effort a continuous
+state) that `GridSearch(refine=["effort"])` chooses off its grid
+(`benchmarks/refine_mahler_yum.py`):
 
 - `"full"`: the paper's grids (pylcm's): 1.6·10⁶ states × 6,000 actions, about 9.6·10⁹
   state-action pairs per period. `GridSearch` evaluates it piece by piece (1.6·10⁸
