@@ -16,7 +16,10 @@ recursion, eq. (6): today's effort is tomorrow's habit):
 - health follows a logit in age, education, health, health type, effort and lagged
   effort; survival depends on age, education and health (the reference data).
 
-`build(size)` returns `(model, params, initial_conditions)`:
+`build(size)` returns `(model, params, initial_conditions)`; `build(size,
+continuous_effort=True)` makes effort a continuous action (and lagged effort a continuous
+state) that `GridSearch(refine=["effort"])` chooses off its grid
+(`benchmarks/refine_mahler_yum.py`):
 
 - `"full"`: the paper's grids (pylcm's): 1.6·10⁶ states × 6,000 actions, about 9.6·10⁹
   state-action pairs per period. `GridSearch` evaluates it piece by piece (1.6·10⁸
@@ -118,6 +121,14 @@ class HealthType(IntEnum):
 class DiscountType(IntEnum):
     small = 0
     large = 1
+
+
+class EffortAdjustment(IntEnum):
+    """With continuous effort: keep last period's effort (no adjustment cost) or pay the
+    cost and choose any effort on [0, 1]."""
+
+    stay = 0
+    adjust = 1
 
 
 # pylcm's START_PARAMS (the authors' estimates as pylcm states them).
@@ -289,6 +300,33 @@ def next_lagged_effort(effort):
     return effort
 
 
+# With continuous effort (`build(..., continuous_effort=True)`): effort is a point of
+# [0, 1], lagged effort a continuous state, and keeping last period's effort is the
+# discrete action `effort_adjustment` (the paper's fixed cost is paid for any change).
+
+
+def continuous_effort_value(effort, lagged_effort, effort_adjustment):
+    return jnp.where(effort_adjustment == EffortAdjustment.adjust, effort, lagged_effort)
+
+
+def continuous_lagged_effort_value(lagged_effort):
+    return lagged_effort
+
+
+def continuous_adjustment_cost_penalty(
+    period, adjustment_cost, effort_adjustment, adjustment_cost_envelope
+):
+    return jnp.where(
+        effort_adjustment == EffortAdjustment.adjust,
+        adjustment_cost * adjustment_cost_envelope[period],
+        0.0,
+    )
+
+
+def continuous_next_lagged_effort(effort_value):
+    return effort_value
+
+
 def next_health(
     period,
     health,
@@ -427,11 +465,24 @@ def build(
     n_subjects: int = 2_000,
     seed: int = 0,
     solver: lcm.AbstractSolver | None = None,
+    continuous_effort: bool = False,
     **grid_sizes: int,
 ):
     """The model, its parameters and initial conditions at `size` ("full", "medium",
     "reduced" or "tiny"); `grid_sizes` override entries of `SIZES[size]` (e.g.
-    `saving=4`); `solver` is the model's solver (default `lcm.GridSearch()`)."""
+    `saving=4`); `solver` is the model's solver (default `lcm.GridSearch()`).
+
+    `continuous_effort=True`: effort is a continuous action (`LinSpacedGrid(0, 1,
+    n_effort)`, so `GridSearch(refine=["effort"])` can choose it off the grid) and lagged
+    effort a continuous state on the same points (the continuation is interpolated
+    linearly in it), next lagged effort being this period's effort itself (the paper's
+    habit, eq. (6)). Rounding effort to the nearest lagged-effort node instead would make
+    the habit's value and the adjustment cost steps inside each bracket (a refined effort
+    would only trade effort cost against current health). Since an off-grid lagged effort
+    is no point of the effort grid, keeping it (the only choice without the adjustment
+    cost) is the discrete action `effort_adjustment` (`stay` / `adjust`). On the grid this
+    is the discrete model: at every grid state the values are the same (`stay` is
+    choosing the lagged level; adjusting to it pays the cost and never wins)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, not {size!r}")
     unknown = set(grid_sizes) - set(SIZES[size])
@@ -445,12 +496,34 @@ def build(
     wealth_grid = wealth_points(n["wealth"])
     last_alive_age = START_AGE + AGE_STEP * (n_periods - 2)
 
+    if continuous_effort:
+        effort_points = lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=n["effort"])
+        effort_states = {"lagged_effort": effort_points}
+        effort_actions = {
+            "effort_adjustment": lcm.DiscreteGrid(EffortAdjustment),
+            "effort": effort_points,
+        }
+        effort_functions = {
+            "effort_value": continuous_effort_value,
+            "lagged_effort_value": continuous_lagged_effort_value,
+            "adjustment_cost_penalty": continuous_adjustment_cost_penalty,
+        }
+        lagged_effort_transition = continuous_next_lagged_effort
+    else:
+        effort_states = {"lagged_effort": lcm.DiscreteGrid(effort_labels)}
+        effort_actions = {"effort": lcm.DiscreteGrid(effort_labels)}
+        effort_functions = {
+            "effort_value": effort_value,
+            "lagged_effort_value": lagged_effort_value,
+            "adjustment_cost_penalty": adjustment_cost_penalty,
+        }
+        lagged_effort_transition = next_lagged_effort
     alive = lcm.Regime(
         states={
             "wealth": lcm.IrregSpacedGrid(points=wealth_grid),
             "health": lcm.DiscreteGrid(Health),
             "productivity_shock": shock,
-            "lagged_effort": lcm.DiscreteGrid(effort_labels),
+            **effort_states,
             "adjustment_cost": lcm.UniformIIDGrid(n_points=n["adjustment"], start=0.0, stop=1.0),
             "education": lcm.DiscreteGrid(Education),
             "productivity": lcm.DiscreteGrid(ProductivityType),
@@ -460,16 +533,14 @@ def build(
         actions={
             "labor_supply": lcm.DiscreteGrid(LaborSupply),
             "saving": lcm.IrregSpacedGrid(points=wealth_points(n["saving"])),
-            "effort": lcm.DiscreteGrid(effort_labels),
+            **effort_actions,
         },
         functions={
             "utility": utility,
             "discount_factor": discount_factor,
-            "effort_value": effort_value,
-            "lagged_effort_value": lagged_effort_value,
+            **effort_functions,
             "work_disutility": work_disutility,
             "effort_cost": effort_cost,
-            "adjustment_cost_penalty": adjustment_cost_penalty,
             "consumption_utility": consumption_utility,
             "consumption": consumption,
             "base_income": base_income,
@@ -483,7 +554,7 @@ def build(
         state_transitions={
             "wealth": next_wealth,
             "health": lcm.MarkovTransition(next_health),
-            "lagged_effort": next_lagged_effort,
+            "lagged_effort": lagged_effort_transition,
             "education": lambda education: education,
             "productivity": lambda productivity: productivity,
             "health_type": lambda health_type: health_type,
@@ -503,25 +574,30 @@ def build(
         ages=lcm.AgeGrid(start=START_AGE, step=AGE_STEP),
         n_periods=n_periods,
         regime_ids=RegimeId,
-        fixed_params=make_fixed_params(n_periods, effort_grid),
+        fixed_params=make_fixed_params(n_periods, None if continuous_effort else effort_grid),
         solver=lcm.GridSearch() if solver is None else solver,
     )
     params = make_params(n_periods)
     initial_conditions = make_initial_conditions(
-        n_subjects=n_subjects, seed=seed, effort_grid=effort_grid, n=n
+        n_subjects=n_subjects,
+        seed=seed,
+        effort_grid=effort_grid,
+        n=n,
+        continuous_effort=continuous_effort,
     )
     return model, params, initial_conditions
 
 
-def make_fixed_params(n_periods: int, effort_grid: np.ndarray) -> dict:
-    """The constants of the model (not estimated in the paper): bound at construction."""
+def make_fixed_params(n_periods: int, effort_grid: np.ndarray | None) -> dict:
+    """The constants of the model (not estimated in the paper): bound at construction
+    (`effort_grid`: the effort levels' values; None with continuous effort)."""
     health_age_effects = pd.Series(HEALTH_AGE_EFFECT_KNOTS).reindex(
         _ages(n_periods), method="ffill"
     )
     health_age_effects.index.name = "age"
     return {
         "alive": {
-            "effort_grid": effort_grid,
+            **({} if effort_grid is None else {"effort_grid": effort_grid}),
             "productivity_type_multiplier": np.exp([-PRODUCTIVITY_TYPE_LOG, PRODUCTIVITY_TYPE_LOG]),
             "consumption_utility": {"sigma": 2.0},
             "next_health": {**HEALTH_TRANSITION, "health_age_effects": health_age_effects},
@@ -607,11 +683,12 @@ def type_distribution() -> pd.DataFrame:
 
 
 def make_initial_conditions(
-    *, n_subjects: int, seed: int, effort_grid: np.ndarray, n: dict
+    *, n_subjects: int, seed: int, effort_grid: np.ndarray, n: dict, continuous_effort: bool
 ) -> pd.DataFrame:
     """Subjects at age 25 with no wealth, types from the reference distribution, health
     by the type's good-health share, lagged effort at the grid point nearest the type's
-    initial effort, the shock from the chain's stationary distribution."""
+    initial effort (its value with continuous effort, so that both variants start
+    alike), the shock from the chain's stationary distribution."""
     rng = np.random.default_rng(seed)
     types = type_distribution()
     probability = types["probability"].to_numpy()
@@ -630,7 +707,11 @@ def make_initial_conditions(
             "productivity_shock:index": rng.choice(
                 n["shock"], size=n_subjects, p=stationary / stationary.sum()
             ),
-            "lagged_effort": [f"level_{k}" for k in effort_code],
+            "lagged_effort": (
+                effort_grid[effort_code]
+                if continuous_effort
+                else [f"level_{k}" for k in effort_code]
+            ),
             "adjustment_cost:index": rng.integers(0, n["adjustment"], size=n_subjects),
             **{
                 c: types[c].to_numpy()[drawn]
@@ -640,10 +721,13 @@ def make_initial_conditions(
     )
 
 
-def moments(frame: pd.DataFrame, effort_grid: np.ndarray) -> pd.DataFrame:
-    """Mean effort (its value on [0, 1]) and wealth by age and education, alive subjects."""
+def moments(frame: pd.DataFrame, effort_grid: np.ndarray | None = None) -> pd.DataFrame:
+    """Mean effort (its value on [0, 1]) and wealth by age and education, alive subjects.
+    `effort_grid`: the effort levels' values; None reads the column `effort_value` (with
+    continuous effort: `result.to_dataframe(extra=["effort_value"], ...)`)."""
     alive = frame[frame["regime"] == "alive"].copy()
-    alive["effort_value"] = effort_grid[alive["effort"].cat.codes.to_numpy()]
+    if effort_grid is not None:
+        alive["effort_value"] = effort_grid[alive["effort"].cat.codes.to_numpy()]
     return (
         alive.groupby(["age", "education"], observed=True)[["effort_value", "wealth"]]
         .mean()

@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import lcm_eqx as lcm
+
 jax.config.update("jax_enable_x64", True)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -329,3 +331,53 @@ def test_plain_product_reverse_mode_equals_its_forward_mode(my, tiny, plain_tiny
         _value_gradients(my, plain_tiny, params, "forward"),
         rtol=1e-8,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Continuous effort (`build(continuous_effort=True)`), on the grid and refined off it.
+# ---------------------------------------------------------------------------------------
+
+
+def test_continuous_effort_on_the_grid_is_the_discrete_model(my, tiny):
+    # Keeping the lagged effort is choosing its level, adjusting to it pays the cost and
+    # never wins, and the continuation is read at lagged-effort nodes: the same values.
+    solution = tiny[3]
+    continuous, c_params, _ = my.build("tiny", saving=4, continuous_effort=True)
+    on_grid = continuous.solve(c_params)
+    for period in range(my.SIZES["tiny"]["periods"] - 1):
+        np.testing.assert_allclose(
+            np.asarray(on_grid.value("alive", period)),
+            np.asarray(solution.value("alive", period)),
+            rtol=1e-12,
+            atol=1e-12,
+        )
+
+
+def test_effort_refined_off_the_grid_stays_in_bounds_and_only_raises_values(my):
+    sizes = {"saving": 4, "periods": 3}
+    grid, params, initial = my.build("tiny", n_subjects=16, continuous_effort=True, **sizes)
+    refined, _, _ = my.build(
+        "tiny", continuous_effort=True, solver=lcm.GridSearch(refine=["effort"]), **sizes
+    )
+    on_grid, off_grid = grid.solve(params), refined.solve(params)
+    # The refinement starts from the grid's best point and keeps a point only if it is
+    # better, so the maximum can only rise (to round-off of the continuation).
+    gain = np.asarray(off_grid.value("alive", 0)) - np.asarray(on_grid.value("alive", 0))
+    assert np.all(gain >= -1e-12) and gain.max() > 1e-6
+    frame = refined.simulate(params, initial, off_grid, key=jax.random.key(0)).to_dataframe(
+        extra=["effort_value"], model=refined, params=params
+    )
+    effort = frame.loc[frame["regime"] == "alive", "effort_value"].to_numpy()
+    nodes = np.linspace(0.0, 1.0, my.SIZES["tiny"]["effort"])
+    assert np.all((effort >= 0.0) & (effort <= 1.0))
+    assert np.abs(effort[:, None] - nodes).min(axis=1).max() > 1e-3  # some off the grid
+
+
+def test_choice_probabilities_take_labelled_series_params(tiny):
+    # The example's age tables are labelled Series: the estimation helpers convert them
+    # as `solve` does (they raised an IndexError on the raw Series before).
+    model, params, _, solution = tiny
+    probabilities = np.asarray(lcm.choice_probabilities(model, params, solution, "alive", 0))
+    finite = np.isfinite(np.asarray(solution.value("alive", 0)))
+    total = probabilities.sum(axis=(-2, -1))  # over the discrete labour supply and effort
+    np.testing.assert_allclose(total[finite], 1.0)

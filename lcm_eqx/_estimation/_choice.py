@@ -103,6 +103,7 @@ def discrete_values(
     Returns an array with the regime's state axes (declaration order) followed by one axis
     per discrete action (declaration order).
     """
+    params = model.checked_params(params)  # labelled Series leaves become arrays
     _check(model, solution, regime, period)
     return _discrete_values_on_grid(
         model, regime, params, solution.continuation_values, solution.policies, int(period)
@@ -131,6 +132,7 @@ def refine_codes(
         >>> codes = lcm.refine_codes(model, params, solution, "working", 0)
         >>> (codes["hours"] == lcm.RefineCode.interior).mean()
     """
+    params = model.checked_params(params)  # labelled Series leaves become arrays
     if solution is None:
         solution = model.solve(params)
     _check(model, solution, regime, period)
@@ -174,6 +176,7 @@ def choice_probabilities(
         >>> p = lcm.choice_probabilities(model, params, solution, "working", 0)
         >>> p.shape   # (n_wealth, n_labor)
     """
+    params = model.checked_params(params)  # labelled Series leaves become arrays
     if solution is None:
         solution = model.solve(params)
     _check(model, solution, regime, period)
