@@ -1,6 +1,7 @@
 """Reductions in one XLA kernel: for counts, selections and check diagnostics, where
 XLA:CPU would otherwise split a reduction into two kernels (see docs/architecture.md,
-"threads")."""
+"threads"); and `max_along`, the maximum over actions whose derivative survives the
+checkpoint's recomputation."""
 
 from __future__ import annotations
 

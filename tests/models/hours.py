@@ -72,10 +72,13 @@ def build(
     hours_batch_size=0,
     wealth_batch_size=0,
     n_wealth=WEALTH[2],
+    productivity_distributed=False,
 ):
     working = lcm.Regime(
         states={
-            "productivity": lcm.DiscreteGrid(["low", "middle", "high"]),
+            "productivity": lcm.DiscreteGrid(
+                ["low", "middle", "high"], distributed=productivity_distributed
+            ),
             "wealth": lcm.LinSpacedGrid(*WEALTH[:2], n_wealth, batch_size=wealth_batch_size),
         },
         actions={"hours": lcm.LinSpacedGrid(*HOURS, n_hours, batch_size=hours_batch_size)},
