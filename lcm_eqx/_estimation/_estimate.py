@@ -551,14 +551,21 @@ class EstimationResult(eqx.Module):
 
     def summary(self) -> pd.DataFrame:
         """One row per free parameter: estimate, standard error, 95% interval, start,
-        bounds, and whether the estimate is at a bound (then `converged` is False)."""
+        bounds, and whether the estimate is at a bound (then `converged` is False).
+
+        The interval is the Wald interval on the scale the optimiser works on (see
+        `wald_interval`): `θ̂ ± 1.96 se` for an unbounded parameter, on the log scale
+        for one bounded on one side, on the logit scale for one bounded on both; it
+        stays inside the bounds, and its coverage is closer to 95% where the estimate
+        is skewed."""
         se = np.sqrt(np.diag(self.covariance))
+        lower, upper = wald_interval(self.estimates, se, self.lower, self.upper)
         return pd.DataFrame(
             {
                 "estimate": self.estimates,
                 "std_error": se,
-                "ci_lower": self.estimates - 1.959963984540054 * se,
-                "ci_upper": self.estimates + 1.959963984540054 * se,
+                "ci_lower": lower,
+                "ci_upper": upper,
                 "start": self.start,
                 "lower_bound": self.lower,
                 "upper_bound": self.upper,
@@ -1257,6 +1264,49 @@ def _model_influence(model, objective, theta, data, subject, panel) -> np.ndarra
         sample = np.asarray(objective.mass[name]).reshape(1, -1)
         influence = influence + (own - sample) @ np.asarray(d).reshape(n_moments, -1).T
     return np.asarray(influence)
+
+
+def wald_interval(theta, se, lower, upper, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wald intervals built where the parameter is unbounded and mapped back: with
+    `u = (θ − lo) / (hi − lo)`, `θ̂ ± z se` on `(−∞, ∞)`, `lo + (θ̂ − lo) exp(± z se /
+    (θ̂ − lo))` on `(lo, ∞)` (the delta method for `log(θ − lo)`), the mirror image on
+    `(−∞, hi)`, and `lo + (hi − lo) sigmoid(logit(u) ± z se / ((hi − lo) u (1 − u)))`
+    on `(lo, hi)`.
+
+    Measured (docs/estimation.md, benchmarks/coverage.py): in the retirement model with
+    taste shocks the disutility of work, the taste-shock scale and the wage are nearly
+    collinear and their estimates are skewed; the plain intervals covered the truth in
+    88-90% of 400 panels, these in 93-95%. An estimate on its bound (then not
+    converged) gets the plain interval, clipped to the bounds.
+    """
+    theta, se = np.asarray(theta, dtype=float), np.asarray(se, dtype=float)
+    lo, hi = np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    plain = (theta - z * se, theta + z * se)
+    out_lo, out_hi = np.clip(plain[0], lo, hi), np.clip(plain[1], lo, hi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for i in range(theta.size):
+            above, below = theta[i] - lo[i], hi[i] - theta[i]
+            if not (above > 0 and below > 0 and np.isfinite(se[i])):
+                continue
+            if np.isinf(lo[i]) and np.isinf(hi[i]):
+                edges = plain[0][i], plain[1][i]
+            elif np.isinf(hi[i]):
+                spread = np.exp(z * se[i] / above)
+                edges = lo[i] + above / spread, lo[i] + above * spread
+            elif np.isinf(lo[i]):
+                spread = np.exp(z * se[i] / below)
+                edges = hi[i] - below * spread, hi[i] - below / spread
+            else:
+                width = hi[i] - lo[i]
+                u = above / width
+                x, se_x = math.log(u / (1 - u)), se[i] / (width * u * (1 - u))
+                edges = tuple(
+                    lo[i] + width * 0.5 * (1 + math.tanh(0.5 * (x + sign * z * se_x)))
+                    for sign in (-1, 1)
+                )
+            out_lo[i], out_hi[i] = edges
+    return out_lo, out_hi
 
 
 def _inverse(matrix: np.ndarray) -> np.ndarray:
