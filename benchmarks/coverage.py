@@ -55,6 +55,7 @@ TRUE = {
 }
 FREE = ("disutility_of_work", "discount_factor", "taste_shock_scale", "wage")
 START = {"disutility_of_work": 1.3, "discount_factor": 0.8, "taste_shock_scale": 0.65, "wage": 14.0}
+POSITIVE = ("disutility_of_work", "wage")
 MSM_FREE = ("disutility_of_work", "discount_factor", "taste_shock_scale")
 
 
@@ -92,7 +93,10 @@ def fit(model, df, method: str, n_periods: int, beta_upper: float = 1.0, start=N
     start = {**TRUE, **{k: (start or START)[k] for k in free}}
     # A finite horizon is solved for any discount factor; an upper bound of 1 truncates
     # the estimator's distribution (and fails the replications that reach it).
-    bounds = {"discount_factor": (0.0, beta_upper)}
+    # The disutility of work and the wage are positive: bounded at 0, `summary()`'s
+    # intervals for them are built on the log scale (see `lcm_eqx._estimation.
+    # _estimate.wald_interval`), where these skewed estimates are closer to normal.
+    bounds = {"discount_factor": (0.0, beta_upper), **dict.fromkeys(POSITIVE, (0.0, math.inf))}
     if method == "mle":
         return lcm.estimate(model, start, data=df, free=list(free), bounds=bounds)
     return lcm.estimate(
@@ -135,8 +139,11 @@ def coverage(args) -> None:
             row = {"replication": replication, "converged": bool(result.converged)}
             row["failure"] = "" if result.converged else failure(result)
             row["n_steps"] = result.n_steps
+            summary = result.summary()
             for i, name in enumerate(names):
                 row[f"estimate {name}"] = float(result.estimates[i])
+                row[f"ci_lower {name}"] = float(summary.loc[name, "ci_lower"])
+                row[f"ci_upper {name}"] = float(summary.loc[name, "ci_upper"])
                 for kind, cov in result.covariances.items():
                     row[f"se {kind} {name}"] = float(np.sqrt(np.abs(cov[i, i])))
             if args.method == "mle" and args.lr:
@@ -194,9 +201,10 @@ def report(args, names, table, began) -> None:
     """Bias, RMSE, mean standard error and 95% coverage over the converged replications:
     of the Wald intervals `θ̂ ± 1.96 se` for each covariance, of the Wald intervals on
     the log scale (`θ̂ exp(± 1.96 se / θ̂)`, the delta method for `log θ`; all these
-    parameters are positive), of the profile-likelihood intervals (`--lr`: the profile
-    statistic at the truth below the χ²₁ quantile; `--profile`: the edges found), and
-    of the joint likelihood-ratio region."""
+    parameters are positive), of `summary()`'s intervals (`cover ci`: the Wald interval
+    on the optimiser's scale, log or logit by the bounds), of the profile-likelihood
+    intervals (`--lr`: the profile statistic at the truth below the χ²₁ quantile;
+    `--profile`: the edges found), and of the joint likelihood-ratio region."""
     ok = table[table["converged"]]
     failed = table.loc[~table["converged"], "failure"].value_counts().to_dict()
     kinds = [c.split()[1] for c in table.columns if c.startswith("se ") and names[0] in c]
@@ -211,7 +219,7 @@ def report(args, names, table, began) -> None:
     profile = f"profile_lower {names[0]}" in ok
     header = f"{'parameter':<20} {'truth':>8} {'bias':>9} {'rmse':>8}"
     header += "".join(f" {'se ' + k:>12} {'cover ' + k:>14}" for k in kinds)
-    header += f" {'cover log':>10}" + (f" {'cover LR':>9}" if lr else "")
+    header += f" {'cover log':>10} {'cover ci':>9}" + (f" {'cover LR':>9}" if lr else "")
     print(header + (f" {'cover profile':>13}" if profile else ""))
     for name in names:
         truth, estimate = TRUE[name], ok[f"estimate {name}"].to_numpy()
@@ -224,6 +232,8 @@ def report(args, names, table, began) -> None:
             line += f" {np.mean(se):>12.4f} {np.mean(np.abs(estimate - truth) <= z * se):>14.3f}"
         se = ok[f"se {kinds[0]} {name}"].to_numpy()
         line += f" {np.mean(np.abs(np.log(estimate / truth)) <= z * se / estimate):>10.3f}"
+        inside = (ok[f"ci_lower {name}"] <= truth) & (truth <= ok[f"ci_upper {name}"])
+        line += f" {np.mean(inside):>9.3f}"
         if lr:
             line += f" {np.mean(ok[f'lr {name}'].to_numpy() <= z**2):>9.3f}"
         if profile:

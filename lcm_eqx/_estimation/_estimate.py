@@ -299,6 +299,12 @@ def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: 
     return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
 
 
+# Levenberg–Marquardt: the Gauss–Newton matrix plus `damping` times its diagonal, the
+# damping divided by the factor after a step that lowers the objective and multiplied
+# by it after one that does not (from the floor, when it has fallen to 0 in effect).
+DAMPING_START, DAMPING_FACTOR, DAMPING_FLOOR = 1.0, 4.0, 1e-6
+
+
 def _gauss_newton(
     objective: Objective,
     x: np.ndarray,
@@ -306,8 +312,14 @@ def _gauss_newton(
     max_steps: int,
     step_tolerance: float,
     covariance: np.ndarray,
+    n_subjects: int,
 ):
-    """Damped Gauss–Newton on `½ rᵀWr`, `r = m(θ) − m̂`, from `x`.
+    """Damped Gauss–Newton on `½ rᵀWr / n`, `r = m(θ) − m̂`, from `x`, with `n` the
+    number of subjects: with the optimal weighting `½ rᵀWr` is on the scale of a
+    log-likelihood ratio, so over `n` it is on the scale of the `"mle"` objective (a
+    mean over subjects) and `tolerance` means the same for both. Unscaled, its
+    gradient at the optimum stalls at rounding (about 5e-5 with 2,000 subjects, the
+    terms of `J_xᵀWr` being 1e4 times larger), above the default tolerance.
 
     The method of moments' objective is a quadratic form in moments whose Jacobian
     `G = ∂m/∂θ` is exact (forward mode), so `GᵀWG` is the curvature near the optimum and
@@ -324,15 +336,15 @@ def _gauss_newton(
         theta, dtheta_dx = objective.natural(x)
         moments, jacobian = (np.asarray(a) for a in _moments_and_jacobian(objective, theta))
         residual = moments - target
-        value = 0.5 * float(residual @ weight @ residual)
+        value = 0.5 * float(residual @ weight @ residual) / n_subjects
         j_x = jacobian @ dtheta_dx
-        return value, j_x.T @ weight @ residual, j_x, jacobian, dtheta_dx
+        return value, j_x.T @ weight @ residual / n_subjects, j_x, jacobian, dtheta_dx
 
     value, gradient, j_x, jacobian, dtheta_dx = linearise(x)
     trace = [(value, float(np.max(np.abs(gradient))))]
-    reason, step = None, 0
+    reason, step, damping = None, 0, DAMPING_START
     while True:
-        curvature = j_x.T @ weight @ j_x
+        curvature = j_x.T @ weight @ j_x / n_subjects
         direction = -np.linalg.lstsq(curvature, gradient, rcond=None)[0]
         bread = _inverse(jacobian.T @ weight @ jacobian)
         meat = jacobian.T @ weight @ covariance @ weight @ jacobian
@@ -340,19 +352,21 @@ def _gauss_newton(
         small = np.all(np.abs(dtheta_dx @ direction) <= step_tolerance * se)
         if (np.max(np.abs(gradient)) <= tolerance and small) or step >= max_steps:
             break
-        slope = float(gradient @ direction)
-        if not slope < 0:  # numerically flat: the steepest descent direction instead
-            direction, slope = -gradient, -float(gradient @ gradient)
-        size = 1.0
+        diagonal = np.diag(np.maximum(np.diag(curvature), np.finfo(float).tiny))
         for _ in range(MAX_HALVINGS):
-            trial = linearise(x + size * direction)
-            if np.isfinite(trial[0]) and trial[0] <= value + ARMIJO * size * slope:
+            move = -np.linalg.lstsq(curvature + damping * diagonal, gradient, rcond=None)[0]
+            slope = float(gradient @ move)
+            if not slope < 0:  # numerically flat: the steepest descent direction instead
+                move, slope = -gradient, -float(gradient @ gradient)
+            trial = linearise(x + move)
+            if np.isfinite(trial[0]) and trial[0] <= value + ARMIJO * slope:
+                damping /= DAMPING_FACTOR
                 break
-            size /= 2
+            damping = max(damping * DAMPING_FACTOR, DAMPING_FLOOR)
         else:
-            reason = f"the line search found no decrease after {MAX_HALVINGS} halvings"
+            reason = f"the damped step found no decrease after {MAX_HALVINGS} tries"
             break
-        x = x + size * direction
+        x = x + move
         value, gradient, j_x, jacobian, dtheta_dx = trial
         step += 1
         trace.append((value, float(np.max(np.abs(gradient)))))
@@ -746,7 +760,8 @@ def estimate(
             `"hessian"`); `"msm"` has `"sandwich"` only.
         tolerance: converged when the objective's gradient in the unconstrained
             coordinates has no entry above this (the `"mle"` objective is the mean
-            negative log-likelihood per subject).
+            negative log-likelihood per subject, the `"msm"` one `½ (m − m̂)ᵀ W (m − m̂)`
+            over the number of subjects).
         step_tolerance: converged also needs the Newton step from the estimates to be at
             most this many standard errors in every parameter (the gradient in the
             unconstrained coordinates vanishes where a transform saturates, at a bound,
@@ -819,7 +834,7 @@ def estimate(
         else:
             assert panel is not None  # MSM always has its data moments
             run = _gauss_newton(
-                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance
+                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance, n_subjects
             )
         runs.append((theta0, *run))
     finite = [r for r in runs if math.isfinite(r[2])]
@@ -857,7 +872,7 @@ def estimate(
         curvature = (jacobian.T @ weight @ jacobian,)
         covariances = {"sandwich": bread @ jacobian.T @ weight @ omega @ weight @ jacobian @ bread}
         newton = -bread @ jacobian.T @ weight @ (model_moments - np.asarray(objective.data_moments))
-        reported = 2 * value
+        reported = 2 * value * n_subjects
 
     cov = covariances[kind]
     se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
