@@ -96,7 +96,10 @@ def fit(model, df, method: str, n_periods: int, beta_upper: float = 1.0, start=N
     # The disutility of work and the wage are positive: bounded at 0, `summary()`'s
     # intervals for them are built on the log scale (see `lcm_eqx._estimation.
     # _estimate.wald_interval`), where these skewed estimates are closer to normal.
-    bounds = {"discount_factor": (0.0, beta_upper), **dict.fromkeys(POSITIVE, (0.0, math.inf))}
+    bounds = {
+        "discount_factor": (0.0, beta_upper),
+        **{k: (0.0, math.inf) for k in POSITIVE if k in free},
+    }
     if method == "mle":
         return lcm.estimate(model, start, data=df, free=list(free), bounds=bounds)
     return lcm.estimate(
