@@ -324,8 +324,13 @@ def _gauss_newton(
     The method of moments' objective is a quadratic form in moments whose Jacobian
     `G = ∂m/∂θ` is exact (forward mode), so `GᵀWG` is the curvature near the optimum and
     the step `−(J_xᵀWJ_x)⁻¹ J_xᵀWr` (`J_x = G ∂θ/∂x`) converges in a few iterations
-    where L-BFGS crawls; halving the step until the objective falls (Armijo) keeps it
-    safe far away. Stops when the gradient in `x` is at most `tolerance` and the step
+    where L-BFGS crawls. Far away it is damped (Levenberg–Marquardt: `J_xᵀWJ_x` plus a
+    multiple of its diagonal, the multiple shrinking after each step that lowers the
+    objective and growing until one does): measured on the retirement model started
+    30% from the truth, plain Gauss–Newton halving its step (Armijo) jumped into a
+    spurious minimum at a taste-shock scale of 0.11 (J statistic 41–52 against 1–2 at
+    the minimum near the truth) in 2 of 125 panels; damped, it reached the right one
+    from there and from a second start. Stops when the gradient in `x` is at most `tolerance` and the step
     in `θ` at most `step_tolerance` standard errors (the sandwich with the data moments'
     `covariance` for `Ω`, the cheap form of the reported one). Same returns as
     `_minimise`.
@@ -515,7 +520,8 @@ class EstimationResult(eqx.Module):
         objective: the log-likelihood (`"mle"`) or `(m − m̂)ᵀ W (m − m̂)` (`"msm"`; the
             J statistic with optimal weighting) at the estimates.
         trace: `(2, n_steps + 1)`: the optimiser's objective and largest gradient
-            entry at each step.
+            entry at each step (`"msm"`: `½ (m − m̂)ᵀ W (m − m̂)` over the number of
+            subjects).
         n_steps: the optimiser's steps.
         converged: the objective is finite, its gradient (in the unconstrained
             coordinates) is below `tolerance`, the curvature is positive definite, the
