@@ -329,7 +329,7 @@ def _gauss_newton(
     objective and growing until one does): measured on the retirement model started
     30% from the truth, plain Gauss–Newton halving its step (Armijo) jumped into a
     spurious minimum at a taste-shock scale of 0.11 (J statistic 41–52 against 1–2 at
-    the minimum near the truth) in 2 of 125 panels; damped, it reached the right one
+    the minimum near the truth) in 2 of the first 30 panels; damped, it reached the right one
     from there and from a second start. Stops when the gradient in `x` is at most
     `tolerance` and the step in `θ` at most `step_tolerance` standard errors (the
     sandwich with the data moments' `covariance` for `Ω`, the cheap form of the
