@@ -443,3 +443,24 @@ def test_the_summary_interval_of_a_positive_parameter_is_on_the_log_scale(one_pe
         [scale / spread, scale * spread],
         rtol=1e-5,
     )
+
+
+def test_a_large_j_statistic_warns(shifted):
+    """Overidentified (two shares, one free parameter): with the shift fixed at its
+    closed form the J statistic is ~0 and nothing is said; fixed far from it the
+    converged minimum fits badly, and the J test says so."""
+    model, df, _, (_, shift) = shifted
+    moments = [lcm.Profile("labor", Labor.work), lcm.Profile("high_and_working")]
+    for kind_shift, warns in ((shift, False), (shift + 3.0, True)):
+        start = {**SHIFTED, "disutility_of_work": 0.6, "kind_shift": kind_shift}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = lcm.estimate(
+                model, start, data=df, method="msm", moments=moments,
+                free=["disutility_of_work"],
+            )  # fmt: skip
+        assert result.converged, result.message
+        said = [w for w in caught if "J statistic" in str(w.message)]
+        assert bool(said) == warns, (kind_shift, result.objective)
+        if warns:
+            assert issubclass(said[0].category, lcm.LcmWarning)
