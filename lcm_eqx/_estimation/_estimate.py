@@ -895,7 +895,7 @@ def estimate(
     if not converged:
         warn(f"estimate({method!r}) did not converge: {message}")
     elif method == "msm" and isinstance(weighting, str) and weighting == "optimal":
-        _check_overidentification(reported, len(model_moments) - len(names))
+        _check_overidentification(reported, np.size(objective.data_moments) - len(names))
     estimates = theta
     model_params = objective.model_params(jnp.asarray(theta))
     standard_errors = jax.tree.map(lambda leaf: jnp.full(jnp.shape(leaf), jnp.nan), params)
