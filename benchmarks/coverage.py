@@ -23,7 +23,10 @@ Three measurements:
   deviation of the estimates over panels resampled by subject.
 
 Run: `python benchmarks/coverage.py timing`,
-`python benchmarks/coverage.py coverage --method mle --replications 200 --n-wealth 40`.
+`python benchmarks/coverage.py coverage --method mle --replications 400 --beta-upper 1.5
+--lr --output benchmarks/results/coverage_mle.csv` (`--lr`: the profile-likelihood
+coverage from one re-maximisation per parameter; `--output`: every replication as CSV),
+`python benchmarks/coverage.py bootstrap --method msm --beta-upper 1.5`.
 """
 
 from __future__ import annotations
