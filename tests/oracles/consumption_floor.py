@@ -4,15 +4,17 @@ state over the savings, not by the endogenous grid method.
 
 Cash on hand `m`, consumption `c = m − a` with savings `a >= 0`, CRRA utility
 `c^(1−ρ)/(1−ρ)`, i.i.d. income `y_k` with probabilities `p_k` drawn after the decision,
-a tax `τ` on interest income above an exemption `e` (a bracket: resources
-`x(a, y) = R·a + y − τ·max(0, r·a − e)`), and a means-tested transfer
-`max(0, floor − x)` that guarantees next period's resources: `m' = max(x(a, y'), floor)`. `V_{T−1}(m) = u(m)` (the last period consumes
+an asset-tested benefit `b` withdrawn at rate `θ` per unit of savings above a
+threshold `ā` (resources `x(a, y) = R·a + y + max(0, b − θ·max(0, a − ā))`: a concave
+kink at `ā`, where a mass of agents saves exactly `ā`, and a convex one where the
+benefit is gone), and a means-tested transfer `max(0, floor − x)` that guarantees next
+period's resources: `m' = max(x(a, y'), floor)`. `V_{T−1}(m) = u(m)` (the last period consumes
 everything), and before it
 
     V_t(m) = max_{0 <= a < m}  u(m − a) + β · Σ_k p_k · V_{t+1}(max(x(a, y_k), floor)).
 
-The objective is concave in `a` between its breakpoints: the bracket's `e/r`, the
-savings where a node's resources reach the floor, and those where they reach a point at which
+The objective is concave in `a` between its breakpoints: the benefit's `ā` and
+`ā + b/θ`, the savings where a node's resources reach the floor, and those where they reach a point at which
 `V_{t+1}` switches between two concave branches (`switch_points`, a convex kink of
 `V_{t+1}`). On each such piece it is maximised by golden-section search (to rounding: the
 interval shrinks 0.618^100), and the best piece wins. The switch points of `V_t` are
@@ -39,12 +41,13 @@ class FloorOracle:
         beta,
         rho,
         n_periods,
-        tax=0.0,
-        exemption=np.inf,
+        benefit=0.0,
+        threshold=0.0,
+        taper=1.0,
     ):
-        self.r = interest_rate
-        self.tax = tax
-        self.exemption = exemption
+        self.benefit = benefit
+        self.threshold = threshold
+        self.taper = taper
         self.income = np.asarray(income, float)
         self.p = np.asarray(probabilities, float)
         self.floor = float(floor)
@@ -65,22 +68,25 @@ class FloorOracle:
         return self.u(m - a) + self.beta * expected
 
     def resources(self, a, y):
-        return self.R * a + y - self.tax * np.maximum(0.0, self.r * a - self.exemption)
+        withdrawn = self.taper * np.maximum(0.0, a - self.threshold)
+        return self.R * a + y + np.maximum(0.0, self.benefit - withdrawn)
+
+    def budget_breakpoints(self):
+        if self.benefit <= 0:
+            return []
+        return [self.threshold, self.threshold + self.benefit / self.taper]
 
     def savings_reaching(self, level, y):
-        """The savings at which resources `x(a, y)` reach `level` (x rises in a)."""
-        bracket = self.exemption / self.r
-        if not np.isfinite(bracket) or level <= self.resources(bracket, y):
-            return (level - y) / self.R
-        slope = self.R - self.tax * self.r
-        return bracket + (level - self.resources(bracket, y)) / slope
+        """The savings at which resources `x(a, y)` reach `level`: `x` is increasing and
+        affine between its breakpoints, so linear interpolation inverts it exactly."""
+        points = np.array([0.0, *self.budget_breakpoints(), 1e6])
+        return float(np.interp(level, self.resources(points, y), points, left=-1.0))
 
     def breakpoints(self, t):
         """The savings at which the objective of period `t` is kinked (sorted, > 0)."""
         levels = [self.floor, *self.switch_points(t + 1)]
         points = {self.savings_reaching(level, y) for level in levels for y in self.income}
-        if np.isfinite(self.exemption / self.r):
-            points.add(self.exemption / self.r)
+        points |= set(self.budget_breakpoints())
         return np.array(sorted(a for a in points if a > 0))
 
     def pieces(self, t, m):
@@ -138,7 +144,7 @@ class FloorOracle:
         """Cash on hand at which `V_t` switches between concave branches (sorted)."""
         if t >= self.n_periods - 1:
             return ()
-        scan = np.linspace(self.floor, self.scan_top, 4001)
+        scan = np.linspace(self.floor, self.scan_top, 2001)
         values, _ = self.pieces(t, scan)
         best = np.argmax(values, axis=0)
         found = []
@@ -149,5 +155,9 @@ class FloorOracle:
                 mid = 0.5 * (lo + hi)
                 v = self.pieces(t, np.array([mid]))[0][:, 0]
                 lo, hi = (mid, hi) if v[i] >= v[k] else (lo, mid)
-            found.append(0.5 * (lo + hi))
+            _, a = self.pieces(t, np.array([lo, hi]))
+            # Where both pieces' best is their common end (a mass at a concave kink) the
+            # value does not switch branch: the savings do not jump.
+            if abs(a[i, 0] - a[k, 1]) > 1e-7:
+                found.append(0.5 * (lo + hi))
         return tuple(found)

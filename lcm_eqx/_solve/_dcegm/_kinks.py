@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 # How far (relative to `1 + |a*|`) from a breakpoint its one-sided gross return is read.
 SIDE = 1e-9
+# Breakpoints closer than this (relative) to each other or to a grid point are one.
+SNAP = 1e-11
 
 
 class BudgetKinks(eqx.Module):
@@ -166,15 +168,27 @@ def kinked_savings(grid: Array, breakpoints: Array) -> tuple[Array, Array]:
     read once just left of it and once just right (left first); outside, it is clamped to
     the nearer end and read on the grid's side there (a copy of that end's point, a
     zero-width interval that the envelope and the read step over).
+
+    Breakpoints within `SNAP` of each other or of a grid point are made equal first (the
+    same breakpoint found at several nodes of the draw differs by roundings): the sorted
+    points then go left sides, grid point, right sides, and consumption rises with them.
     """
     low, high = grid[0], grid[-1]
-    at = jnp.clip(breakpoints, low, high)
+    at = jnp.sort(jnp.clip(breakpoints, low, high))
+    tolerance = SNAP * (1.0 + jnp.abs(at))
+    nearest = jnp.clip(jnp.searchsorted(grid, at), 1, grid.shape[0] - 1)
+    for candidate in (grid[nearest - 1], grid[nearest]):
+        at = jnp.where(jnp.abs(at - candidate) <= tolerance, candidate, at)
+    # Each run of breakpoints closer than the tolerance takes its first one's value.
+    starts = jnp.concatenate([jnp.ones((1,), bool), jnp.diff(at) > tolerance[1:]])
+    first = jax.lax.cummax(jnp.where(starts, jnp.arange(at.shape[0]), 0))
+    at = at[first]
     side = SIDE * (1.0 + jnp.abs(at))
-    left = jnp.where(breakpoints > low, at - side, at + side)
-    right = jnp.where(breakpoints < high, at + side, at - side)
+    left = jnp.where(at > low, at - side, at + side)
+    right = jnp.where(at < high, at + side, at - side)
     points = jnp.concatenate([at, grid, at])
     grid_side = grid + SIDE * (1.0 + jnp.abs(grid))
     slope_at = jnp.concatenate([left, grid_side, right])
-    # Stable: at equal points the left side first, then the grid's point, then the right.
+    # Stable: at equal points the left sides first, then the grid's point, then the right.
     order = jnp.argsort(jax.lax.stop_gradient(points), stable=True)
     return points[order], slope_at[order]
