@@ -51,7 +51,10 @@ def borrowing(consumption, wealth):
     return consumption <= wealth
 
 
-def build(n_periods=2, n_savings=600, kinks=lcm.BudgetKinks(n_kinks=3), law=next_wealth):
+KINKS = lcm.BudgetKinks(n_kinks=3)
+
+
+def build(n_periods=2, n_savings=600, kinks=KINKS, law=next_wealth):
     savings = lcm.IrregSpacedGrid(
         points=[12.0 * (i / (n_savings - 1)) ** 1.5 for i in range(n_savings)]
     )
@@ -244,3 +247,25 @@ def test_a_curved_law_of_motion_is_outside_the_class():
     model = build(n_savings=100, law=curved)
     with pytest.raises(lcm.ModelInitializationError, match="piecewise affine"):
         model.solve({k: PARAMS[k] for k in ("discount_factor", "interest_rate", "rho")})
+
+
+def test_sharded_permanent_type_needs_no_collective():
+    """4 host devices: a sharded permanent type (whose floor and income differ, and so
+    do the breakpoints) gives the unsharded values, and the compiled solve moves nothing
+    between devices but (validated) a few flags."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("budget_kinks_devices.py")
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    # The same values up to a rounding of the sharded program's fusion.
+    assert result["difference"] <= 1e-14
+    assert result["spec"][-1] == "skill"
+    assert result["unvalidated"] == []
+    assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])

@@ -14,15 +14,17 @@ everything), and before it
     V_t(m) = max_{0 <= a < m}  u(m − a) + β · Σ_k p_k · V_{t+1}(max(x(a, y_k), floor)).
 
 The objective is concave in `a` between its breakpoints: the benefit's `ā` and
-`ā + b/θ`, the savings where a node's resources reach the floor, and those where they reach a point at which
-`V_{t+1}` switches between two concave branches (`switch_points`, a convex kink of
-`V_{t+1}`). On each such piece it is maximised by golden-section search (to rounding: the
-interval shrinks 0.618^100), and the best piece wins. The switch points of `V_t` are
+`ā + b/θ`, the savings where a node's resources reach the floor, and those where they
+reach a point at which `V_{t+1}` switches between two concave branches
+(`switch_points`, a convex kink of `V_{t+1}`). On each such piece it is maximised by
+golden-section search (to rounding: the interval shrinks 0.618^100), and the best piece
+wins. The switch points of `V_t` are
 found where the best piece changes on a fine scan of `m`, each then by bisection.
 """
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 
 import numpy as np
@@ -59,7 +61,9 @@ class FloorOracle:
 
     def u(self, c):
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(c > 0, np.maximum(c, 1e-300) ** (1 - self.rho) / (1 - self.rho), -np.inf)
+            return np.where(
+                c > 0, np.maximum(c, 1e-300) ** (1 - self.rho) / (1 - self.rho), -np.inf
+            )
 
     def objective(self, t, m, a):
         """`u(m − a) + β·E[V_{t+1}]` at savings `a` (arrays of one shape)."""
@@ -95,7 +99,7 @@ class FloorOracle:
         m = np.asarray(m, float)
         edges = np.concatenate([[0.0], self.breakpoints(t), [np.inf]])
         values, savings = [], []
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        for lo, hi in itertools.pairwise(edges):
             top = np.minimum(hi, m * (1 - 1e-15))
             usable = lo < top
             lo_a = np.where(usable, lo, 0.0)
