@@ -127,13 +127,9 @@ def expected_at_savings(
     a,
     checks=(),
     targets=None,
-    slope_at=None,
 ):
     """`E[V']` and `E[R·V'_m]` at savings `a` (`state_name − action`), and the check
     violations, for the discrete states and actions `discrete`.
-
-    `slope_at`: where the gross return `R` of the law of motion is read, where not at
-    `a` (one side of a breakpoint of a piecewise-affine law: see `BudgetKinks`).
 
     Next period's regimes are read through `readers` (`ContinuationReader`s): those in
     `targets` (default: every regime this one can move to; a subset where the others
@@ -167,19 +163,17 @@ def expected_at_savings(
             e = e.with_inputs({f"next_{s}": problem.value_of(s, k) for s, k in node.items()})
         return jnp.asarray(e(function))
 
-    def along(direction, at_savings=a):
+    def along(direction):
         def at(node):
             return jax.jvp(
                 lambda m, c: next_state(m, c, node),
-                (at_savings + c_ref, c_ref),
+                (a + c_ref, c_ref),
                 (jnp.ones_like(a), jnp.full_like(a, direction)),
             )
 
         return jax.vmap(at)(node_codes) if drawn else at({})
 
     m_next, gross_return = along(0.0)
-    if slope_at is not None:
-        _, gross_return = along(0.0, slope_at)
     violations: dict[str, Any] = dict(problem.period_violations)
     if checks:
         checked = codes

@@ -19,9 +19,10 @@ the inequality `β·E'_+(a*) ≤ u'(c) ≤ β·E'_-(a*)`:
   spend-down: saving nothing rather than a little).
 
 So each breakpoint adds two savings points at `a*` itself, one with the left and one with
-the right slope of the law of motion (its gross return, constant on each side of a
-breakpoint of a piecewise-affine budget: read a relative `SIDE` away from it), and the
-EGM, the upper envelope and the read of the endogenous grids are DC-EGM's own.
+the right slope of the continuation (read a relative `SIDE` away from it, on each side:
+the gross return of a piecewise-affine budget is constant there, and so is the piece of
+next period's value), and the EGM, the upper envelope and the read of the endogenous
+grids are DC-EGM's own.
 
 The breakpoints are found in the law of motion itself, so nothing is written twice and
 breakpoints that move with parameters (the floor) are traced and differentiable: at each

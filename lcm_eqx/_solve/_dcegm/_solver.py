@@ -847,17 +847,20 @@ class DCEGM(AbstractSolver):
             if checks:
                 limit_violations[f"next_{self.state}:kinks"] = excess
 
-        def at_savings(points):
-            a, at = points if slope_at is not None else (points, None)
+        def at_savings(a):
             return expected_at_savings(
-                problem, readers, self.state, self.action, discrete, a, checks, targets, at
+                problem, readers, self.state, self.action, discrete, a, checks, targets
             )
 
         expected, marginal_expected, violations = map_axis(
-            at_savings,
-            savings if slope_at is None else (savings, slope_at),
-            self.savings.batch_size,
+            at_savings, savings if slope_at is None else slope_at, self.savings.batch_size
         )
+        if slope_at is not None:
+            # Read a `SIDE` off each point, on the side of its breakpoint (the slope of
+            # the budget and of next period's value are those of that side): the value
+            # at the point itself is one step of the slope back, exact to `SIDE²`.
+            shift = jnp.where(jnp.isfinite(expected), (slope_at - savings) * marginal_expected, 0.0)
+            expected = expected - shift
         # Read once, used by the inversion, the values and continuation0 (see `materialize`).
         expected, marginal_expected = materialize(expected, marginal_expected)
         # Over the savings points: one kernel (see `one_kernel_reduce`), not two. The
