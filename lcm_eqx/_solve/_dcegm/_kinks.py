@@ -52,10 +52,18 @@ if TYPE_CHECKING:
     from ..._model._plan import RegimePlan
     from .._kernel import RegimeProblem
 
-# How far (relative to `1 + |a*|`) from a breakpoint its one-sided gross return is read.
+# How far (relative to `1 + |a*|`) from a breakpoint its one-sided slopes are read, at
+# least 64 roundings (float32); breakpoints closer than `SNAP` (at least 8 roundings) to
+# each other or to a grid point are one; slopes of the law of motion closer than
+# `KINK_TOLERANCE` (at least 64 roundings) are one affine piece.
 SIDE = 1e-9
-# Breakpoints closer than this (relative) to each other or to a grid point are one.
 SNAP = 1e-11
+KINK_TOLERANCE = 1e-9
+
+
+def relative(tolerance: float, roundings: int, dtype) -> float:
+    """`tolerance`, or `roundings` roundings of `dtype` where that is more."""
+    return max(tolerance, roundings * float(jnp.finfo(dtype).eps))
 
 
 class BudgetKinks(eqx.Module):
@@ -105,7 +113,8 @@ class BudgetKinks(eqx.Module):
         check `next_<state>:kinks`: 0 where none)."""
         law = next_state_law(problem, state, action, discrete)
         reference = jnp.asarray(REFERENCE_ACTION, grid.dtype)
-        side = SIDE * (1.0 + jnp.abs(grid))
+        side = relative(SIDE, 64, grid.dtype) * (1.0 + jnp.abs(grid))
+        tolerance = relative(KINK_TOLERANCE, 64, grid.dtype)
 
         def at(node):
             def next_state(a):
@@ -118,7 +127,7 @@ class BudgetKinks(eqx.Module):
             slope = jax.lax.stop_gradient(slope)
             change = ~(
                 jnp.abs(slope[1:] - slope[:-1])
-                <= KINK_TOLERANCE * (1.0 + jnp.abs(slope[1:]) + jnp.abs(slope[:-1]))
+                <= tolerance * (1.0 + jnp.abs(slope[1:]) + jnp.abs(slope[:-1]))
             )
             (index,) = jnp.nonzero(change, size=self.n_kinks, fill_value=0)
             found = jnp.arange(self.n_kinks) < jnp.sum(change)
@@ -139,10 +148,6 @@ class BudgetKinks(eqx.Module):
         codes = {s: m.reshape(-1) for s, m in zip(drawn, mesh, strict=True)}
         points, excess = jax.vmap(at)(codes)
         return points.reshape(-1), jnp.max(excess)
-
-
-# Slopes of the law of motion closer than this (relative) are one affine piece.
-KINK_TOLERANCE = 1e-9
 
 
 def next_state_law(problem: RegimeProblem, state: str, action: str, discrete):
@@ -176,7 +181,8 @@ def kinked_savings(grid: Array, breakpoints: Array) -> tuple[Array, Array]:
     """
     low, high = grid[0], grid[-1]
     at = jnp.sort(jnp.clip(breakpoints, low, high))
-    tolerance = SNAP * (1.0 + jnp.abs(at))
+    tolerance = relative(SNAP, 8, grid.dtype) * (1.0 + jnp.abs(at))
+    side_step = relative(SIDE, 64, grid.dtype)
     nearest = jnp.clip(jnp.searchsorted(grid, at), 1, grid.shape[0] - 1)
     for candidate in (grid[nearest - 1], grid[nearest]):
         at = jnp.where(jnp.abs(at - candidate) <= tolerance, candidate, at)
@@ -184,11 +190,11 @@ def kinked_savings(grid: Array, breakpoints: Array) -> tuple[Array, Array]:
     starts = jnp.concatenate([jnp.ones((1,), bool), jnp.diff(at) > tolerance[1:]])
     first = jax.lax.cummax(jnp.where(starts, jnp.arange(at.shape[0]), 0))
     at = at[first]
-    side = SIDE * (1.0 + jnp.abs(at))
+    side = side_step * (1.0 + jnp.abs(at))
     left = jnp.where(at > low, at - side, at + side)
     right = jnp.where(at < high, at + side, at - side)
     points = jnp.concatenate([at, grid, at])
-    grid_side = grid + SIDE * (1.0 + jnp.abs(grid))
+    grid_side = grid + side_step * (1.0 + jnp.abs(grid))
     slope_at = jnp.concatenate([left, grid_side, right])
     # Stable: at equal points the left sides first, then the grid's point, then the right.
     order = jnp.argsort(jax.lax.stop_gradient(points), stable=True)
