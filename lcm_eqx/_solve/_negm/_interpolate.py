@@ -11,6 +11,8 @@ way. Outside the grid the interpolants continue linearly with the end node's slo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax.numpy as jnp
 from jaxtyping import Array
 
@@ -52,6 +54,35 @@ def linear_1d(points: Array, values: Array, x: Array) -> Array:
     """`values` on `points` at `x`, linearly (extrapolated from the end intervals)."""
     lo, t, _ = locate(points, x)
     return values[lo] + t * (values[lo + 1] - values[lo])
+
+
+# Gauss–Legendre nodes and weights on [0, 1] (three points: exact for degree five).
+_NODES = (0.5 - 0.5 * (3 / 5) ** 0.5, 0.5, 0.5 + 0.5 * (3 / 5) ** 0.5)
+_WEIGHTS = (5 / 18, 8 / 18, 5 / 18)
+
+
+def integrated(low, high, v_low, v_high, slope: Callable, x) -> Array:
+    """The value at `x` from its values `v_low`, `v_high` at the ends of the interval
+    `[low, high]` by integrating the marginal value `slope(s)` from each end (three
+    Gauss–Legendre points), blended by the position in the interval (beyond it, from
+    the nearer end only).
+
+    The slope is marginal utility at linearly interpolated consumption: consumption is
+    nearly linear in wealth where the value is not (CRRA utility near the borrowing
+    limit is `-1/m`-like, which no cubic through a few nodes follows), and the integral
+    is exact where consumption is linear (the last period, the adjuster's Cobb–Douglas
+    split)."""
+
+    def integral(start, stop):
+        width = stop - start
+        return width * sum(
+            w * slope(start + s * width) for s, w in zip(_NODES, _WEIGHTS, strict=True)
+        )
+
+    forward = v_low + integral(low, x)
+    backward = v_high - integral(x, high)
+    weight = jnp.clip((x - low) / (high - low), 0.0, 1.0)
+    return (1.0 - weight) * forward + weight * backward
 
 
 def hermite_2d(

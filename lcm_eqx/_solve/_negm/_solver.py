@@ -422,8 +422,10 @@ class NEGM(AbstractSolver):
             kv, kc, km, kn = keep
             adjust = jax.vmap(lambda x: self._adjuster(liquid, durable, keep, x, u_c))(total)
             av, ac, ad, am = adjust
+            adjust_policy = NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
             x, _, _ = jnp.vectorize(self._resources(problem, z))(liquid[:, None], durable[None, :])
-            values = jnp.maximum(kv, hermite_1d(total, av, am, x))
+            adjusted = jax.vmap(lambda x: adjust_value_at(adjust_policy, total, x, u_c))
+            values = jnp.maximum(kv, adjusted(x.reshape(-1)).reshape(x.shape))
             return values, NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
 
         values, policy = jax.lax.map(at_discrete, codes)
@@ -478,15 +480,18 @@ class NEGM(AbstractSolver):
         policy = NEGMPolicy(kv, kc, km, kn, kv[:, 0], kv[:, 0], kv[:, 0], kv[:, 0])
 
         def objective(d):
-            return keep_value_at(policy, liquid, durable, x - d, d)
+            return keep_value_at(policy, liquid, durable, x - d, d, u_c)
 
         low = durable[0]
         high = jnp.clip(x - liquid[0], low, durable[-1])
         frozen = jax.lax.stop_gradient((low, high, policy))
         fixed_policy = frozen[2]
 
+        def frozen_marginal(c, h):
+            return jax.lax.stop_gradient(u_c(c, h))
+
         def frozen_objective(d):
-            return keep_value_at(fixed_policy, liquid, durable, x - d, d)
+            return keep_value_at(fixed_policy, liquid, durable, x - d, d, frozen_marginal)
 
         steps = jnp.linspace(0.0, 1.0, self.adjuster_points)
         candidates = frozen[0] + (frozen[1] - frozen[0]) * steps
@@ -539,9 +544,10 @@ class NEGM(AbstractSolver):
         m, n = state[self.liquid], state[self.durable]
         z = {s: state[s] for s in self._discrete_states(problem.regime)}
         x, _, _ = self._resources(problem, z)(m, n)
-        keep = keep_value_at(policy, liquid, durable, m, n)
+        _, marginal, _ = self._utility(problem, z)
+        keep = keep_value_at(policy, liquid, durable, m, n, marginal)
         keep_c = keep_consumption_at(policy, liquid, durable, m, n)
-        adjust = adjust_value_at(policy, total, x)
+        adjust = adjust_value_at(policy, total, x, marginal)
         adjust_c, adjust_d = adjust_choice_at(policy, total, x)
         return (
             jnp.stack([keep, adjust]),
