@@ -106,9 +106,7 @@ def build(
     wealth = lcm.IrregSpacedGrid(
         points=list(0.1 + (wealth_max - 0.1) * np.linspace(0.0, 1.0, n_wealth) ** 3)
     )
-    durable = lcm.IrregSpacedGrid(
-        points=list(durable_max * np.linspace(0.0, 1.0, n_durable) ** 3)
-    )
+    durable = lcm.IrregSpacedGrid(points=list(durable_max * np.linspace(0.0, 1.0, n_durable) ** 3))
     consumption = lcm.IrregSpacedGrid(
         points=list(1e-3 + (wealth_max + durable_max) * np.linspace(0, 1, n_consumption) ** 2)
     )
@@ -124,9 +122,7 @@ def build(
             consumption="consumption",
             durable_choice="new_durable",
             adjust="adjust",
-            savings=lcm.IrregSpacedGrid(
-                points=list(top * np.linspace(0.0, 1.0, n_savings) ** 3)
-            ),
+            savings=lcm.IrregSpacedGrid(points=list(top * np.linspace(0.0, 1.0, n_savings) ** 3)),
             resources=lcm.IrregSpacedGrid(
                 points=list(0.1 + (top - 0.1) * np.linspace(0.0, 1.0, n_resources) ** 3)
             ),
@@ -205,7 +201,9 @@ def _hermite_2d(first, second, values, d_first, d_second, x, y):
         return np.where(t < 0, v0 + s0 * h * t, np.where(t > 1, v1 + s1 * h * (t - 1), inner))
 
     def along(col):
-        return cubic(values[i, col], values[i + 1, col], d_first[i, col], d_first[i + 1, col], hx, tx)
+        return cubic(
+            values[i, col], values[i + 1, col], d_first[i, col], d_first[i + 1, col], hx, tx
+        )
 
     def slope(col):
         return d_second[i, col] + tx * (d_second[i + 1, col] - d_second[i, col])
@@ -242,8 +240,13 @@ def euler_errors(model, params, solution, period: int, n_draws: int = 2_000, see
     def choice(pol, z, m, n):
         x = m + (1 - p["adjustment_cost"]) * n
         keep = _hermite_2d(
-            wealth_points, durable_points, pol["keep_value"][z], pol["keep_marginal"][z],
-            pol["keep_marginal_durable"][z], m, n,
+            wealth_points,
+            durable_points,
+            pol["keep_value"][z],
+            pol["keep_marginal"][z],
+            pol["keep_marginal_durable"][z],
+            m,
+            n,
         )
         adjust = _hermite(total, pol["adjust_value"][z], pol["adjust_marginal"][z], x)
         keep_c = _bilinear(wealth_points, durable_points, pol["keep_consumption"][z], m, n)

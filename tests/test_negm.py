@@ -147,7 +147,9 @@ def test_simulation_follows_the_continuous_policies():
     # The last period consumes everything that is not the durable.
     last = df[df["period"] == 2]
     np.testing.assert_allclose(
-        np.where(last["adjust"] == "keep", last["wealth"], resources[last.index] - last["new_durable"]),
+        np.where(
+            last["adjust"] == "keep", last["wealth"], resources[last.index] - last["new_durable"]
+        ),
         last["consumption"],
         rtol=1e-6,
         atol=1e-6,
@@ -193,9 +195,7 @@ OUTSIDE = {
     ),
     "three categories": (_three_way, "needs two"),
     "another discrete action": (
-        lambda: _with(
-            actions={**_base().actions, "work": lcm.DiscreteGrid(durables.Adjust)}
-        ),
+        lambda: _with(actions={**_base().actions, "work": lcm.DiscreteGrid(durables.Adjust)}),
         "another discrete action 'work'",
     ),
     "no durable state": (

@@ -62,7 +62,12 @@ def first_value(m, n, z, p, income, matrix, durable_max):
         # a, h broadcast together; sum over next income states (which do not enter V_1).
         return sum(
             weights[:, j].reshape((-1,) + (1,) * (a.ndim - 1))
-            * last_value(gross * a + y.reshape((-1,) + (1,) * (a.ndim - 1)), (1 - p["depreciation"]) * h, p, durable_max)
+            * last_value(
+                gross * a + y.reshape((-1,) + (1,) * (a.ndim - 1)),
+                (1 - p["depreciation"]) * h,
+                p,
+                durable_max,
+            )
             for j in range(matrix.shape[1])
         )
 

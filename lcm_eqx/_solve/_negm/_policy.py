@@ -80,9 +80,7 @@ def adjust_value_at(policy: NEGMPolicy, resources: Array, x, marginal: Callable)
         d = policy.adjust_durable[i] + t * (policy.adjust_durable[i + 1] - policy.adjust_durable[i])
         return marginal(c, d)
 
-    return integrated(
-        low, high, policy.adjust_value[i], policy.adjust_value[i + 1], slope, x
-    )
+    return integrated(low, high, policy.adjust_value[i], policy.adjust_value[i + 1], slope, x)
 
 
 def adjust_choice_at(policy: NEGMPolicy, resources: Array, x) -> tuple[Array, Array]:

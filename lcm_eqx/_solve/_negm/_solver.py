@@ -231,10 +231,11 @@ class NEGM(AbstractSolver):
                     f"the transition of the discrete state {state!r} depends on a continuous "
                     "variable or on adjusting."
                 )
-        if transitive_inputs(regime.state_transitions[self.durable].function, regime.helpers) & {
-            self.liquid,
-            self.consumption,
-        }:
+        durable_law = regime.state_transitions[self.durable].function
+        if durable_law is None:
+            fail(f"the next {self.durable!r} has no law of motion of its own.")
+        assert durable_law is not None
+        if transitive_inputs(durable_law, regime.helpers) & {self.liquid, self.consumption}:
             fail(
                 f"the next {self.durable!r} depends on {self.liquid!r} or "
                 f"{self.consumption!r}; it must be a function of the durable held."
@@ -599,5 +600,8 @@ class NEGM(AbstractSolver):
         return (
             ("keeper: savings x durable nodes", z * n_n * k),
             ("keeper envelope: liquid x segments", z * n_n * n_m * k),
-            ("adjuster: resources x candidates", z * self.resources.n_points * self.adjuster_points),
+            (
+                "adjuster: resources x candidates",
+                z * self.resources.n_points * self.adjuster_points,
+            ),
         )
