@@ -158,57 +158,36 @@ def build(
 
 
 # ---------------------------------------------------------------------- Euler errors
-def _hermite(points, values, slopes, x):
+_GAUSS = ((0.5 - 0.5 * 0.6**0.5, 5 / 18), (0.5, 8 / 18), (0.5 + 0.5 * 0.6**0.5, 5 / 18))
+
+
+def _locate(points, x):
     lo = np.clip(np.searchsorted(points, x, side="right") - 1, 0, len(points) - 2)
-    h = points[lo + 1] - points[lo]
-    t = (x - points[lo]) / h
+    return lo, points[lo], points[lo + 1]
+
+
+def _integrated(low, high, v_low, v_high, slope, x):
+    """The value at `x` from the interval's end values, integrating `slope` (marginal
+    utility at interpolated consumption) from each end, blended by position."""
+
+    def integral(a, b):
+        return (b - a) * sum(w * slope(a + s * (b - a)) for s, w in _GAUSS)
+
+    weight = np.clip((x - low) / (high - low), 0.0, 1.0)
+    forward = v_low + integral(low, x)
+    backward = v_high - integral(x, high)
+    return (1 - weight) * forward + weight * backward
+
+
+def _cubic(v0, v1, s0, s1, h, t):
     ti = np.clip(t, 0.0, 1.0)
-    cubic = (
-        (2 * ti**3 - 3 * ti**2 + 1) * values[lo]
-        + (ti**3 - 2 * ti**2 + ti) * h * slopes[lo]
-        + (-2 * ti**3 + 3 * ti**2) * values[lo + 1]
-        + (ti**3 - ti**2) * h * slopes[lo + 1]
+    inner = (
+        (2 * ti**3 - 3 * ti**2 + 1) * v0
+        + (ti**3 - 2 * ti**2 + ti) * h * s0
+        + (-2 * ti**3 + 3 * ti**2) * v1
+        + (ti**3 - ti**2) * h * s1
     )
-    below = values[lo] + slopes[lo] * h * t
-    above = values[lo + 1] + slopes[lo + 1] * h * (t - 1)
-    return np.where(t < 0, below, np.where(t > 1, above, cubic))
-
-
-def _bilinear(first, second, values, x, y):
-    i = np.clip(np.searchsorted(first, x, side="right") - 1, 0, len(first) - 2)
-    j = np.clip(np.searchsorted(second, y, side="right") - 1, 0, len(second) - 2)
-    tx = (x - first[i]) / (first[i + 1] - first[i])
-    ty = (y - second[j]) / (second[j + 1] - second[j])
-    low = values[i, j] + tx * (values[i + 1, j] - values[i, j])
-    high = values[i, j + 1] + tx * (values[i + 1, j + 1] - values[i, j + 1])
-    return low + ty * (high - low)
-
-
-def _hermite_2d(first, second, values, d_first, d_second, x, y):
-    i = np.clip(np.searchsorted(first, x, side="right") - 1, 0, len(first) - 2)
-    j = np.clip(np.searchsorted(second, y, side="right") - 1, 0, len(second) - 2)
-    hx, hy = first[i + 1] - first[i], second[j + 1] - second[j]
-    tx, ty = (x - first[i]) / hx, (y - second[j]) / hy
-
-    def cubic(v0, v1, s0, s1, h, t):
-        ti = np.clip(t, 0.0, 1.0)
-        inner = (
-            (2 * ti**3 - 3 * ti**2 + 1) * v0
-            + (ti**3 - 2 * ti**2 + ti) * h * s0
-            + (-2 * ti**3 + 3 * ti**2) * v1
-            + (ti**3 - ti**2) * h * s1
-        )
-        return np.where(t < 0, v0 + s0 * h * t, np.where(t > 1, v1 + s1 * h * (t - 1), inner))
-
-    def along(col):
-        return cubic(
-            values[i, col], values[i + 1, col], d_first[i, col], d_first[i + 1, col], hx, tx
-        )
-
-    def slope(col):
-        return d_second[i, col] + tx * (d_second[i + 1, col] - d_second[i, col])
-
-    return cubic(along(j), along(j + 1), slope(j), slope(j + 1), hy, ty)
+    return np.where(t < 0, v0 + s0 * h * t, np.where(t > 1, v1 + s1 * h * (t - 1), inner))
 
 
 def euler_errors(model, params, solution, period: int, n_draws: int = 2_000, seed: int = 0):
@@ -238,20 +217,49 @@ def euler_errors(model, params, solution, period: int, n_draws: int = 2_000, see
         return alpha * c ** (alpha * (1 - rho) - 1) * (h + floor) ** ((1 - alpha) * (1 - rho))
 
     def choice(pol, z, m, n):
+        rows = np.arange(len(m))
         x = m + (1 - p["adjustment_cost"]) * n
-        keep = _hermite_2d(
-            wealth_points,
-            durable_points,
+        i, low, high = _locate(wealth_points, m)
+        j, n_low, n_high = _locate(durable_points, n)
+        tx = (m - low) / (high - low)
+        kv, kc, kn = (
             pol["keep_value"][z],
-            pol["keep_marginal"][z],
+            pol["keep_consumption"][z],
             pol["keep_marginal_durable"][z],
-            m,
-            n,
         )
-        adjust = _hermite(total, pol["adjust_value"][z], pol["adjust_marginal"][z], x)
-        keep_c = _bilinear(wealth_points, durable_points, pol["keep_consumption"][z], m, n)
-        adjust_c = np.interp(x, total, pol["adjust_consumption"][z])
-        adjust_d = np.interp(x, total, pol["adjust_durable"][z])
+
+        def column(k):
+            c_low, c_high = kc[rows, i, k], kc[rows, i + 1, k]
+
+            def slope(s):
+                return u_c(c_low + (s - low) / (high - low) * (c_high - c_low), durable_points[k])
+
+            value = _integrated(low, high, kv[rows, i, k], kv[rows, i + 1, k], slope, m)
+            return value, kn[rows, i, k] + tx * (kn[rows, i + 1, k] - kn[rows, i, k])
+
+        v0, s0 = column(j)
+        v1, s1 = column(j + 1)
+        keep = _cubic(v0, v1, s0, s1, n_high - n_low, (n - n_low) / (n_high - n_low))
+        keep_c = (1 - tx) * (
+            (1 - (n - n_low) / (n_high - n_low)) * kc[rows, i, j]
+            + (n - n_low) / (n_high - n_low) * kc[rows, i, j + 1]
+        ) + tx * (
+            (1 - (n - n_low) / (n_high - n_low)) * kc[rows, i + 1, j]
+            + (n - n_low) / (n_high - n_low) * kc[rows, i + 1, j + 1]
+        )
+        av, ac, ad = pol["adjust_value"][z], pol["adjust_consumption"][z], pol["adjust_durable"][z]
+        k, x_low, x_high = _locate(total, x)
+
+        def adjust_slope(s):
+            t = (s - x_low) / (x_high - x_low)
+            c = ac[rows, k] + t * (ac[rows, k + 1] - ac[rows, k])
+            d = ad[rows, k] + t * (ad[rows, k + 1] - ad[rows, k])
+            return u_c(c, d)
+
+        adjust = _integrated(x_low, x_high, av[rows, k], av[rows, k + 1], adjust_slope, x)
+        tk = (x - x_low) / (x_high - x_low)
+        adjust_c = ac[rows, k] + tk * (ac[rows, k + 1] - ac[rows, k])
+        adjust_d = ad[rows, k] + tk * (ad[rows, k + 1] - ad[rows, k])
         keeps = keep >= adjust
         c = np.where(keeps, keep_c, adjust_c)
         h = np.where(keeps, n, adjust_d)
