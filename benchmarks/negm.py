@@ -125,7 +125,12 @@ def main() -> None:
         ROOT / "benchmarks" / "results" / "negm.json",
         "quick" if args.quick else "full",
         args.rounds,
-        {"periods": n_periods, "states": states, "rows": rows, "euler_mean": {k: float(e.mean()) for k, e in euler.items()}},
+        {
+            "periods": n_periods,
+            "states": states,
+            "rows": rows,
+            "euler_mean": {k: float(e.mean()) for k, e in euler.items()},
+        },
     )
 
 
