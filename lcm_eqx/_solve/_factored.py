@@ -43,6 +43,10 @@ _MIN_GAIN = 0.5
 # The largest piece (a stored array) as a fraction of the plain product's pairs.
 _MAX_PIECE = 0.25
 
+# The checks of a period are reduced over the states in one reduction where they fit on
+# the union of their axes in this many points (all checks together), else one per shape.
+_ONE_REDUCTION = 2**16
+
 # Primitives that leave a scalar constant a constant.
 _PASS_THROUGH = ("convert_element_type", "broadcast_in_dim")
 
@@ -530,17 +534,38 @@ def combined_checks(
     sharded = [sharding is not None and sharding.is_sharded(n) for n in factoring.states]
     over = tuple(i for i, keep in enumerate(sharded) if not keep)
     shape = tuple(n if keep else 1 for n, keep in zip(state_shape, sharded, strict=True))
-    checks = []
+    if not factoring.checks:
+        return jnp.zeros((*shape, 0), dtype)
+    # Each check on the union of its components' axes (size 1 elsewhere), not yet
+    # reduced over the states.
+    unreduced = []
     for alternatives in factoring.checks:
-        check = jnp.zeros(shape, dtype)
+        check = jnp.zeros((), dtype)
         for alternative in alternatives:
             term = jnp.ones((), dtype)
             for index in alternative:
                 term = term * reduced[index]
-            check = jnp.maximum(check, jnp.max(term, axis=over, keepdims=True))
-        checks.append(check)
-    if not checks:
-        return jnp.zeros((*shape, 0), dtype)
+            check = jnp.maximum(check, term)
+        unreduced.append(jnp.broadcast_to(check, jnp.broadcast_shapes(check.shape, shape)))
+    # Stacked and reduced over the states in one reduction (one XLA kernel that also
+    # computes the products) where all of them fit on the union of their axes, else one
+    # variadic reduction per shape: a reduction per check was a kernel per check in
+    # every period (the Mahler-Yum example's 24 checks: 14 kernels of a few hundred
+    # points each). The checks are >= 0 (or NaN) before the reduction.
+    union = jnp.broadcast_shapes(*(c.shape for c in unreduced))
+    if math.prod(union) * len(unreduced) <= _ONE_REDUCTION:
+        stacked = jnp.stack([jnp.broadcast_to(c, union) for c in unreduced], axis=-1)
+        (highest,) = max_each((stacked,), over)
+        highest = jnp.expand_dims(highest, over)
+        return jax.lax.stop_gradient(jnp.broadcast_to(highest, (*shape, len(unreduced))))
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for i, c in enumerate(unreduced):
+        by_shape.setdefault(tuple(c.shape), []).append(i)
+    checks: list = [None] * len(unreduced)
+    for indices in by_shape.values():
+        highest = max_each(tuple(unreduced[i] for i in indices), over)
+        for i, high in zip(indices, highest, strict=True):
+            checks[i] = jnp.broadcast_to(jnp.expand_dims(high, over), shape)
     # Flags, without derivative (as the plain product's `max_each`): concrete under an
     # eager `jax.grad`, so `solve` reports them on the host.
     return jax.lax.stop_gradient(jnp.stack(checks, axis=-1))
