@@ -41,8 +41,9 @@ def build(solver, wealth_batch_size=0, consumption_batch_size=0):
             ),
         },
         functions={
-            "utility": lambda consumption, labor, disutility: jnp.log(consumption)
-            - disutility * labor,
+            "utility": lambda consumption, labor, disutility: (
+                jnp.log(consumption) - disutility * labor
+            ),
         },
         state_transitions={
             # NaN at feasible points where `bad` < 0 (log of a negative number) for the

@@ -563,8 +563,8 @@ def combined_checks(
         by_shape.setdefault(tuple(c.shape), []).append(i)
     checks: list = [None] * len(unreduced)
     for indices in by_shape.values():
-        highest = max_each(tuple(unreduced[i] for i in indices), over)
-        for i, high in zip(indices, highest, strict=True):
+        group = max_each(tuple(unreduced[i] for i in indices), over)
+        for i, high in zip(indices, group, strict=True):
             checks[i] = jnp.broadcast_to(jnp.expand_dims(high, over), shape)
     # Flags, without derivative (as the plain product's `max_each`): concrete under an
     # eager `jax.grad`, so `solve` reports them on the host.
