@@ -49,8 +49,8 @@ from ._simulate._simulate import (
 )
 from ._solve._backward import solve_model
 from ._solve._grid_search import GridSearch, assign_solvers
-from ._solve._solution import Solution
 from ._solve._sharding import distributed_states
+from ._solve._solution import Solution
 from ._solve._solver import AbstractSolver
 from ._typing import InitialConditions, Params
 from ._validation import INFEASIBLE_ADVICE, INFEASIBLE_CHECK, enforce, is_traced
