@@ -161,3 +161,22 @@ def test_validation_adds_no_pass_over_the_product():
     # own axes; `next_wealth:finite`, on the whole product, depends on neither the
     # period nor next period's values, so XLA hoists it out of the loop.
     assert _kernels_over(texts[True], pairs) == unvalidated
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "merged"),
+    [
+        ((39, 20, 2, 5), (1, 2, 3), ((39, 200), (1,))),
+        ((4, 5, 6), (0, 2), ((4, 5, 6), (0, 2))),  # not consecutive: nothing merged
+        ((4, 5, 6), (0, 1), ((20, 6), (0,))),
+        ((2, 3, 4, 5), (0, 1, 3), ((6, 4, 5), (0, 2))),  # axis 2 (sharded) kept apart
+        ((2, 3), (), ((2, 3), ())),
+    ],
+)
+def test_merged_axes(shape, axes, merged):
+    from lcm_eqx._solve._reduce import merged_axes
+
+    assert merged_axes(shape, axes) == merged
+    x = np.arange(np.prod(shape), dtype=float).reshape(shape)
+    new_shape, new_axes = merged
+    np.testing.assert_array_equal(np.max(x.reshape(new_shape), axis=new_axes), np.max(x, axis=axes))
