@@ -229,7 +229,9 @@ def warn_infeasible_states(model, params, solution, summaries) -> None:
     if first_failures(solution.violations, solution.checks):
         return  # a failed check was reported; its states may be -inf in consequence
     plan = model.plan
-    for name, (counts, firsts) in jax.device_get(summaries).items():
+    # `np.asarray` per array: `jax.device_get` of the tree took 0.36 ms per validated
+    # solve of a two-regime model (three times as long), next to a 5 ms solve.
+    for name, (counts, firsts) in jax.tree.map(np.asarray, summaries).items():
         regime = plan.regimes[name]
         periods = [t for t in regime.active if counts[t] > 0]
         if not periods:
