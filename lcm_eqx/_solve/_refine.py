@@ -310,10 +310,7 @@ def polish(f: Callable[[Array], Array], x0: Array, lo: Array, hi: Array, steps: 
         t = jnp.where(i == 0, x0, _candidate(line))
         return _update(line, t, *value_slope_curvature(f, t))
 
-    line = start
-    for i in range(steps + 1):
-        line = step(i, line)
-    return line
+    return jax.lax.fori_loop(0, steps + 1, step, start)
 
 
 def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: float) -> Array:
