@@ -261,7 +261,9 @@ def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) ->
 
 
 def invert_marginals(
-    problems: list[tuple[Callable[[Array], Array], Array]], steps: int
+    problems: list[tuple[Callable[[Array], Array], Array]],
+    steps: int,
+    axis_name: str | None = None,
 ) -> list[Array]:
     """For each `(marginal, q)`: `c > 0` with `marginal(c) = q`, by Newton's method in
     logs.
@@ -278,6 +280,10 @@ def invert_marginals(
     selection under `vmap`); otherwise they run from it, and the last step is taken
     again from their end. (Three Newton steps per point were two: `model.solve` 0.945
     of before, the same solution to the last bit on the retirement model.)
+
+    `axis_name`: a `vmap` axis the problems are mapped along (the members of a group of
+    regimes of equal structure): the decision is taken for all of them at once, so that
+    it stays a branch rather than a selection that runs both.
     """
 
     def newton(x, marginal, log_q):
@@ -331,8 +337,11 @@ def invert_marginals(
             for a, b in zip(first, jax.lax.stop_gradient(second), strict=True)
         ]
     )
+    any_moved = one_kernel_reduce(jax.lax.bitwise_or, False, moved, 0)
+    if axis_name is not None:
+        any_moved = jax.lax.pmax(any_moved.astype(jnp.int32), axis_name) > 0
     xs = jax.lax.cond(
-        one_kernel_reduce(jax.lax.bitwise_or, False, moved, 0),
+        any_moved,
         lambda: final(rest(jax.lax.stop_gradient(second), 2)),
         lambda: second,
     )
