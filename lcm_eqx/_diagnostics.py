@@ -148,16 +148,22 @@ def diagnose_nan(model, params, solution) -> str | None:
 
 def infeasible_summary(values: dict) -> dict:
     """By regime, per period: how many states have value -inf, and the first of them (a
-    flat index). Two small arrays leave the device, not the value arrays."""
+    flat index). Two small arrays leave the device, not the value arrays.
+
+    The regimes whose value arrays have one shape are counted together, stacked along
+    a second axis (one set of XLA kernels, not one per regime: the compile time of a
+    model with many regimes of one structure); the result is keyed by their names
+    (a tuple), each array `(n_periods, len(names))`.
+    """
 
     def first_index(infeasible):
-        # The flat index of the first infeasible state, by period: a reduction over the
-        # state axes only (no reshape, no argmax), so that on a sharded solution it is
-        # an all-reduce, never a gather of the value arrays.
-        shape = infeasible.shape[1:]
+        # The flat index of the first infeasible state, by period and regime: a
+        # reduction over the state axes only (no reshape, no argmax), so that on a
+        # sharded solution it is an all-reduce, never a gather of the value arrays.
+        shape = infeasible.shape[2:]
         flat = sum(
             (
-                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, 1 + i)
+                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, 2 + i)
                 * int(np.prod(shape[i + 1 :]))
                 for i in range(len(shape))
             ),
@@ -167,11 +173,14 @@ def infeasible_summary(values: dict) -> dict:
         return jnp.where(jnp.any(infeasible, axis=axes_of(infeasible)), first, 0)
 
     def axes_of(array):
-        return tuple(range(1, array.ndim))
+        return tuple(range(2, array.ndim))
 
-    def summary(array):
+    def summary(arrays):
+        array = arrays[0] if len(arrays) == 1 else jnp.stack(arrays, axis=1)
+        if len(arrays) == 1:
+            array = array[:, None]
         infeasible = jnp.isneginf(array)
-        if array.ndim == 1:
+        if array.ndim == 2:
             return infeasible.astype(jnp.int32), jnp.zeros(array.shape, jnp.int32)
         count = jnp.sum(infeasible, axis=axes_of(array))
         # The index costs an iota per state axis at every point: computed only when some
@@ -179,12 +188,17 @@ def infeasible_summary(values: dict) -> dict:
         first = jax.lax.cond(
             jnp.any(count > 0),
             first_index,
-            lambda infeasible: jnp.zeros(infeasible.shape[:1], jnp.int32),
+            lambda infeasible: jnp.zeros(infeasible.shape[:2], jnp.int32),
             infeasible,
         )
         return count, first
 
-    return {name: summary(array) for name, array in values.items()}
+    groups: dict[tuple, list[str]] = {}
+    for name, array in values.items():
+        groups.setdefault((array.shape, str(array.dtype)), []).append(name)
+    return {
+        tuple(names): summary([values[name] for name in names]) for names in groups.values()
+    }
 
 
 def warn_infeasible_states(model, params, solution, summaries) -> None:
@@ -198,7 +212,12 @@ def warn_infeasible_states(model, params, solution, summaries) -> None:
     if first_failures(solution.violations, solution.checks):
         return  # a failed check was reported; its states may be -inf in consequence
     plan = model.plan
-    for name, (counts, firsts) in jax.device_get(summaries).items():
+    by_regime = {
+        name: (counts[:, j], firsts[:, j])
+        for names, (counts, firsts) in jax.device_get(summaries).items()
+        for j, name in enumerate(names)
+    }
+    for name, (counts, firsts) in by_regime.items():
         regime = plan.regimes[name]
         periods = [t for t in regime.active if counts[t] > 0]
         if not periods:

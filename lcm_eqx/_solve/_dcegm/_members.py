@@ -69,3 +69,14 @@ def in_order(pieces: list[tuple[list[int], dict[str, Array]]], sizes: list[int])
         for j, i in enumerate(indices):
             by_regime[i] = jax.tree.map(lambda x, j=j: x[offsets[j] : offsets[j + 1]], rows)
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *(by_regime[i] for i in range(len(sizes))))
+
+
+def rows_of(rows: dict[str, Array], offsets, indices: list[int]) -> dict[str, Array]:
+    """The rows of the regimes `indices` (`offsets`: where each regime's rows start,
+    and the end), one regime's after the other: one slice where they are consecutive."""
+    if indices == list(range(indices[0], indices[-1] + 1)):
+        start, stop = offsets[indices[0]], offsets[indices[-1] + 1]
+        return jax.tree.map(lambda x: x[start:stop], rows)
+    return jax.tree.map(
+        lambda x: jnp.concatenate([x[offsets[i] : offsets[i + 1]] for i in indices]), rows
+    )

@@ -54,7 +54,7 @@ from .._reading import (
 )
 from .._reduce import max_along, one_kernel_reduce
 from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
-from ._members import MEMBERS, in_order, member_parts
+from ._members import MEMBERS, in_order, member_parts, rows_of
 from .._static import constant_outputs
 from . import _period
 from ._envelope import (
@@ -793,16 +793,8 @@ class DCEGM(AbstractSolver):
         offsets = np.cumsum([0, *sizes])
         values: list[Any] = [None] * len(problems)
         for indices, stacked in parts:
-            own = (
-                None
-                if refined is None
-                else [
-                    jax.tree.map(lambda x, i=i: x[offsets[i] : offsets[i + 1]], refined)
-                    for i in indices
-                ]
-            )
+            rows = None if refined is None else rows_of(refined, offsets, indices)
             if stacked is None:
-                rows = None if own is None else jax.tree.map(lambda *xs: jnp.concatenate(xs), *own)
                 read = self._values_together(
                     [problems[i] for i in indices], [grids[i] for i in indices], rows
                 )
@@ -810,7 +802,8 @@ class DCEGM(AbstractSolver):
                 params, axes = stacked
                 representative = problems[indices[0]]
                 grid = jax.tree.map(lambda *xs: jnp.stack(xs), *(grids[i] for i in indices))
-                rows = None if own is None else jax.tree.map(lambda *xs: jnp.stack(xs), *own)
+                if rows is not None:  # one member's rows after the other: (members, rows)
+                    rows = jax.tree.map(lambda x, k=len(indices): x.reshape((k, -1, *x.shape[1:])), rows)
 
                 def member(params, grid, rows, representative=representative):
                     return self._values_together(
