@@ -196,9 +196,7 @@ def infeasible_summary(values: dict) -> dict:
     groups: dict[tuple, list[str]] = {}
     for name, array in values.items():
         groups.setdefault((array.shape, str(array.dtype)), []).append(name)
-    return {
-        tuple(names): summary([values[name] for name in names]) for names in groups.values()
-    }
+    return {tuple(names): summary([values[name] for name in names]) for names in groups.values()}
 
 
 def warn_infeasible_states(model, params, solution, summaries) -> None:

@@ -47,23 +47,25 @@ def borrowing(consumption, wealth):
     return consumption <= wealth
 
 
-def build(taste_shocks=False, wealth_batch_size=0, n_periods=4):
+def build(taste_shocks=False, wealth_batch_size=0, n_periods=3):
     names = [f"work_{i}" for i in range(K)]
     ids = IntEnum("RegimeId", {name: i for i, name in enumerate([*names, "dead"])})
-    savings = lcm.IrregSpacedGrid(points=[60.0 * (i / 59) ** 2 for i in range(60)])
+    savings = lcm.IrregSpacedGrid(points=[60.0 * (i / 29) ** 2 for i in range(30)])
     solver = lcm.DCEGM(state="wealth", action="consumption", savings=savings)
     regimes = {
         name: lcm.Regime(
-            states={"wealth": lcm.LinSpacedGrid(1.0, 60.0, 40, batch_size=wealth_batch_size)},
+            states={"wealth": lcm.LinSpacedGrid(1.0, 60.0, 20, batch_size=wealth_batch_size)},
             actions={
                 "labor": lcm.DiscreteGrid(Labor),
-                "consumption": lcm.LinSpacedGrid(0.5, 60.0, 50),
+                "consumption": lcm.LinSpacedGrid(0.5, 60.0, 20),
             },
             # Separate function objects of the same code, as a loop that builds the
             # regimes makes them.
-            functions={"utility": lambda consumption, labor, disutility_of_work: utility(
-                consumption, labor, disutility_of_work
-            )},
+            functions={
+                "utility": lambda consumption, labor, disutility_of_work: utility(
+                    consumption, labor, disutility_of_work
+                )
+            },
             state_transitions={"wealth": next_wealth},
             transition=lcm.MarkovTransition(lambda survival, weights: moves(survival, weights)),
             constraints={"borrowing": borrowing},
@@ -141,9 +143,7 @@ def assert_same(a, b):
 def test_equal_regimes_are_traced_once_with_the_values_of_each_alone(monkeypatch, taste_shocks):
     model = build(taste_shocks)
     plan = model.plan
-    assert _groups.structure_groups([plan.regimes[f"work_{i}"] for i in range(K)]) == [
-        [0, 1, 2]
-    ]
+    assert _groups.structure_groups([plan.regimes[f"work_{i}"] for i in range(K)]) == [[0, 1, 2]]
     params = params_for(taste_shocks)
     passes = traced_passes(monkeypatch)
     grouped = model.solve(params)
@@ -191,7 +191,7 @@ def test_vmap_over_parameters_and_a_splayed_state(monkeypatch):
         one = model.solve(p)
         for name in one.values:
             np.testing.assert_allclose(batched.values[name][i], one.values[name], atol=1e-12)
-    splayed = build(wealth_batch_size=16).solve(base)
+    splayed = build(wealth_batch_size=8).solve(base)
     plain = model.solve(base)
     for name in plain.values:
         np.testing.assert_allclose(splayed.values[name], plain.values[name], rtol=0, atol=1e-12)
@@ -228,9 +228,7 @@ def test_structure_key_compares_code_closures_and_grids():
 
     def keys(*regimes):
         ids = IntEnum("RegimeId", {f"r{i}": i for i in range(len(regimes))})
-        model = lcm.Model(
-            {f"r{i}": r for i, r in enumerate(regimes)}, 2, regime_ids=ids
-        )
+        model = lcm.Model({f"r{i}": r for i, r in enumerate(regimes)}, 2, regime_ids=ids)
         return _groups.structure_groups(list(model.plan.regimes.values()))
 
     assert keys(make(1.0), make(1.0)) == [[0, 1]]  # same code, equal closure

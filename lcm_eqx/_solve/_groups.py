@@ -83,9 +83,10 @@ def stacked_params(members: Sequence[Any]) -> tuple[Any, Any] | None:
     a leaf in shape or dtype (then the members cannot share one program)."""
     flat = [jax.tree.flatten(m) for m in members]
     tree = flat[0][1]
-    if any(t != tree for _, t in flat[1:]):
+    if len({t for _, t in flat}) != 1:
         return None
-    leaves, axes = [], []
+    leaves: list[Any] = []
+    axes: list[int | None] = []
     for column in zip(*(f for f, _ in flat), strict=True):
         first = column[0]
         if all(leaf is first for leaf in column[1:]):

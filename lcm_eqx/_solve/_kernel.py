@@ -198,7 +198,7 @@ class RegimeProblem:
         code_offsets: dict[str, Array] | None = None,
     ):
         # What `with_params` builds the same problem from, with other parameters.
-        self._arguments = dict(
+        self._arguments: dict[str, Any] = dict(
             model=model,
             regime=regime,
             period=period,

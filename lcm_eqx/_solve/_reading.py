@@ -259,9 +259,7 @@ def expected_at_savings(
             key = together[target]
             has_states = bool(problem.model.regimes[target].states)
             values, slopes = readers[key](m_next)
-            values, slopes = jax.vmap(lambda v, s: read_arrays(readers[key], v, s))(
-                values, slopes
-            )
+            values, slopes = jax.vmap(lambda v, s: read_arrays(readers[key], v, s))(values, slopes)
             if has_states:
                 values = settle(values)
             for j, member in enumerate(key):

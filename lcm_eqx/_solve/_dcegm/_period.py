@@ -165,7 +165,9 @@ def step(
         regime = plan.regimes[name]
         targets = regime.targets
         if period.last:
-            readers = {t: zero_reader(plan, t, solver.state, dtype) for t in targets}
+            readers: dict[Any, ContinuationReader] = {
+                t: zero_reader(plan, t, solver.state, dtype) for t in targets
+            }
         else:
             readers = {t: period.read(t, solver.state) for t in targets}
             # The targets of equal structure read at once, where this regime's choices
@@ -251,9 +253,7 @@ def stacked_arrays(state: State, shapes: dict, group: tuple[str, ...]) -> tuple:
                 for a in arrays
             )
     by_regime = ungrouped(state, shapes)
-    return tuple(
-        jnp.stack([by_regime[n][i] for n in group]) for i in range(len(GRID_FIELDS))
-    )
+    return tuple(jnp.stack([by_regime[n][i] for n in group]) for i in range(len(GRID_FIELDS)))
 
 
 def solve_regimes(

@@ -54,7 +54,6 @@ from .._reading import (
 )
 from .._reduce import max_along, one_kernel_reduce
 from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
-from ._members import MEMBERS, in_order, member_parts, rows_of
 from .._static import constant_outputs
 from . import _period
 from ._envelope import (
@@ -65,6 +64,7 @@ from ._envelope import (
     materialize,
     read,
 )
+from ._members import MEMBERS, in_order, member_parts, rows_of
 from ._readers import endogenous_reader
 from ._rows import (
     Block,
@@ -803,16 +803,17 @@ class DCEGM(AbstractSolver):
                 representative = problems[indices[0]]
                 grid = jax.tree.map(lambda *xs: jnp.stack(xs), *(grids[i] for i in indices))
                 if rows is not None:  # one member's rows after the other: (members, rows)
-                    rows = jax.tree.map(lambda x, k=len(indices): x.reshape((k, -1, *x.shape[1:])), rows)
+                    k = len(indices)
+                    rows = jax.tree.map(lambda x: x.reshape((k, -1, *x.shape[1:])), rows)
 
                 def member(params, grid, rows, representative=representative):
                     return self._values_together(
                         [representative.with_params(params)], [grid], rows
                     )[0]
 
-                stacked_values = jax.vmap(
-                    member, in_axes=(axes, 0, None if rows is None else 0)
-                )(params, grid, rows)
+                stacked_values = jax.vmap(member, in_axes=(axes, 0, None if rows is None else 0))(
+                    params, grid, rows
+                )
                 read = [stacked_values[j] for j in range(len(indices))]
             for i, v in zip(indices, read, strict=True):
                 values[i] = v
