@@ -47,9 +47,12 @@ def borrowing(consumption, wealth):
     return consumption <= wealth
 
 
-def build(taste_shocks=False, wealth_batch_size=0, n_periods=3):
+def build(taste_shocks=False, wealth_batch_size=0, n_periods=3, retired=False):
+    """With `retired`, a regime of another structure (no labor choice) between the
+    first and the second working regime, solved by the same `DCEGM`."""
     names = [f"work_{i}" for i in range(K)]
-    ids = IntEnum("RegimeId", {name: i for i, name in enumerate([*names, "dead"])})
+    order = [names[0], "retired", *names[1:]] if retired else names
+    ids = IntEnum("RegimeId", {name: i for i, name in enumerate([*order, "dead"])})
     savings = lcm.IrregSpacedGrid(points=[60.0 * (i / 29) ** 2 for i in range(30)])
     solver = lcm.DCEGM(state="wealth", action="consumption", savings=savings)
     regimes = {
@@ -74,12 +77,30 @@ def build(taste_shocks=False, wealth_batch_size=0, n_periods=3):
         )
         for name in names
     }
+    if retired:
+        regimes["retired"] = lcm.Regime(
+            states={"wealth": lcm.LinSpacedGrid(1.0, 60.0, 20)},
+            actions={"consumption": lcm.LinSpacedGrid(0.5, 60.0, 20)},
+            functions={"utility": lambda consumption: jnp.log(consumption)},
+            state_transitions={
+                "wealth": lambda wealth, consumption, interest_rate, pension: (
+                    (1 + interest_rate) * (wealth - consumption) + pension
+                )
+            },
+            transition=lcm.MarkovTransition(
+                lambda survival: jnp.array([0.0, survival, 0.0, 0.0, 1.0 - survival])
+            ),
+            constraints={"borrowing": borrowing},
+            solver=solver,
+        )
     regimes["dead"] = lcm.Regime(functions={"utility": lambda: 0.0})
-    return lcm.Model(regimes, n_periods, regime_ids=ids)
+    return lcm.Model({name: regimes[name] for name in [*order, "dead"]}, n_periods, regime_ids=ids)
 
 
-def params_for(taste_shocks=False):
+def params_for(taste_shocks=False, retired=False):
     weights = [[0.0, 1.0, 0.0], [0.2, 0.3, 0.5], [1.0, 0.0, 0.0]]  # different targets
+    if retired:  # weights over work_0, retired, work_1, work_2
+        weights = [[0.0, 0.5, 0.5, 0.0], [0.2, 0.3, 0.0, 0.5], [0.5, 0.0, 0.0, 0.5]]
     params = {
         "discount_factor": 0.95,
         "interest_rate": 0.03,
@@ -95,6 +116,8 @@ def params_for(taste_shocks=False):
     }
     if taste_shocks:
         params["taste_shock_scale"] = 0.2
+    if retired:
+        params["pension"] = 2.0
     return params
 
 
@@ -156,6 +179,17 @@ def test_equal_regimes_are_traced_once_with_the_values_of_each_alone(monkeypatch
     alone = build(taste_shocks).solve(params)
     assert set(passes) == {K}  # the regimes as rows of one pass, each traced
     assert_same(grouped, alone)
+
+
+def test_a_regime_of_another_structure_between_the_members(monkeypatch):
+    """The group's rows are not consecutive in the pass (a retired regime between its
+    members): put back in the regimes' order, and read from the carried rows."""
+    params = params_for(retired=True)
+    passes = traced_passes(monkeypatch)
+    grouped = build(retired=True).solve(params)
+    assert sorted(set(passes)) == [1]  # the retired regime alone, the group's member
+    ungrouped(monkeypatch)
+    assert_same(grouped, build(retired=True).solve(params))
 
 
 def test_gradient_through_the_grouped_solve(monkeypatch):
