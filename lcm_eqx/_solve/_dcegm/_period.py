@@ -104,9 +104,12 @@ def regrouped(solver: DCEGM, plan: ModelPlan, state: State, active) -> State:
     return {name: a for name, a in by_regime.items() if name not in grouped}, out
 
 
-def ungrouped(state: State, shapes: dict, leading: int = 0) -> dict[str, tuple]:
+def ungrouped(
+    state: State, shapes: dict, leading: int = 0, only: str | None = None
+) -> dict[str, tuple]:
     """The carried (or, with `leading` period axes, emitted) grids by regime: each
-    group's rows sliced back into its regimes' choices (`shapes`)."""
+    group's rows sliced back into its regimes' choices (`shapes`); with `only`, that
+    regime's alone (a reader of one target slices no other)."""
     by_regime, by_group = state
     out = dict(by_regime)
     for key, arrays in by_group.items():
@@ -114,6 +117,9 @@ def ungrouped(state: State, shapes: dict, leading: int = 0) -> dict[str, tuple]:
         for name in key:
             shape = shapes[name]
             size = math.prod(shape)
+            if only is not None and name != only:
+                offset += size
+                continue
             out[name] = tuple(
                 jax.lax.slice_in_dim(a, offset, offset + size, axis=leading).reshape(
                     (*a.shape[:leading], *shape, *a.shape[leading + 1 :])
@@ -145,7 +151,7 @@ def grid_status(name: str, segment: Segment, following: frozenset[str] | None, p
 def reader(solver: DCEGM, target: str, state: State, period: Period):
     """How `period` reads regime `target` of `state`: its refined grids of next period."""
     plan = period.plan
-    arrays = ungrouped(state, choice_shapes(solver, plan, members(state)))[target]
+    arrays = ungrouped(state, choice_shapes(solver, plan, members(state)), only=target)[target]
     grid = grid_of(arrays, grid_status(target, period.segment, period.following, period.period))
     return endogenous_reader(
         plan, target, solver, grid, period.resolved[target], period.period + 1, period.next_age
@@ -161,6 +167,7 @@ def step(
     dtype = jnp.zeros(()).dtype
     with_readers = {}
     together: dict[tuple[str, ...], ContinuationReader] | None = None
+    built: dict[str, ContinuationReader] = {}
     for name, problem in problems.items():
         regime = plan.regimes[name]
         targets = regime.targets
@@ -169,7 +176,11 @@ def step(
                 t: zero_reader(plan, t, solver.state, dtype) for t in targets
             }
         else:
-            readers = {t: period.read(t, solver.state) for t in targets}
+            # A target is read the same by every regime of the period: built once.
+            for t in targets:
+                if t not in built:
+                    built[t] = period.read(t, solver.state)
+            readers = {t: built[t] for t in targets}
             # The targets of equal structure read at once, where this regime's choices
             # are rows of a pass (`solve_batched`) that reads next period without nodes
             # of drawn states.
