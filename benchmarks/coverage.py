@@ -19,19 +19,24 @@ Three measurements:
   intervals (`"mle"`; several re-maximisations per parameter and replication).
   `--method msm` matches the share working and mean wealth by age of the exact
   distribution.
-- `bootstrap` (msm): the sandwich standard errors of one panel against the standard
+- `bootstrap` (`--method msm` or `mle`): the standard errors of one panel against the standard
   deviation of the estimates over panels resampled by subject.
 
 Run: `python benchmarks/coverage.py timing`,
-`python benchmarks/coverage.py coverage --method mle --replications 200 --n-wealth 40`.
+`python benchmarks/coverage.py coverage --method mle --replications 400 --beta-upper 1.5
+--lr --output benchmarks/results/coverage_mle.csv` (`--lr`: the profile-likelihood
+coverage from one re-maximisation per parameter; `--output`: every replication as CSV),
+`python benchmarks/coverage.py bootstrap --method msm --beta-upper 1.5`.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 import warnings
+from pathlib import Path
 
 import jax
 
@@ -41,6 +46,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
+from lcm_eqx._estimation._estimate import _minimise, _unconstrained  # noqa: E402
 from tests.models import retirement  # noqa: E402
 
 TRUE = {
@@ -52,6 +58,7 @@ TRUE = {
 }
 FREE = ("disutility_of_work", "discount_factor", "taste_shock_scale", "wage")
 START = {"disutility_of_work": 1.3, "discount_factor": 0.8, "taste_shock_scale": 0.65, "wage": 14.0}
+POSITIVE = ("disutility_of_work", "wage")
 MSM_FREE = ("disutility_of_work", "discount_factor", "taste_shock_scale")
 
 
@@ -84,12 +91,18 @@ def moments(n_periods: int):
     ]
 
 
-def fit(model, df, method: str, n_periods: int, beta_upper: float = 1.0):
+def fit(model, df, method: str, n_periods: int, beta_upper: float = 1.0, start=None):
     free = FREE if method == "mle" else MSM_FREE
-    start = {**TRUE, **{k: START[k] for k in free}}
+    start = {**TRUE, **{k: (start or START)[k] for k in free}}
     # A finite horizon is solved for any discount factor; an upper bound of 1 truncates
     # the estimator's distribution (and fails the replications that reach it).
-    bounds = {"discount_factor": (0.0, beta_upper)}
+    # The disutility of work and the wage are positive: bounded at 0, `summary()`'s
+    # intervals for them are built on the log scale (see `lcm_eqx._estimation.
+    # _estimate.wald_interval`), where these skewed estimates are closer to normal.
+    bounds = {
+        "discount_factor": (0.0, beta_upper),
+        **{k: (0.0, math.inf) for k in POSITIVE if k in free},
+    }
     if method == "mle":
         return lcm.estimate(model, start, data=df, free=list(free), bounds=bounds)
     return lcm.estimate(
@@ -122,24 +135,62 @@ def timing(args) -> None:
 def coverage(args) -> None:
     model = build(args.solver, args.n_wealth, args.n_consumption, args.n_periods)
     names = FREE if args.method == "mle" else MSM_FREE
-    estimates, errors, profiles, failures = [], [], [], []
+    rows = []
     began = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", lcm.LcmWarning)  # failures are counted below
         for replication in range(args.replications):
             df = simulate(model, args.subjects, 1000 + replication)
             result = fit(model, df, args.method, args.n_periods, args.beta_upper)
-            if not result.converged:
-                failures.append(failure(result))
-            else:
-                estimates.append(result.estimates)
-                errors.append({k: np.sqrt(np.diag(c)) for k, c in result.covariances.items()})
-                if args.profile:
-                    table = result.profile_intervals()
-                    profiles.append(table[["profile_lower", "profile_upper"]].to_numpy())
+            row = {"replication": replication, "converged": bool(result.converged)}
+            row["failure"] = "" if result.converged else failure(result)
+            row["n_steps"] = result.n_steps
+            summary = result.summary()
+            for i, name in enumerate(names):
+                row[f"estimate {name}"] = float(result.estimates[i])
+                row[f"ci_lower {name}"] = float(summary.loc[name, "ci_lower"])
+                row[f"ci_upper {name}"] = float(summary.loc[name, "ci_upper"])
+                for kind, cov in result.covariances.items():
+                    row[f"se {kind} {name}"] = float(np.sqrt(np.abs(cov[i, i])))
+            if args.method == "mle" and args.lr:
+                row.update(likelihood_ratios(result, names))
+            if args.profile and result.converged:
+                table = result.profile_intervals()
+                for name in names:
+                    row[f"profile_lower {name}"] = float(table.loc[name, "profile_lower"])
+                    row[f"profile_upper {name}"] = float(table.loc[name, "profile_upper"])
+            rows.append(row)
             done = replication + 1
             if done % args.report_every == 0 or done == args.replications:
-                report(args, names, estimates, errors, profiles, failures, done, began)
+                table = pd.DataFrame(rows)
+                if args.output:
+                    args.output.parent.mkdir(parents=True, exist_ok=True)
+                    table.to_csv(args.output, index=False)
+                report(args, names, table, began)
+
+
+def likelihood_ratios(result, names) -> dict:
+    """The likelihood-ratio statistics at the truth: `2 (ℓ̂ − ℓ(θ₀))` for all the free
+    parameters at once (no maximisation) and, for each parameter `j`, the profile
+    statistic `2 (ℓ̂ − max ℓ(θ_j = θ₀_j))`, the others maximised again (warm-started
+    L-BFGS on the same compiled likelihood, as `profile_intervals` does). The profile
+    interval of `j` holds the truth exactly when its statistic is below the χ²₁
+    quantile, so its coverage needs one re-maximisation per parameter, not the search
+    for both edges."""
+    problem, n = result.problem, result.n_subjects
+    tolerance, max_steps = result.settings
+    truth = np.asarray([TRUE[name] for name in names])
+    at_truth = problem.evaluate(jax.numpy.asarray(truth))[0]
+    out = {"lr joint": 2.0 * (result.objective + at_truth * n)}
+    x_hat = _unconstrained(problem, result.estimates)
+    for j, name in enumerate(names):
+        fixed = np.arange(len(names)) == j
+        x = x_hat.copy()
+        x[j] = _unconstrained(problem, np.where(fixed, truth, result.estimates))[j]
+        _, value, gradient, _, _, _ = _minimise(problem, x, tolerance, max_steps, fixed)
+        out[f"lr {name}"] = 2.0 * (result.objective + value * n)
+        out[f"lr gradient {name}"] = gradient
+    return out
 
 
 def failure(result) -> str:
@@ -152,58 +203,101 @@ def failure(result) -> str:
     return result.message
 
 
-def report(args, names, estimates, errors, profiles, failures, done, began) -> None:
-    """Bias, RMSE, mean standard error and 95% coverage over the replications so far."""
-    estimates = np.asarray(estimates)
-    kinds = list(errors[0]) if errors else []
-    truth = np.asarray([TRUE[n] for n in names])
-    se = {k: np.asarray([e[k] for e in errors]) for k in kinds}
-    covered = {k: np.abs(estimates - truth) <= 1.959963984540054 * se[k] for k in kinds}
-    why = {reason: failures.count(reason) for reason in sorted(set(failures))}
+def report(args, names, table, began) -> None:
+    """Bias, RMSE, mean standard error and 95% coverage over the converged replications:
+    of the Wald intervals `θ̂ ± 1.96 se` for each covariance, of the Wald intervals on
+    the log scale (`θ̂ exp(± 1.96 se / θ̂)`, the delta method for `log θ`; all these
+    parameters are positive), of `summary()`'s intervals (`cover ci`: the Wald interval
+    on the optimiser's scale, log or logit by the bounds), of the profile-likelihood
+    intervals (`--lr`: the profile statistic at the truth below the χ²₁ quantile;
+    `--profile`: the edges found), and of the joint likelihood-ratio region."""
+    ok = table[table["converged"]]
+    failed = table.loc[~table["converged"], "failure"].value_counts().to_dict()
+    kinds = [c.split()[1] for c in table.columns if c.startswith("se ") and names[0] in c]
+    z = 1.959963984540054
     print(
-        f"{args.method}: {len(estimates)} converged replications of {done} "
-        f"(failed: {why or 0}), {args.subjects} subjects, grids {args.n_wealth}x"
+        f"{args.method}: {len(ok)} converged replications of {len(table)} "
+        f"(failed: {failed or 0}), {args.subjects} subjects, grids {args.n_wealth}x"
         f"{args.n_consumption} ({args.solver}), {args.n_periods} periods, "
         f"{time.perf_counter() - began:.0f} s"
     )
+    lr = f"lr {names[0]}" in ok
+    profile = f"profile_lower {names[0]}" in ok
     header = f"{'parameter':<20} {'truth':>8} {'bias':>9} {'rmse':>8}"
     header += "".join(f" {'se ' + k:>12} {'cover ' + k:>14}" for k in kinds)
-    print(header + (f" {'cover profile':>13}" if profiles else ""))
-    for i, name in enumerate(names):
+    header += f" {'cover log':>10} {'cover ci':>9}" + (f" {'cover LR':>9}" if lr else "")
+    print(header + (f" {'cover profile':>13}" if profile else ""))
+    for name in names:
+        truth, estimate = TRUE[name], ok[f"estimate {name}"].to_numpy()
         line = (
-            f"{name:<20} {truth[i]:>8.3f} {np.mean(estimates[:, i]) - truth[i]:>9.4f} "
-            f"{np.sqrt(np.mean((estimates[:, i] - truth[i]) ** 2)):>8.4f}"
+            f"{name:<20} {truth:>8.3f} {np.mean(estimate) - truth:>9.4f} "
+            f"{np.sqrt(np.mean((estimate - truth) ** 2)):>8.4f}"
         )
-        line += "".join(
-            f" {np.mean(se[k][:, i]):>12.4f} {np.mean(covered[k][:, i]):>14.3f}" for k in kinds
-        )
-        if profiles:
-            edges = np.asarray(profiles)[:, i]
-            inside = (edges[:, 0] <= truth[i]) & (truth[i] <= edges[:, 1])
+        for kind in kinds:
+            se = ok[f"se {kind} {name}"].to_numpy()
+            line += f" {np.mean(se):>12.4f} {np.mean(np.abs(estimate - truth) <= z * se):>14.3f}"
+        se = ok[f"se {kinds[0]} {name}"].to_numpy()
+        line += f" {np.mean(np.abs(np.log(estimate / truth)) <= z * se / estimate):>10.3f}"
+        inside = (ok[f"ci_lower {name}"] <= truth) & (truth <= ok[f"ci_upper {name}"])
+        line += f" {np.mean(inside):>9.3f}"
+        if lr:
+            line += f" {np.mean(ok[f'lr {name}'].to_numpy() <= z**2):>9.3f}"
+        if profile:
+            inside = (ok[f"profile_lower {name}"] <= truth) & (truth <= ok[f"profile_upper {name}"])
             line += f" {np.mean(inside):>13.3f}"
         print(line, flush=True)
+    if lr:
+        joint = ok["lr joint"].to_numpy()
+        critical = {3: 7.814727903251178, 4: 9.487729036781154}[len(names)]
+        print(
+            f"joint LR region ({len(names)} parameters): coverage {np.mean(joint <= critical):.3f}"
+            f", mean statistic {np.mean(joint):.2f} (the χ² mean is {len(names)})",
+            flush=True,
+        )
 
 
 def bootstrap(args) -> None:
+    """The standard errors of one panel (seed 7) against the standard deviation of the
+    estimates over panels resampled by subject (each refit warm-started at the panel's
+    estimates, which moves where the optimiser starts, not where it stops)."""
     model = build(args.solver, args.n_wealth, args.n_consumption, args.n_periods)
+    names = FREE if args.method == "mle" else MSM_FREE
     df = simulate(model, args.subjects, 7)
-    result = fit(model, df, "msm", args.n_periods)
+    result = fit(model, df, args.method, args.n_periods, args.beta_upper)
+    warm = dict(zip(names, result.estimates, strict=True))
     rng = np.random.default_rng(0)
     groups = {s: g for s, g in df.groupby("subject_id")}
     ids = np.asarray(list(groups))
-    draws = []
-    for _ in range(args.replications):
-        chosen = rng.choice(ids, size=ids.size, replace=True)
-        sample = [groups[s].assign(subject_id=k) for k, s in enumerate(chosen)]
-        refit = fit(model, pd.concat(sample, ignore_index=True), "msm", args.n_periods)
-        if refit.converged:
-            draws.append(refit.estimates)
+    draws, failed = [], 0
+    began = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", lcm.LcmWarning)  # failures are counted below
+        for _ in range(args.replications):
+            chosen = rng.choice(ids, size=ids.size, replace=True)
+            sample = [groups[s].assign(subject_id=k) for k, s in enumerate(chosen)]
+            resampled = pd.concat(sample, ignore_index=True)
+            refit = fit(model, resampled, args.method, args.n_periods, args.beta_upper, warm)
+            if refit.converged:
+                draws.append(refit.estimates)
+            else:
+                failed += 1
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(draws, columns=list(names)).to_csv(args.output, index=False)
     spread = np.std(np.asarray(draws), axis=0, ddof=1)
-    sandwich = np.sqrt(np.diag(result.covariance))
-    print(f"msm bootstrap: {len(draws)} converged resamples of {args.replications}")
-    print(f"{'parameter':<20} {'sandwich':>9} {'bootstrap':>9} {'ratio':>6}")
-    for name, a, b in zip(MSM_FREE, sandwich, spread, strict=True):
-        print(f"{name:<20} {a:>9.4f} {b:>9.4f} {a / b:>6.3f}")
+    print(
+        f"{args.method} bootstrap: {len(draws)} converged resamples of {args.replications} "
+        f"({failed} not converged), {args.subjects} subjects, "
+        f"{time.perf_counter() - began:.0f} s; estimates {np.round(result.estimates, 4)}"
+    )
+    kinds = list(result.covariances)
+    print(f"{'parameter':<20} {'bootstrap':>9}" + "".join(f" {k:>9} {'ratio':>6}" for k in kinds))
+    for i, name in enumerate(names):
+        line = f"{name:<20} {spread[i]:>9.4f}"
+        for kind in kinds:
+            se = math.sqrt(abs(result.covariances[kind][i, i]))
+            line += f" {se:>9.4f} {se / spread[i]:>6.3f}"
+        print(line)
 
 
 def main() -> None:
@@ -220,6 +314,8 @@ def main() -> None:
     parser.add_argument("--report-every", type=int, default=25)
     parser.add_argument("--profile", action="store_true", help="profile-likelihood coverage")
     parser.add_argument("--beta-upper", type=float, default=1.0, help="discount factor bound")
+    parser.add_argument("--lr", action="store_true", help="likelihood ratios at the truth")
+    parser.add_argument("--output", type=Path, default=None, help="CSV of the replications")
     args = parser.parse_args()
     {"timing": timing, "coverage": coverage, "bootstrap": bootstrap}[args.what](args)
 

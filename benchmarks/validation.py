@@ -22,7 +22,9 @@ call by call; the fastest and the median call of each, and their ratios to the
 unvalidated one.
 
     python benchmarks/validation.py
-    python benchmarks/validation.py --models [--rounds 21] [--full]
+    python benchmarks/validation.py --models [--rounds 21] [--full] [--only NAME]
+
+(`--only` measures the models whose name contains NAME, e.g. `precautionary`.)
 """
 
 from __future__ import annotations
@@ -129,12 +131,14 @@ def benchmark_models(full: bool) -> dict:
     return models
 
 
-def measure_models(rounds: int, full: bool) -> None:
+def measure_models(rounds: int, full: bool, only: str | None = None) -> None:
     print(
         f"{'model':>30} {'variant':>14} {'fastest ms':>11} {'ratio':>6} "
         f"{'median ms':>10} {'ratio':>6}"
     )
     for name, (model, params) in benchmark_models(full).items():
+        if only is not None and only.lower() not in name.lower():
+            continue
         checked = model.checked_params(params)
         program = {
             v: jax.jit(functools.partial(model._solve, validate=v, progress=None))
@@ -167,7 +171,8 @@ def measure_models(rounds: int, full: bool) -> None:
 def main() -> None:
     if "--models" in sys.argv:
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 21
-        measure_models(rounds, "--full" in sys.argv)
+        only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+        measure_models(rounds, "--full" in sys.argv, only)
         return
     if len(sys.argv) == 3 and sys.argv[1] == "--compile":
         compile_child(sys.argv[2])

@@ -78,9 +78,12 @@ from ._plotting import plot_values as plot_values
 from ._simulate._result import SimulationResult as SimulationResult
 from ._solve._dcegm import DCEGM as DCEGM
 from ._solve._dcegm import AbstractUpperEnvelope as AbstractUpperEnvelope
+from ._solve._dcegm import BudgetKinks as BudgetKinks
 from ._solve._dcegm import EndogenousGrid as EndogenousGrid
 from ._solve._dcegm import ExactEnvelope as ExactEnvelope
 from ._solve._grid_search import GridSearch as GridSearch
+from ._solve._negm import NEGM as NEGM
+from ._solve._negm import NEGMPolicy as NEGMPolicy
 from ._solve._refine import Refine as Refine
 from ._solve._refine import RefineCode as RefineCode
 from ._solve._solution import Solution as Solution

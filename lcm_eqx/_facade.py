@@ -49,6 +49,7 @@ from ._simulate._simulate import (
 )
 from ._solve._backward import solve_model
 from ._solve._grid_search import GridSearch, assign_solvers
+from ._solve._sharding import distributed_states
 from ._solve._solution import Solution
 from ._solve._solver import AbstractSolver
 from ._typing import InitialConditions, Params
@@ -643,7 +644,13 @@ def solve_model_with_infeasible_states(plan, solvers, ages, params, *, validate,
     solution = solve_model(plan, solvers, ages, params, validate=validate, progress=progress)
     if not validate:
         return solution, {}
-    return solution, _diagnostics.infeasible_summary(solution.values)
+    active = {name: tuple(sorted(regime.active)) for name, regime in plan.regimes.items()}
+    distributed = distributed_states(plan)
+    axes = {
+        name: tuple(i for i, s in enumerate(regime.states) if s in distributed)
+        for name, regime in plan.regimes.items()
+    }
+    return solution, _diagnostics.infeasible_summary(solution.values, active, axes)
 
 
 def _infeasible_subjects(plan: ModelPlan, record, traced: bool) -> dict[str, Any]:

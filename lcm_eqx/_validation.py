@@ -154,6 +154,18 @@ def _savings(f: Failure) -> str:
     )
 
 
+def _kinks(f: Failure) -> str:
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: DCEGM(kinks="
+        "BudgetKinks(n_kinks)) needs the next value of its state piecewise affine in savings "
+        "with at most n_kinks breakpoints at each node of the draw, but its slope changes "
+        f"in {f.size:.0f} more intervals of the savings grid than that. Raise n_kinks to the "
+        "number of breakpoints of the budget (a floor, each bracket's threshold), or, for a "
+        "law of motion that is curved rather than kinked, drop kinks (DCEGM) or solve this "
+        "regime with GridSearch()."
+    )
+
+
 def _limit(f: Failure) -> str:
     return (
         f"Regime {f.regime!r}, constraint {f.function!r}, period {f.period}: DCEGM takes the "
@@ -278,6 +290,7 @@ CHECKS: dict[str, CheckKind] = {
     "infeasible": CheckKind(InfeasibleStateError, _infeasible),  # a simulated subject
     "savings": CheckKind(ModelInitializationError, _savings),  # DCEGM's law of motion
     "limit": CheckKind(ModelInitializationError, _limit),  # DCEGM's borrowing limit
+    "kinks": CheckKind(ModelInitializationError, _kinks),  # DCEGM's declared budget kinks
     "unbounded": CheckKind(ModelInitializationError, _unbounded),  # its limit function
     "euler": CheckKind(ModelInitializationError, _euler),  # DCEGM's Euler inversion
     "inada": CheckKind(ModelInitializationError, _inada),  # DCEGM's utility at 0

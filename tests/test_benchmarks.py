@@ -28,17 +28,12 @@ def test_quick_benchmark_run(tmp_path):
     rows = {row["model"]: row for row in json.loads(output.read_text())["rows"]}
     assert set(rows) == {"retirement", "precautionary", "large"}
     for row in rows.values():
-        for key in (
-            "compile_s",
-            "solve_s",
-            "simulate_s",
-            "temp_bytes",
-            "evaluations_per_s",
-            "compile_ratio_96_to_6",
-            "cache_cold_compile_s",
-            "cache_warm_compile_s",
-        ):
+        for key in ("compile_s", "solve_s", "simulate_s", "temp_bytes", "evaluations_per_s"):
             assert row[key] is not None and row[key] > 0, (row["model"], key)
+    # A quick run compiles in fresh processes (by horizon, with the persistent cache) for
+    # the first model only.
+    for key in ("compile_ratio_96_to_6", "cache_cold_compile_s", "cache_warm_compile_s"):
+        assert rows["retirement"][key] is not None and rows["retirement"][key] > 0, key
     assert rows["retirement"]["solve_ratio_library_to_reference"] > 0
     assert rows["retirement"]["solve_ratio_library_to_tuned_reference"] > 0
     assert "library/reference" in completed.stdout

@@ -397,3 +397,70 @@ def test_msm_by_gauss_newton_matches_the_likelihood(shifted):
     np.testing.assert_allclose(result.estimates, closed, rtol=1e-6)
     mle = lcm.estimate(model, start, data=df, free=free)
     np.testing.assert_allclose(result.covariance, mle.covariance, rtol=1e-3)
+
+
+def test_wald_intervals_are_built_on_the_optimisers_scale():
+    """Each case against its formula, written out separately: the delta method on the
+    coordinate where the parameter is unbounded, mapped back."""
+    z = 1.959963984540054
+    theta = np.array([1.5, 0.4, 2.0, 0.9, 0.3, 0.0])
+    se = np.array([0.2, 0.1, 0.5, 0.05, np.nan, 0.1])
+    lower = np.array([-np.inf, 0.0, -np.inf, 0.0, 0.0, 0.0])
+    upper = np.array([np.inf, np.inf, 3.0, 1.5, 1.0, 1.0])
+    lo, hi = estimate_module.wald_interval(theta, se, lower, upper)
+    np.testing.assert_allclose([lo[0], hi[0]], [1.5 - z * 0.2, 1.5 + z * 0.2], rtol=1e-14)
+    np.testing.assert_allclose(  # log(θ): θ exp(± z se / θ)
+        [lo[1], hi[1]], [0.4 * np.exp(-z * 0.1 / 0.4), 0.4 * np.exp(z * 0.1 / 0.4)], rtol=1e-12
+    )
+    np.testing.assert_allclose(  # log(3 − θ)
+        [lo[2], hi[2]], [3 - 1.0 * np.exp(z * 0.5), 3 - 1.0 * np.exp(-z * 0.5)], rtol=1e-12
+    )
+    u = 0.9 / 1.5  # logit(θ / 1.5), se / (1.5 u (1 − u)) on that scale
+    logit, se_logit = np.log(u / (1 - u)), 0.05 / (1.5 * u * (1 - u))
+    expected = [1.5 / (1 + np.exp(-(logit + s * z * se_logit))) for s in (-1, 1)]
+    np.testing.assert_allclose([lo[3], hi[3]], expected, rtol=1e-12)
+    assert np.isnan(lo[4]) and np.isnan(hi[4])  # no standard error, no interval
+    np.testing.assert_allclose([lo[5], hi[5]], [0.0, z * 0.1], rtol=1e-14)  # on its bound
+    assert np.all(lo[:4] > lower[:4]) and np.all(hi[:4] < upper[:4])
+
+
+def test_the_summary_interval_of_a_positive_parameter_is_on_the_log_scale(one_period):
+    model, df = one_period
+    start = {**TRUE, "taste_shock_scale": 0.8}
+    result = lcm.estimate(model, start, data=df, free=["taste_shock_scale"], tolerance=1e-10)
+    assert result.converged, result.message
+    # δ known: P(work) = 1 / (1 + exp(δ / λ)), so λ̂ = δ / log((1 − p̂) / p̂) and, by the
+    # delta method, se(λ̂) = se(δ̂ at λ = 1) · λ̂² / |δ|.
+    share = float(np.mean(df["labor"] == "work"))
+    scale = TRUE["disutility_of_work"] / np.log((1 - share) / share)
+    se = scale**2 / abs(TRUE["disutility_of_work"]) / np.sqrt(len(df) * share * (1 - share))
+    table = result.summary()
+    np.testing.assert_allclose(table.loc["taste_shock_scale", "estimate"], scale, rtol=1e-7)
+    np.testing.assert_allclose(table.loc["taste_shock_scale", "std_error"], se, rtol=1e-5)
+    spread = np.exp(1.959963984540054 * se / scale)
+    np.testing.assert_allclose(
+        table.loc["taste_shock_scale", ["ci_lower", "ci_upper"]].to_numpy(float),
+        [scale / spread, scale * spread],
+        rtol=1e-5,
+    )
+
+
+def test_a_large_j_statistic_warns(shifted):
+    """Overidentified (two shares, one free parameter): with the shift fixed at its
+    closed form the J statistic is ~0 and nothing is said; fixed far from it the
+    converged minimum fits badly, and the J test says so."""
+    model, df, _, (_, shift) = shifted
+    moments = [lcm.Profile("labor", Labor.work), lcm.Profile("high_and_working")]
+    for kind_shift, warns in ((shift, False), (shift + 3.0, True)):
+        start = {**SHIFTED, "disutility_of_work": 0.6, "kind_shift": kind_shift}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = lcm.estimate(
+                model, start, data=df, method="msm", moments=moments,
+                free=["disutility_of_work"],
+            )  # fmt: skip
+        assert result.converged, result.message
+        said = [w for w in caught if "J statistic" in str(w.message)]
+        assert bool(said) == warns, (kind_shift, result.objective)
+        if warns:
+            assert issubclass(said[0].category, lcm.LcmWarning)

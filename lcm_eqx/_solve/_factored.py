@@ -32,7 +32,7 @@ import numpy as np
 from jax.extend.core import Literal
 from jaxtyping import Array
 
-from ._axes import Axis, auto_splayed, bind_equation, flat_jaxpr, lift, map_axis
+from ._axes import Axis, auto_splayed, bind_equation, flat_jaxpr, lift, map_axis, reduce_axis
 from ._kernel import RegimeProblem, max_each
 from ._reduce import max_along
 
@@ -42,6 +42,10 @@ _MIN_GAIN = 0.5
 
 # The largest piece (a stored array) as a fraction of the plain product's pairs.
 _MAX_PIECE = 0.25
+
+# The checks of a period are reduced over the states in one reduction where they fit on
+# the union of their axes in this many points (all checks together), else one per shape.
+_ONE_REDUCTION = 2**16
 
 # Primitives that leave a scalar constant a constant.
 _PASS_THROUGH = ("convert_element_type", "broadcast_in_dim")
@@ -513,27 +517,114 @@ def solve_factored(
         )
         keep_reduced(names, indices, arrays)
 
-    # Each check reduced here over the state axes that are not sharded (the backward
-    # induction reduces the checks over those anyway, and the sharded ones after the
-    # loop): one array, a size-1 axis for each reduced state axis, the checks last.
+    return value, combined_checks(problem, factoring, reduced, value.shape)
+
+
+def combined_checks(
+    problem: RegimeProblem, factoring: Factoring, reduced: list, state_shape: tuple[int, ...]
+) -> Array:
+    """The checks of `problem.checks` from their components maximised over their actions
+    (`reduced`, one array per `factoring.check_components`, broadcast to the state axes):
+    each alternative the product of its components, each check the maximum of its
+    alternatives, reduced over the state axes that are not sharded (the backward
+    induction reduces the checks over those anyway, and the sharded ones after the
+    loop). One array: an axis per state, of size 1 where reduced, the checks last."""
+    dtype = jnp.zeros(()).dtype
     sharding = problem.sharding
-    sharded = [sharding is not None and sharding.is_sharded(n) for n in states]
+    sharded = [sharding is not None and sharding.is_sharded(n) for n in factoring.states]
     over = tuple(i for i, keep in enumerate(sharded) if not keep)
-    shape = tuple(n if keep else 1 for n, keep in zip(value.shape, sharded, strict=True))
-    checks = []
+    shape = tuple(n if keep else 1 for n, keep in zip(state_shape, sharded, strict=True))
+    if not factoring.checks:
+        return jnp.zeros((*shape, 0), dtype)
+    # Each check on the union of its components' axes (size 1 elsewhere), not yet
+    # reduced over the states.
+    unreduced = []
     for alternatives in factoring.checks:
-        check = jnp.zeros(shape, dtype)
+        check = jnp.zeros((), dtype)
         for alternative in alternatives:
             term = jnp.ones((), dtype)
             for index in alternative:
                 term = term * reduced[index]
-            check = jnp.maximum(check, jnp.max(term, axis=over, keepdims=True))
-        checks.append(check)
-    if not checks:
-        return value, jnp.zeros((*shape, 0), dtype)
+            check = jnp.maximum(check, term)
+        unreduced.append(jnp.broadcast_to(check, jnp.broadcast_shapes(check.shape, shape)))
+    # Stacked and reduced over the states in one reduction (one XLA kernel that also
+    # computes the products) where all of them fit on the union of their axes, else one
+    # variadic reduction per shape: a reduction per check was a kernel per check in
+    # every period (the Mahler-Yum example's 24 checks: 14 kernels of a few hundred
+    # points each). The checks are >= 0 (or NaN) before the reduction.
+    union = jnp.broadcast_shapes(*(c.shape for c in unreduced))
+    if math.prod(union) * len(unreduced) <= _ONE_REDUCTION:
+        stacked = jnp.stack([jnp.broadcast_to(c, union) for c in unreduced], axis=-1)
+        (highest,) = max_each((stacked,), over)
+        highest = jnp.expand_dims(highest, over)
+        return jax.lax.stop_gradient(jnp.broadcast_to(highest, (*shape, len(unreduced))))
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for i, c in enumerate(unreduced):
+        by_shape.setdefault(tuple(c.shape), []).append(i)
+    checks: list = [None] * len(unreduced)
+    for indices in by_shape.values():
+        group = max_each(tuple(unreduced[i] for i in indices), over)
+        for i, high in zip(indices, group, strict=True):
+            checks[i] = jnp.broadcast_to(jnp.expand_dims(high, over), shape)
     # Flags, without derivative (as the plain product's `max_each`): concrete under an
     # eager `jax.grad`, so `solve` reports them on the host.
-    return value, jax.lax.stop_gradient(jnp.stack(checks, axis=-1))
+    return jax.lax.stop_gradient(jnp.stack(checks, axis=-1))
+
+
+def checks_apart(problem: RegimeProblem, factoring: Factoring, evaluate: Callable) -> Array:
+    """The checks of a period whose value the plain product computes (`GridSearch` where
+    factoring buys too little), each component of a check evaluated on its own axes and
+    maximised over its actions, as `combined_checks` returns them.
+
+    The plain product's `q` would compute every check at every state-action pair, in a
+    pass over the whole product of its own (XLA does not fuse a reduction of several
+    outputs into the kernel that materialises the values for their maximum): a check
+    that depends on the period and the parameters alone, such as a survival probability
+    indexed by the period, was reduced over every pair. On its own axes it costs next to
+    nothing, and a component that depends neither on the period nor on next period's
+    values (a next continuous state that is NaN or infinite) is hoisted by XLA out of
+    the period loop. A component that spans the whole product is still reduced chunk by
+    chunk over its actions (the knobs of the action axes, and the state axes splayed as
+    the plain product's are), never stored whole.
+    """
+    axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
+    dtype = jnp.zeros(()).dtype
+    itemsize = np.zeros((), dtype).itemsize
+    states = factoring.states
+    by_axes: dict[tuple[str, ...], list[int]] = {}
+    for index, (names, _) in enumerate(factoring.check_components):
+        by_axes.setdefault(names, []).append(index)
+    reduced: list = [None] * len(factoring.check_components)
+    for names, indices in by_axes.items():
+        factors = [list(factoring.check_components[i][1]) for i in indices]
+        flat = [f for fs in factors for f in fs]
+
+        def products(point, factors=factors, flat=flat) -> tuple[Array, ...]:
+            values, out, start = evaluate(flat, point), [], 0
+            for fs in factors:
+                out.append(_product(values[start : start + len(fs)], dtype))
+                start += len(fs)
+            return tuple(out)
+
+        action_axes = tuple(axes[n] for n in names if n not in states)
+
+        def over_actions(point, depth=0, products=products, action_axes=action_axes):
+            if depth == len(action_axes):
+                return products(point)
+            axis = action_axes[depth]
+            return reduce_axis(
+                lambda x: over_actions({**point, axis.name: x}, depth + 1),
+                axis.points,
+                axis.batch_size,
+                lambda outputs: max_each(outputs, (0,)),
+            )
+
+        kept = tuple(n for n in names if n in states)
+        state_axes = auto_splayed(tuple(axes[n] for n in kept), action_axes, itemsize)
+        for index, array in zip(indices, lift(over_actions, state_axes), strict=True):
+            reduced[index] = _broadcast(array, kept, states)
+    shape = tuple(factoring.sizes[n] for n in states)
+    return combined_checks(problem, factoring, reduced, shape)
 
 
 def _broadcast(array: Array, names: tuple[str, ...], target: tuple[str, ...]) -> Array:

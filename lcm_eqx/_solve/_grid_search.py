@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _factored, _refine
-from ._axes import lift, map_axis, reduce_axis
+from ._axes import auto_splayed, lift, map_axis, reduce_axis
 from ._kernel import max_each
 from ._on_grid import q_on_action_grid
 from ._reduce import max_along
@@ -83,6 +83,12 @@ class GridSearch(AbstractPointwiseSolver):
         """How the period of `problem` is evaluated piece by piece (at one `state`: every
         state fixed, as the simulation asks), or None where the plain product is
         evaluated (see `factored`)."""
+        planned = self._plan(problem, state, limit_pieces=state is None)
+        return planned if planned is not None and _factored.worth_it(planned[0]) else None
+
+    def _plan(self, problem, state=None, *, limit_pieces: bool = True):
+        """`_factored.plan_factoring` of `problem`, or None where this solver never
+        factors it (`factored=False`, refinement, no actions, two values per point)."""
         aggregator = problem.aggregator
         if (
             not self.factored
@@ -93,16 +99,20 @@ class GridSearch(AbstractPointwiseSolver):
             return None
         # At one state the taste shocks are drawn and every action maximised.
         smooth = state is None and taste_shock_scale(problem) is not None
-        planned = _factored.plan_factoring(problem, smooth, fixed=state, limit_pieces=state is None)
-        return planned if planned is not None and _factored.worth_it(planned[0]) else None
+        return _factored.plan_factoring(problem, smooth, fixed=state, limit_pieces=limit_pieces)
 
     def work(self, problem):
         planned = self.factoring(problem)
         return None if planned is None else tuple(planned[0].work_by_piece())
 
     def solve_period(self, problem):
-        planned = self.factoring(problem)
-        if planned is None:
+        planned = self._plan(problem)
+        if planned is None or not _factored.worth_it(planned[0]):
+            if problem.validate and problem.checks and not problem.carried():
+                # The plain product's values, and the checks on their own axes.
+                planned = planned or self._plan(problem, limit_pieces=False)
+                if planned is not None:
+                    return self._plain_with_checks_apart(problem, *planned)
             return super().solve_period(problem)
         scale = taste_shock_scale(problem)
         carried = problem.carried()
@@ -132,7 +142,16 @@ class GridSearch(AbstractPointwiseSolver):
             jnp.transpose(value, order), jnp.transpose(checks, [*order, len(order)]), None
         )
 
-    def value(self, problem, state):
+    def _plain_with_checks_apart(self, problem, factoring, evaluate) -> PeriodSolution:
+        """The plain product's value array, without the checks (`value(...,
+        checks=False)`), and the checks by `_factored.checks_apart`."""
+        axes = auto_splayed(problem.state_axes, problem.action_axes, jnp.zeros(()).dtype.itemsize)
+        value, _ = lift(lambda state: self.value(problem, state, checks=False), axes)
+        return PeriodSolution(value, _factored.checks_apart(problem, factoring, evaluate), None)
+
+    def value(self, problem, state, checks: bool = True):
+        """The best value at `state` and the checks maximised over the actions (with
+        `checks=False` none: computed apart, `_plain_with_checks_apart`)."""
         if self._refines(problem):
             refined = self._refined(problem, state)
             v_d = refined.value.reshape(-1)
@@ -171,7 +190,8 @@ class GridSearch(AbstractPointwiseSolver):
 
         def reduce(action: dict, depth: int):
             if depth == len(axes):
-                return problem.q(state, action)
+                value, violations = problem.q(state, action)
+                return value, violations if checks else ()
             axis = axes[depth]
             smooth = scale is not None and depth < n_discrete
             return reduce_axis(

@@ -33,6 +33,7 @@ from ._continuation import (
     reach,
     settle_masked,
 )
+from ._reduce import merged_axes
 from ._sharding import ShardingPlan, is_identity_transition
 
 # Vectors up to this length are reduced by unrolled elementwise operations, which XLA
@@ -67,7 +68,10 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
     """
     if not arrays or not axes:
         return arrays
-    arrays = jax.lax.stop_gradient(tuple(arrays))
+    # Consecutive reduced axes merged into one (`merged_axes`: one contiguous axis
+    # reduces an order of magnitude faster on the CPU).
+    shape, axes = merged_axes(arrays[0].shape, axes)
+    arrays = jax.lax.stop_gradient(tuple(a.reshape(shape) for a in arrays))
     single = len(arrays) == 1
     if single:
         arrays = (*arrays, jnp.full_like(arrays[0], -jnp.inf))
@@ -76,7 +80,7 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
         arrays,
         inits,
         lambda a, b: tuple(jnp.maximum(x, y) for x, y in zip(a, b, strict=True)),
-        tuple(sorted(axis % arrays[0].ndim for axis in axes)),
+        axes,
     )
     return (jnp.maximum(*reduced),) if single else tuple(reduced)
 

@@ -13,27 +13,57 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 
-def reduce_pair(op: Callable, identity, x: Array, y: Array, axis: int) -> tuple[Array, Array]:
-    """`x` and `y` (same shape and dtype) reduced along `axis` by the associative `op`
-    (`jax.lax.add`, `jax.lax.max`, `jax.lax.bitwise_or`) in one XLA kernel (a variadic
-    reduction), without derivative (for counts, selections and check diagnostics).
+def merged_axes(shape: tuple[int, ...], axes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shape with each run of consecutive axes of `axes` merged into one, and the
+    positions of the merged axes in it (a reshape, no data movement).
+
+    XLA:CPU reduces one contiguous axis far faster than several: a variadic maximum over
+    the nine state axes of the Mahler-Yum example's value arrays (39 x 160,000 points)
+    took 34 ms, over the same points as one axis 2 ms (`benchmarks/validation.py`'s
+    models; docs/architecture.md, "What validation costs"). Axes not in `axes` (sharded
+    ones) are never merged, so a sharded array keeps its layout.
+    """
+    wanted = {a % len(shape) for a in axes} if shape else set()
+    new_shape: list[int] = []
+    new_axes: list[int] = []
+    for i, n in enumerate(shape):
+        if i in wanted and i - 1 in wanted:  # continues the run of the axis before
+            new_shape[-1] *= n
+        else:
+            if i in wanted:
+                new_axes.append(len(new_shape))
+            new_shape.append(n)
+    return tuple(new_shape), tuple(new_axes)
+
+
+def reduce_pair(
+    op: Callable, identity, x: Array, y: Array, axis: int | tuple[int, ...]
+) -> tuple[Array, Array]:
+    """`x` and `y` (same shape and dtype) reduced along `axis` (one or several) by the
+    associative `op` (`jax.lax.add`, `jax.lax.max`, `jax.lax.bitwise_or`) in one XLA
+    kernel (a variadic reduction), without derivative (for counts, selections and check
+    diagnostics).
 
     XLA:CPU rewrites a reduction over more than 32 entries into two kernels (a
     reduce-window, then a reduce), but leaves variadic reductions alone.
     """
     x, y = jax.lax.stop_gradient((x, y))
     init = jnp.asarray(identity, x.dtype)
+    axes = (axis,) if isinstance(axis, int) else axis
     return jax.lax.reduce(
-        (x, y), (init, init), lambda a, b: (op(a[0], b[0]), op(a[1], b[1])), (axis % x.ndim,)
+        (x, y),
+        (init, init),
+        lambda a, b: (op(a[0], b[0]), op(a[1], b[1])),
+        tuple(sorted(a % x.ndim for a in axes)),
     )
 
 
-def one_kernel_reduce(op: Callable, identity, x: Array, axis: int) -> Array:
-    """`x` reduced along `axis` by `op` in one XLA kernel with the computation of `x`,
-    without derivative: `reduce_pair` of `x` and a constant array of the identity, the
-    two results combined by `op` (XLA would drop an unused result; a second copy of `x`
-    would keep `x` in a kernel of its own). The same values as the plain reduction for an
-    exact `op` (integer sums, max, or)."""
+def one_kernel_reduce(op: Callable, identity, x: Array, axis: int | tuple[int, ...]) -> Array:
+    """`x` reduced along `axis` (one or several) by `op` in one XLA kernel with the
+    computation of `x`, without derivative: `reduce_pair` of `x` and a constant array of
+    the identity, the two results combined by `op` (XLA would drop an unused result; a
+    second copy of `x` would keep `x` in a kernel of its own). The same values as the
+    plain reduction for an exact `op` (integer sums, max, or)."""
     filler = jnp.full(x.shape, identity, x.dtype)
     first, second = reduce_pair(op, identity, x, filler, axis)
     return op(first, second)

@@ -3,4 +3,5 @@
 from ._envelope import AbstractUpperEnvelope as AbstractUpperEnvelope
 from ._envelope import EndogenousGrid as EndogenousGrid
 from ._envelope import ExactEnvelope as ExactEnvelope
+from ._kinks import BudgetKinks as BudgetKinks
 from ._solver import DCEGM as DCEGM

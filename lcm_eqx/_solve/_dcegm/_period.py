@@ -75,9 +75,15 @@ def initial_state(solver: DCEGM, plan: ModelPlan, names, dtype) -> State:
 
 def batch_groups(solver: DCEGM, plan: ModelPlan, names) -> list[tuple[str, ...]]:
     """The regimes among `names` (in their order) solved together in one pass over rows
-    (`DCEGM.solve_batched`): those whose discrete axes are neither splayed nor sharded."""
-    group = tuple(name for name in names if solver.batchable(plan.regimes[name]))
-    return [group] if group else []
+    (`DCEGM.solve_batched`): those whose discrete axes are neither splayed nor sharded,
+    one group per number of savings points (a kinked budget adds points by draw)."""
+    groups: dict[int, tuple[str, ...]] = {}
+    for name in names:
+        regime = plan.regimes[name]
+        if solver.batchable(regime):
+            size = solver.n_savings(regime)
+            groups[size] = (*groups.get(size, ()), name)
+    return list(groups.values())
 
 
 def regrouped(solver: DCEGM, plan: ModelPlan, state: State, active) -> State:

@@ -99,7 +99,7 @@ def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> Endogenous
     shape = tuple(
         plan.grids[s].n_points for s in (*plan.states, *plan.discrete_actions) if s != solver.state
     )
-    k = solver.upper_envelope.n_rows(solver.savings.n_points)
+    k = solver.upper_envelope.n_rows(solver.n_savings(plan))
     line = jnp.linspace(1.0, 2.0, k, dtype=dtype)
     rows = jnp.stack([line, line, jnp.zeros_like(line), jnp.zeros_like(line)], axis=1)
     return EndogenousGrid(

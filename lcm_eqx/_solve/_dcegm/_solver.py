@@ -64,6 +64,7 @@ from ._envelope import (
     materialize,
     read,
 )
+from ._kinks import BudgetKinks, kinked_savings
 from ._members import MEMBERS, in_order, member_parts, rows_of
 from ._readers import endogenous_reader
 from ._rows import (
@@ -132,6 +133,10 @@ class DCEGM(AbstractSolver):
             actions, `period`, `age`, and the parameters of `utility` (e.g.
             `lambda marginal_utility, risk_aversion: marginal_utility ** (-1 /
             risk_aversion)`). Without it, Newton's method inverts `u'` numerically.
+        kinks: `BudgetKinks(n_kinks)` where the law of motion of `state` is piecewise
+            affine in savings (a consumption floor, a means test, tax brackets): each
+            affine piece solved by the EGM, the breakpoints themselves added as savings
+            points, the upper envelope taken across (NB-EGM; see `BudgetKinks`).
 
     The regime must have exactly one continuous state (`state`) and one continuous
     action (`action`); its utility must depend on `action` and not on `state`; the next
@@ -157,6 +162,7 @@ class DCEGM(AbstractSolver):
     upper_envelope: AbstractUpperEnvelope = ExactEnvelope()
     newton_steps: int = eqx.field(static=True, default=6)
     inverse_marginal_utility: Callable | None = eqx.field(static=True, default=None)
+    kinks: BudgetKinks | None = None
 
     # It reads next period through readers of the targets' own solutions
     # (`Period.read`), and nothing follows the model's last period: no Euler equation to
@@ -193,6 +199,10 @@ class DCEGM(AbstractSolver):
             raise ModelInitializationError(
                 f"DCEGM: inverse_marginal_utility must be a function or None, got "
                 f"{self.inverse_marginal_utility!r}."
+            )
+        if self.kinks is not None and not isinstance(self.kinks, BudgetKinks):
+            raise ModelInitializationError(
+                f"DCEGM: kinks must be a BudgetKinks(n_kinks=...) or None, got {self.kinks!r}."
             )
         if not isinstance(self.newton_steps, int) or self.newton_steps < 1:
             raise ModelInitializationError(
@@ -318,6 +328,7 @@ class DCEGM(AbstractSolver):
         return (
             *(("borrowing_limit:unbounded",) if "borrowing_limit" in regime.helpers else ()),
             f"next_{self.state}:savings",
+            *((f"next_{self.state}:kinks",) if self.kinks is not None else ()),
             *(f"{key}:limit" for key in self._limit_constraints(regime)),
             f"utility:inada:{self.action}",
             f"utility:euler:{self.action}",
@@ -337,6 +348,12 @@ class DCEGM(AbstractSolver):
             "xla_cpu_use_fusion_emitters": False,
             "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
         }
+
+    def n_savings(self, regime: RegimePlan) -> int:
+        """How many savings points a choice of `regime` has: the grid's, and two for
+        each breakpoint of a kinked budget (`kinks`)."""
+        extra = 0 if self.kinks is None else 2 * self.kinks.count(regime)
+        return self.savings.n_points + extra
 
     def choices_always_feasible(self, regime: RegimePlan) -> bool:
         """Whether every discrete choice of the regime is allowed in every period: no
@@ -395,7 +412,7 @@ class DCEGM(AbstractSolver):
         so no Euler equation is inverted and no upper envelope computed."""
         expected = continuation["expected"]
         lead = expected.shape[:-1]
-        rows = self.upper_envelope.n_rows(self.savings.n_points)
+        rows = self.upper_envelope.n_rows(self.n_savings(problem.regime))
         padding = jnp.asarray([jnp.inf, 0.0, 0.0, 0.0], expected.dtype)
         # E[V'] = 0 here: a discount factor that differs by choice multiplies zeros.
         beta = problem.params[""].get("discount_factor", 1.0)
@@ -912,14 +929,29 @@ class DCEGM(AbstractSolver):
             if "borrowing_limit" in problem.regime.helpers:
                 limit_violations["borrowing_limit:unbounded"] = jnp.where(unbounded, 1.0, 0.0)
 
+        slope_at = None
+        if self.kinks is not None:
+            breakpoints, excess = self.kinks.breakpoints(
+                problem, self.state, self.action, discrete, savings
+            )
+            savings, slope_at = kinked_savings(savings, breakpoints)
+            if checks:
+                limit_violations[f"next_{self.state}:kinks"] = excess
+
         def at_savings(a):
             return expected_at_savings(
                 problem, readers, self.state, self.action, discrete, a, checks, targets
             )
 
         expected, marginal_expected, violations = map_axis(
-            at_savings, savings, self.savings.batch_size
+            at_savings, savings if slope_at is None else slope_at, self.savings.batch_size
         )
+        if slope_at is not None:
+            # Read a `SIDE` off each point, on the side of its breakpoint (the slope of
+            # the budget and of next period's value are those of that side): the value
+            # at the point itself is one step of the slope back, exact to `SIDE²`.
+            shift = jnp.where(jnp.isfinite(expected), (slope_at - savings) * marginal_expected, 0.0)
+            expected = expected - shift
         # Read once, used by the inversion, the values and continuation0 (see `materialize`).
         expected, marginal_expected = materialize(expected, marginal_expected)
         # Over the savings points: one kernel (see `one_kernel_reduce`), not two. The
@@ -947,6 +979,8 @@ class DCEGM(AbstractSolver):
             "feasible": feasible,
             "limit": limit,
         }
+        if slope_at is not None:
+            continuation["savings"] = savings
         return continuation, violations
 
     def choice_limit(self, problem: RegimeProblem, discrete: dict[str, Array]) -> Array:
@@ -1016,7 +1050,10 @@ class DCEGM(AbstractSolver):
         target = euler_target(beta, marginal_expected, cap)
         if consumption is None:
             consumption = self._invert(problem, discrete, marginal, target)
-        m = self.savings_points(problem, continuation["limit"]) + consumption
+        if "savings" in continuation:  # with the breakpoints of a kinked budget
+            m = continuation["savings"] + consumption
+        else:
+            m = self.savings_points(problem, continuation["limit"]) + consumption
         v = plus_discounted(utility(consumption), beta, expected)
         finite = jnp.isfinite(v) & jnp.isfinite(m)
         m = jnp.where(finite, m, jnp.inf)

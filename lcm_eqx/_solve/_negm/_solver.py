@@ -1,0 +1,607 @@
+"""NEGM: the nested endogenous grid method (Druedahl 2021) for a regime with liquid
+wealth and a durable (or illiquid) stock, which the agent either keeps or adjusts.
+
+Each period, for each discrete state:
+
+1. The post-decision values `W(a, n)`, `W_a` and `W_n` at the savings grid × the
+   durable grid: next period's value and marginal values read at the next liquid wealth
+   and durable stock of each savings point (the envelope across next period's
+   keep/adjust choice taken at each point read) and averaged over the discrete states.
+2. The keeper, on each durable node: the Euler equation `u_c(c, n) = β·W_a(a, n)`
+   inverted at every savings point (endogenous liquid wealth `a + c`), and read onto the
+   liquid grid by an upper envelope over all segments of the endogenous points and the
+   credit-constrained choice (the keep/adjust choice next period makes `W` non-concave).
+   The value at each node is `u(c, n) + β·W(m − c, n)` with `W` read by cubic Hermite.
+3. The adjuster, on the grid of total resources `x`: the best new stock `d` of
+   `v_keep(x − d, d)` (the keeper's value, read by cubic Hermite through its marginal
+   values), by a search over `adjuster_points` candidates and a golden-section
+   refinement around the best. The refinement runs without derivatives; the value's
+   derivative is that of `v_keep` at the optimum (the envelope theorem).
+
+The value on the state grid is the better of keeping and adjusting at each node; the
+period's `NEGMPolicy` keeps both, so that earlier periods, the simulation and the
+queries take the envelope exactly at the point they read.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, PRNGKeyArray
+
+from ..._errors import ModelInitializationError
+from ..._grids import AbstractContinuousGrid
+from ..._model._dag import transitive_inputs
+from ..._model._plan import ModelPlan, RegimePlan
+from .._continuation import NEG_INF
+from .._kernel import RegimeProblem
+from .._reading import REFERENCE_ACTION, invert_marginal
+from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs
+from ._interpolate import hermite_1d, linear_1d
+from ._policy import (
+    NEGMPolicy,
+    adjust_choice_at,
+    adjust_value_at,
+    keep_consumption_at,
+    keep_value_at,
+    read,
+)
+
+# The codes of the `adjust` action.
+KEEP, ADJUST = 0, 1
+
+# The golden ratio's conjugate: each golden-section step keeps this share of the bracket.
+GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+class NEGM(AbstractSolver):
+    """The nested endogenous grid method for liquid wealth and a durable stock.
+
+    Args:
+        liquid: the regime's continuous state of liquid wealth (cash on hand).
+        durable: the continuous state of the durable (or illiquid) stock.
+        consumption: the continuous action of consumption.
+        durable_choice: the continuous action of the new durable stock of an adjuster.
+        adjust: the discrete action with two categories, code 0 to keep the durable and
+            code 1 to adjust it (e.g. `IntEnum("Adjust", "keep adjust", start=0)`).
+        savings: the exogenous grid of post-decision liquid wealth; its first point is
+            the borrowing limit.
+        resources: the grid of total resources of an adjuster (what the regime function
+            `resources_function` returns), on which the adjuster's problem is solved.
+        resources_function: the name of the regime function of liquid wealth, the
+            durable stock (and discrete variables, period, age, parameters) that gives an
+            adjuster's total resources, e.g. `wealth + (1 - adjustment_cost) * durable`.
+        adjuster_points: candidates of the new durable stock searched for each point of
+            `resources` before the golden-section refinement.
+        golden_steps: golden-section steps that refine the best candidate (each keeps
+            0.618 of the bracket; 40 steps reach 1e-8 of it).
+        newton_steps: Newton iterations that invert marginal utility.
+
+    The class of models: the regime has exactly the continuous states `liquid` and
+    `durable`, the continuous actions `consumption` and `durable_choice` and the one
+    discrete action `adjust`, besides discrete and process states; no taste shocks and
+    no aggregator; it moves only to itself. The keeper (code 0) consumes out of `liquid`
+    and holds `durable` this period: post-decision wealth `liquid − consumption`; the
+    adjuster holds `durable_choice` and saves `resources − durable_choice −
+    consumption`. So utility must be `u(consumption, h)` with `h = durable` for a keeper
+    and `h = durable_choice` for an adjuster (it must not depend on `liquid`), the next
+    liquid wealth a function of post-decision wealth and discrete variables, the next
+    durable stock a function of `h` (e.g. `(1 − δ)·h`), and a constraint must forbid
+    saving below `savings[0]`. Marginal utility of consumption must grow without bound
+    as consumption falls to 0 (CRRA over a Cobb–Douglas aggregate).
+
+    Example:
+        >>> solver = NEGM(liquid="wealth", durable="durable", consumption="consumption",
+        ...               durable_choice="new_durable", adjust="adjust",
+        ...               savings=savings, resources=lcm.LinSpacedGrid(0, 20, 200))
+    """
+
+    liquid: str = eqx.field(static=True)
+    durable: str = eqx.field(static=True)
+    consumption: str = eqx.field(static=True)
+    durable_choice: str = eqx.field(static=True)
+    adjust: str = eqx.field(static=True)
+    savings: AbstractContinuousGrid
+    resources: AbstractContinuousGrid
+    resources_function: str = eqx.field(static=True, default="resources")
+    adjuster_points: int = eqx.field(static=True, default=64)
+    golden_steps: int = eqx.field(static=True, default=40)
+    newton_steps: int = eqx.field(static=True, default=6)
+
+    reads_next_values: ClassVar[bool] = False
+    solves_last_period_apart: ClassVar[bool] = True
+
+    def __check_init__(self):
+        for name in ("liquid", "durable", "consumption", "durable_choice", "adjust"):
+            if not isinstance(getattr(self, name), str):
+                raise ModelInitializationError(
+                    f"NEGM: {name} must be the name of a variable of the regime, got "
+                    f"{getattr(self, name)!r}."
+                )
+        for name in ("savings", "resources"):
+            grid = getattr(self, name)
+            if not isinstance(grid, AbstractContinuousGrid):
+                raise ModelInitializationError(
+                    f"NEGM: {name} must be a continuous grid (e.g. LinSpacedGrid), got {grid!r}."
+                )
+            if grid.varies_with_age:
+                raise ModelInitializationError(
+                    f"NEGM: the {name} grid must be the same in every period; its bounds vary "
+                    "with age."
+                )
+        for name, least in (("adjuster_points", 3), ("golden_steps", 0), ("newton_steps", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise ModelInitializationError(
+                    f"NEGM: {name} must be an int >= {least}, got {value!r}."
+                )
+
+    # ------------------------------------------------------------------ build
+    def applies_to(self, regime: RegimePlan) -> bool:
+        return not regime.is_terminal and self.durable in regime.states
+
+    def check(self, model: ModelPlan, regime: RegimePlan) -> None:
+        name = regime.name
+
+        def fail(what: str):
+            raise ModelInitializationError(
+                f"Regime {name!r}: NEGM(liquid={self.liquid!r}, durable={self.durable!r}) "
+                f"cannot solve it: {what}"
+            )
+
+        if regime.is_terminal:
+            fail("the regime is terminal (nothing to invert); use GridSearch().")
+        if regime.aggregator is not None:
+            fail(
+                f"aggregator {type(regime.aggregator).__name__}: NEGM inverts the additive "
+                "Euler equation u_c = β·E[R·V'_m]; solve this regime with GridSearch()."
+            )
+        if regime.taste_shocks:
+            fail(
+                "it has taste shocks; NEGM takes the exact max over keep/adjust. Solve it "
+                "with GridSearch()."
+            )
+        for state in (self.liquid, self.durable):
+            if state not in regime.states or regime.grids[state].is_discrete:
+                fail(f"{state!r} is not a continuous state of the regime.")
+            if regime.grids[state].varies_with_age:
+                fail(f"the grid of {state!r} varies with age; NEGM needs one grid.")
+        for action in (self.consumption, self.durable_choice):
+            if action not in regime.actions or regime.grids[action].is_discrete:
+                fail(f"{action!r} is not a continuous action of the regime.")
+        if self.adjust not in regime.actions or not regime.grids[self.adjust].is_discrete:
+            fail(f"{self.adjust!r} is not a discrete action of the regime.")
+        if regime.grids[self.adjust].n_points != 2:
+            fail(
+                f"the action {self.adjust!r} has {regime.grids[self.adjust].n_points} "
+                "categories; NEGM needs two (code 0 keep, code 1 adjust)."
+            )
+        own = {self.liquid, self.durable}
+        for other in regime.states:
+            if other not in own and not regime.grids[other].is_discrete:
+                fail(f"it has a third continuous state {other!r}; NEGM handles two.")
+        for other in regime.actions:
+            if other not in {self.consumption, self.durable_choice, self.adjust}:
+                kind = "discrete" if regime.grids[other].is_discrete else "continuous"
+                fail(f"it has another {kind} action {other!r}; NEGM handles adjust/keep only.")
+        if self.resources_function not in regime.helpers:
+            fail(
+                f"it has no function {self.resources_function!r} (an adjuster's total "
+                f"resources, of {self.liquid!r} and {self.durable!r})."
+            )
+        actions = {self.consumption, self.durable_choice, self.adjust}
+        resource_inputs = transitive_inputs(regime.helpers[self.resources_function], regime.helpers)
+        if resource_inputs & actions:
+            fail(
+                f"its function {self.resources_function!r} depends on an action; total "
+                "resources must be a function of the states."
+            )
+        utility_inputs = transitive_inputs(regime.utility, regime.helpers)
+        if self.consumption not in utility_inputs:
+            fail(f"its utility does not depend on {self.consumption!r}: no Euler equation.")
+        if self.liquid in utility_inputs:
+            fail(f"its utility depends on the liquid state {self.liquid!r}.")
+        if regime.targets != (name,):
+            fail(
+                f"it can move to {regime.targets}; NEGM reads next period's keeper and "
+                "adjuster of the regime itself only (no other regime, no mortality regime "
+                "yet)."
+            )
+        assert regime.next_regime is not None
+        continuous = own | actions
+        if transitive_inputs(regime.next_regime, regime.helpers) & continuous:
+            fail("its regime transition depends on a continuous variable or on adjusting.")
+        if regime.drawn:
+            fail(f"laws of motion read next period's draws of {regime.drawn}; not supported.")
+        for state in own:
+            if state not in regime.state_transitions:
+                fail(f"it has no transition for {state!r}.")
+        for state, transition in regime.state_transitions.items():
+            if transition.per_target:
+                fail(f"the law of motion of {state!r} is by target regime; not supported.")
+            if state in own or transition.function is None:
+                continue
+            if transitive_inputs(transition.function, regime.helpers) & continuous:
+                fail(
+                    f"the transition of the discrete state {state!r} depends on a continuous "
+                    "variable or on adjusting."
+                )
+        durable_law = regime.state_transitions[self.durable].function
+        if durable_law is None:
+            fail(f"the next {self.durable!r} has no law of motion of its own.")
+        assert durable_law is not None
+        if transitive_inputs(durable_law, regime.helpers) & {self.liquid, self.consumption}:
+            fail(
+                f"the next {self.durable!r} depends on {self.liquid!r} or "
+                f"{self.consumption!r}; it must be a function of the durable held."
+            )
+        discount = regime.helpers.get("discount_factor")
+        if discount is not None and transitive_inputs(discount, regime.helpers) & continuous:
+            fail("its function 'discount_factor' depends on a continuous variable.")
+        if "borrowing_limit" in regime.helpers:
+            fail("a function 'borrowing_limit' is not supported; the limit is savings[0].")
+
+    # ------------------------------------------------------------------ pieces
+    def _discrete_states(self, regime: RegimePlan) -> tuple[str, ...]:
+        return tuple(s for s in regime.states if s not in (self.liquid, self.durable))
+
+    def _discrete_shape(self, regime: RegimePlan) -> tuple[int, ...]:
+        return tuple(regime.grids[s].n_points for s in self._discrete_states(regime))
+
+    def _flat_codes(self, regime: RegimePlan) -> dict[str, Array]:
+        shape = self._discrete_shape(regime)
+        flat = np.indices(shape).reshape(len(shape), math.prod(shape)).astype(np.int32)
+        return {s: jnp.asarray(flat[i]) for i, s in enumerate(self._discrete_states(regime))}
+
+    def _point(self, z: dict, c, h, m=None, adjust: int = KEEP) -> dict:
+        return {
+            **z,
+            self.consumption: c,
+            self.durable: h,
+            self.durable_choice: h,
+            self.adjust: jnp.asarray(adjust, jnp.int32),
+            self.liquid: c if m is None else m,
+        }
+
+    def _utility(self, problem: RegimeProblem, z: dict):
+        """`u(c, h)`, `u_c` and `u_h` at discrete states `z` (scalar functions)."""
+
+        def utility(c, h):
+            return jnp.asarray(problem.evaluator(self._point(z, c, h))(problem.regime.utility))
+
+        return utility, jax.grad(utility, 0), jax.grad(utility, 1)
+
+    def _resources(self, problem: RegimeProblem, z: dict):
+        """`(m, n) -> (x, x_m, x_n)`: total resources of an adjuster and their slopes."""
+
+        def total(m, n):
+            zero = jnp.zeros_like(m)
+            point = self._point(z, zero, n, m)
+            return jnp.asarray(problem.evaluator(point).helper(self.resources_function))
+
+        def at(m, n):
+            x, x_m = jax.jvp(lambda m: total(m, n), (m,), (jnp.ones_like(m),))
+            _, x_n = jax.jvp(lambda n: total(m, n), (n,), (jnp.ones_like(n),))
+            return x, x_m, x_n
+
+        return at
+
+    def _grids(self, problem: RegimeProblem) -> tuple[Array, Array, Array]:
+        return (
+            problem.points(self.liquid),
+            problem.points(self.durable),
+            self.resources.to_jax(),
+        )
+
+    def _flat_index(self, problem: RegimeProblem, state: dict) -> Array:
+        regime = problem.regime
+        names = self._discrete_states(regime)
+        if not names:
+            return jnp.asarray(0, jnp.int32)
+        codes = [problem.local_code(s, state[s]) for s in names]
+        return jnp.ravel_multi_index(codes, self._discrete_shape(regime), mode="clip")
+
+    def _next_weights(self, problem: RegimeProblem, z: dict) -> tuple[Array, Array]:
+        """The probabilities of next period's discrete states (flat, `(Z,)`) and the
+        discount factor, at discrete states `z`."""
+        regime = problem.regime
+        ref = jnp.asarray(REFERENCE_ACTION)
+        evaluate = problem.evaluator(self._point(z, ref, ref, ref))
+        codes, probabilities = problem.next_states(evaluate)
+        joint = jnp.ones((1,))
+        for s in self._discrete_states(regime):
+            n = regime.grids[s].n_points
+            transition = regime.state_transitions.get(s)
+            if transition is None:
+                p = jax.nn.one_hot(problem.local_code(s, z[s]), n)
+            elif transition.is_markov:
+                if s in probabilities:
+                    p = probabilities[s]
+                elif transition.function is None:
+                    p = problem.process_matrices[s][problem.local_code(s, z[s])]
+                else:
+                    p = jnp.asarray(evaluate(transition.function))
+            else:
+                p = jax.nn.one_hot(codes[s], n)
+            joint = (joint[:, None] * p[None, :]).reshape(-1)
+        return joint, problem.discount_factor(evaluate)
+
+    def _laws(self, problem: RegimeProblem, z: dict):
+        """`a, h -> (m', ∂m'/∂a)` and `h -> (n', ∂n'/∂h)` for a keeper (an adjuster
+        with new stock `d` is a keeper of `d`)."""
+        regime = problem.regime
+        liquid_law = regime.state_transitions[self.liquid].function
+        durable_law = regime.state_transitions[self.durable].function
+        assert liquid_law is not None and durable_law is not None
+        ref = jnp.asarray(REFERENCE_ACTION)
+
+        def next_liquid(a, h):
+            def f(a):
+                point = self._point(z, ref, h, a + ref)
+                return jnp.asarray(problem.evaluator(point)(liquid_law))
+
+            return jax.jvp(f, (a,), (jnp.ones_like(a),))
+
+        def next_durable(h):
+            def f(h):
+                return jnp.asarray(problem.evaluator(self._point(z, ref, h, ref))(durable_law))
+
+            return jax.jvp(f, (h,), (jnp.ones_like(h),))
+
+        return next_liquid, next_durable
+
+    # ------------------------------------------------------------------ solve
+    def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
+        raise NotImplementedError("NEGM solves through `step`, which reads next period.")
+
+    def solve(self, problem: RegimeProblem, following: NEGMPolicy | None, next_problem):
+        """One period of the regime: its value array on the state grid and its policy.
+        `following` is next period's policy (None after the model's last period)."""
+        regime = problem.regime
+        liquid, durable, total = self._grids(problem)
+        codes = self._flat_codes(regime)
+        savings = self.savings.to_jax()
+        z_shape = self._discrete_shape(regime)
+
+        if following is not None:
+            next_codes = codes
+
+            def next_read(m, n):
+                """Next period's `(v, v_m, v_n)` at `(m, n)` for every discrete state."""
+
+                def at(zc, policy):
+                    _, marginal, _ = self._utility(next_problem, zc)
+                    return read(
+                        policy,
+                        (liquid, durable, total),
+                        m,
+                        n,
+                        self._resources(next_problem, zc),
+                        marginal,
+                    )
+
+                return jax.vmap(at)(next_codes, following)
+
+        def at_discrete(z):
+            utility, u_c, u_h = self._utility(problem, z)
+            vu = jnp.vectorize(utility)
+            vu_c = jnp.vectorize(u_c)
+            vu_h = jnp.vectorize(u_h)
+            if following is None:
+                c = jnp.maximum(liquid[:, None] - savings[0], 0.0) * jnp.ones_like(durable)
+                h = jnp.broadcast_to(durable, c.shape)
+                value = vu(c, h)
+                keep = (value, c, vu_c(c, h), vu_h(c, h))
+            else:
+                weights, beta = self._next_weights(problem, z)
+                next_liquid, next_durable = self._laws(problem, z)
+
+                def post_decision(n):
+                    n_next, n_slope = next_durable(n)
+
+                    def at_savings(a):
+                        m_next, gross = next_liquid(a, n)
+                        v, v_m, v_n = next_read(m_next, n_next)
+                        return (
+                            jnp.sum(weights * v),
+                            gross * jnp.sum(weights * v_m),
+                            n_slope * jnp.sum(weights * v_n),
+                        )
+
+                    return jax.vmap(at_savings)(savings)
+
+                def keeper(n):
+                    w, w_a, w_n = post_decision(n)
+                    return self._keeper(savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, u_c)
+
+                keep = jax.vmap(keeper, out_axes=1)(durable)
+            kv, kc, km, kn = keep
+            adjust = jax.vmap(lambda x: self._adjuster(liquid, durable, keep, x, u_c))(total)
+            av, ac, ad, am = adjust
+            adjust_policy = NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
+            x, _, _ = jnp.vectorize(self._resources(problem, z))(liquid[:, None], durable[None, :])
+            adjusted = jax.vmap(lambda x: adjust_value_at(adjust_policy, total, x, u_c))
+            values = jnp.maximum(kv, adjusted(x.reshape(-1)).reshape(x.shape))
+            return values, NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
+
+        values, policy = jax.lax.map(at_discrete, codes)
+        # (Z, m, n) -> the regime's state order.
+        values = values.reshape((*z_shape, *values.shape[1:]))
+        order = [*self._discrete_states(regime), self.liquid, self.durable]
+        values = jnp.transpose(values, [order.index(s) for s in regime.states])
+        return values, policy
+
+    def _keeper(self, savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, u_c):
+        """The keeper at durable node `n`: the Euler equation inverted at the savings
+        points, read onto the liquid grid by an upper envelope over every segment of the
+        endogenous points and the credit-constrained choice. Returns `(v, c, v_m, v_n)`
+        on the liquid grid."""
+        q = beta * w_a
+        c_end = invert_marginal(lambda c: vu_c(c, n), q, self.newton_steps)
+        m_end = savings + c_end
+        m0, m1 = m_end[:-1], m_end[1:]
+        c0, c1 = c_end[:-1], c_end[1:]
+        last = jnp.arange(m0.shape[0]) == m0.shape[0] - 1
+        x = liquid[:, None]
+        low, high = jnp.minimum(m0, m1), jnp.maximum(m0, m1)
+        inside = ((x >= low) & (x <= high)) | (last & (x > high))
+        width = m1 - m0
+        t = (x - m0) / jnp.where(width == 0, 1.0, width)
+        c = c0 + t * (c1 - c0)
+        a = x - c
+        valid = inside & (c > 0) & (a >= savings[0])
+        safe_c = jnp.where(valid, c, 1.0)
+        safe_a = jnp.where(valid, a, savings[0])
+        segment_values = vu(safe_c, n) + beta * hermite_1d(savings, w, w_a, safe_a)
+        segment_values = jnp.where(valid, segment_values, NEG_INF)
+        bound_c = liquid - savings[0]
+        feasible = bound_c > 0
+        bound_values = jnp.where(
+            feasible, vu(jnp.where(feasible, bound_c, 1.0), n) + beta * w[0], NEG_INF
+        )
+        candidates = jnp.concatenate([bound_values[:, None], segment_values], axis=1)
+        all_c = jnp.concatenate([bound_c[:, None], safe_c], axis=1)
+        best = jnp.argmax(jax.lax.stop_gradient(candidates), axis=1)
+        value = jnp.take_along_axis(candidates, best[:, None], axis=1)[:, 0]
+        consumption = jnp.take_along_axis(all_c, best[:, None], axis=1)[:, 0]
+        saved = liquid - consumption
+        marginal = vu_c(consumption, n)
+        marginal_durable = vu_h(consumption, n) + beta * linear_1d(savings, w_n, saved)
+        return value, consumption, marginal, marginal_durable
+
+    def _adjuster(self, liquid, durable, keep, x, u_c):
+        """The adjuster at total resources `x`: the best new stock `d` of
+        `v_keep(x − d, d)`, by candidates and golden section. Returns `(v, c, d, v_x)`."""
+        kv, kc, km, kn = keep
+        policy = NEGMPolicy(kv, kc, km, kn, kv[:, 0], kv[:, 0], kv[:, 0], kv[:, 0])
+
+        def objective(d):
+            return keep_value_at(policy, liquid, durable, x - d, d, u_c)
+
+        low = durable[0]
+        high = jnp.clip(x - liquid[0], low, durable[-1])
+        frozen = jax.lax.stop_gradient((low, high, policy))
+        fixed_policy = frozen[2]
+
+        def frozen_marginal(c, h):
+            return jax.lax.stop_gradient(u_c(c, h))
+
+        def frozen_objective(d):
+            return keep_value_at(fixed_policy, liquid, durable, x - d, d, frozen_marginal)
+
+        steps = jnp.linspace(0.0, 1.0, self.adjuster_points)
+        candidates = frozen[0] + (frozen[1] - frozen[0]) * steps
+        values = jax.vmap(frozen_objective)(jax.lax.stop_gradient(candidates))
+        k = jnp.argmax(values)
+        a = candidates[jnp.maximum(k - 1, 0)]
+        b = candidates[jnp.minimum(k + 1, self.adjuster_points - 1)]
+
+        def golden(_, bracket):
+            a, b = bracket
+            left = b - GOLDEN * (b - a)
+            right = a + GOLDEN * (b - a)
+            better_left = frozen_objective(left) >= frozen_objective(right)
+            return jnp.where(better_left, a, left), jnp.where(better_left, right, b)
+
+        a, b = jax.lax.fori_loop(0, self.golden_steps, golden, (a, b))
+        middle = 0.5 * (a + b)
+        d = jnp.where(frozen_objective(middle) >= values[k], middle, candidates[k])
+        d = jax.lax.stop_gradient(d)
+        value = objective(d)
+        consumption = keep_consumption_at(policy, liquid, durable, x - d, d)
+        return value, consumption, d, u_c(consumption, d)
+
+    # ------------------------------------------------------------------ the period loop
+    def init(self, plan: ModelPlan, names: tuple[str, ...], dtype) -> Any:
+        return {name: None for name in names}
+
+    def step(self, problems, state, period: Period):
+        solutions, new_state, emitted = {}, dict(state), {}
+        for name, problem in problems.items():
+            following = None if period.last else state[name]
+            next_problem = problem.replace(period=problem.period + 1, age=period.next_age)
+            values, policy = self.solve(problem, following, next_problem)
+            n_checks = len(problem.checks) + len(self.extra_checks(problem.regime))
+            violations = jnp.zeros((*(1,) * len(problem.regime.states), n_checks), values.dtype)
+            solutions[name] = PeriodSolution(values, violations, policy)
+            new_state[name] = policy
+            emitted[name] = policy
+        return solutions, new_state, emitted
+
+    def postprocess(self, emitted, segment: SegmentOutputs):
+        return {}, dict(emitted)
+
+    # ------------------------------------------------------------------ queries
+    def _choices(self, problem: RegimeProblem, state: dict):
+        """Value, consumption and new durable stock of keeping and of adjusting at
+        `state` (axis: the `adjust` codes)."""
+        policy = jax.tree.map(lambda a: a[self._flat_index(problem, state)], problem.policy)
+        liquid, durable, total = self._grids(problem)
+        m, n = state[self.liquid], state[self.durable]
+        z = {s: state[s] for s in self._discrete_states(problem.regime)}
+        x, _, _ = self._resources(problem, z)(m, n)
+        _, marginal, _ = self._utility(problem, z)
+        keep = keep_value_at(policy, liquid, durable, m, n, marginal)
+        keep_c = keep_consumption_at(policy, liquid, durable, m, n)
+        adjust = adjust_value_at(policy, total, x, marginal)
+        adjust_c, adjust_d = adjust_choice_at(policy, total, x)
+        return (
+            jnp.stack([keep, adjust]),
+            jnp.stack([keep_c, adjust_c]),
+            jnp.stack([jnp.asarray(n, adjust_d.dtype), adjust_d]),
+        )
+
+    def choose(self, problem, state, key: PRNGKeyArray | None):
+        values, consumption, durable = self._choices(problem, state)
+        best = jnp.argmax(values)
+        chosen = {
+            self.adjust: best.astype(jnp.int32),
+            self.consumption: consumption[best],
+            self.durable_choice: durable[best],
+        }
+        return chosen, values[best]
+
+    def discrete_values(self, problem, state):
+        return self._choices(problem, state)[0]
+
+    def continuous_policy(self, problem, state):
+        _, consumption, durable = self._choices(problem, state)
+        return {self.consumption: consumption, self.durable_choice: durable}
+
+    def best_continuous_actions(self, problem, state, discrete_action):
+        policy = self.continuous_policy(problem, state)
+        code = discrete_action[self.adjust]
+        return {name: x[code] for name, x in policy.items()}
+
+    def choices_at(self, problem, state):
+        values, consumption, durable = self._choices(problem, state)
+        return values, {self.consumption: consumption, self.durable_choice: durable}
+
+    def euler_variables(self) -> tuple[str, str]:
+        return self.liquid, self.consumption
+
+    def action_step(self, problem, action) -> Array:
+        return jnp.asarray(1e-9)
+
+    def borrowing_limit(self, problem, discrete) -> Array:
+        return self.savings.to_jax()[0]
+
+    def work(self, problem: RegimeProblem) -> tuple[tuple[str, int], ...]:
+        regime = problem.regime
+        z = math.prod(self._discrete_shape(regime))
+        n_m = regime.grids[self.liquid].n_points
+        n_n = regime.grids[self.durable].n_points
+        k = self.savings.n_points
+        return (
+            ("keeper: savings x durable nodes", z * n_n * k),
+            ("keeper envelope: liquid x segments", z * n_n * n_m * k),
+            (
+                "adjuster: resources x candidates",
+                z * self.resources.n_points * self.adjuster_points,
+            ),
+        )

@@ -1,0 +1,226 @@
+"""NEGM against independent references, on small grids.
+
+- The two-period durable-goods model of `examples/durables.py` against its exact
+  reference (`tests/oracles/durables_two_period.py`, numpy float64): the last period's
+  closed form, and the first period maximised numerically against it.
+- jit, vmap over parameters, grad against central differences, simulation from the
+  continuous policies, and a named `ModelInitializationError` for each model outside
+  NEGM's class.
+
+The convergence study against a very fine grid search, the 20-period model's Euler
+errors and the timings are in `benchmarks/negm.py`.
+"""
+
+import functools
+import sys
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import lcm_eqx as lcm  # noqa: E402
+from tests.oracles import durables_two_period as oracle  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import durables  # noqa: E402
+
+GRIDS = {"n_wealth": 40, "n_durable": 20, "n_savings": 40, "n_resources": 40, "adjuster_points": 24}
+
+
+@functools.cache
+def solved(n_periods=2):
+    model, params = durables.build(n_periods=n_periods, **GRIDS)
+    return model, params, model.solve(params)
+
+
+def state_points(model):
+    regime = model.regimes["alive"]
+    wealth = np.asarray(regime.states["wealth"].to_jax())
+    durable = np.asarray(regime.states["durable"].to_jax())
+    nodes, matrix = (np.asarray(a) for a in regime.states["log_income"].discretize({}))
+    return wealth, durable, nodes, matrix
+
+
+def test_last_period_is_the_closed_form():
+    model, params, solution = solved()
+    wealth, durable, _, _ = state_points(model)
+    m, n = np.meshgrid(wealth, durable, indexing="ij")
+    exact = oracle.last_value(m, n, params, durable[-1])
+    values = np.asarray(solution.values["alive"][1])
+    # Away from the corner m ≈ 0.1 (where NEGM's adjuster keeps at least the grid's
+    # lowest liquid wealth) and within the adjuster's grid of resources (x ≤ 20): the
+    # keeper exactly; the adjuster to the error of reading the keeper between durable
+    # nodes near n = 0, where utility is steepest in the stock; to 1e-4 above m = 2.
+    x = m + 0.9 * n
+    inside = (m >= 0.5) & (x <= 20.0)
+    for z in range(values.shape[-1]):
+        err = np.abs(values[..., z] - exact)
+        keeps = np.isclose(exact, oracle.utility(m, n, params), rtol=0, atol=0)
+        assert np.max(err[keeps & inside]) < 1e-12
+        assert np.max(err[inside]) < 1e-3
+        assert np.max(err[inside & (m >= 2.0)]) < 1e-4
+
+
+def test_first_period_against_numerical_maximisation():
+    model, params, solution = solved()
+    wealth, durable, nodes, matrix = state_points(model)
+    values = np.asarray(solution.values["alive"][0])
+    rng = np.random.default_rng(0)
+    i = rng.integers(np.searchsorted(wealth, 0.5), np.searchsorted(wealth, 10.0), 25)
+    j = rng.integers(0, len(durable), 25)
+    z = rng.integers(0, len(nodes), 25)
+    exact = oracle.first_value(wealth[i], durable[j], z, params, nodes, matrix, durable[-1])
+    err = np.abs(values[i, j, z] - exact)
+    # Small grids: the error of reading next period's value between 40 x 20 nodes.
+    assert np.max(err) < 3e-3
+    assert np.mean(err) < 5e-4
+
+
+def test_values_decrease_in_neither_state():
+    _, _, solution = solved()
+    values = np.asarray(solution.values["alive"][0])
+    assert np.all(np.isfinite(values))
+    assert np.all(np.diff(values, axis=0) > 0)
+    assert np.all(np.diff(values, axis=1) >= -1e-10)
+
+
+def test_jit_and_vmap_over_params_match_the_eager_solve():
+    model, params, solution = solved()
+
+    def value(beta):
+        return model.solve({**params, "discount_factor": beta}).values["alive"][0]
+
+    jitted = jax.jit(value)(params["discount_factor"])
+    # (The eager solve compiles with the solver's XLA options, a nested jit without.)
+    np.testing.assert_allclose(jitted, solution.values["alive"][0], rtol=1e-8, atol=1e-10)
+    betas = jnp.asarray([0.95, params["discount_factor"]])
+    mapped = jax.vmap(value)(betas)
+    np.testing.assert_allclose(mapped[1], solution.values["alive"][0], rtol=1e-8, atol=1e-10)
+    # Utility is negative (CRRA, risk aversion 2): a lower discount factor weighs the
+    # negative future less, so every value rises.
+    assert np.all(np.asarray(mapped[0]) > np.asarray(mapped[1]))
+
+
+def test_grad_matches_central_differences():
+    model, params, _ = solved()
+
+    def value(beta, cost):
+        solved = model.solve({**params, "discount_factor": beta, "adjustment_cost": cost})
+        return solved.values["alive"][0][20, 10, 1]
+
+    beta, cost = params["discount_factor"], params["adjustment_cost"]
+    grad = jax.grad(value, argnums=(0, 1))(beta, cost)
+    h = 1e-5
+    central = (
+        (value(beta + h, cost) - value(beta - h, cost)) / (2 * h),
+        (value(beta, cost + h) - value(beta, cost - h)) / (2 * h),
+    )
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(central), rtol=1e-4, atol=1e-8)
+
+
+def test_simulation_follows_the_continuous_policies():
+    model, params, solution = solved(3)
+    n = 40
+    rng = np.random.default_rng(1)
+    initial = {
+        "regime": jnp.zeros(n, dtype=int),
+        "wealth": jnp.asarray(rng.uniform(0.5, 8.0, n)),
+        "durable": jnp.asarray(rng.uniform(0.0, 3.0, n)),
+        "log_income": jnp.zeros(n),
+    }
+    result = model.simulate(params, initial, solution, key=jax.random.key(0))
+    df = result.to_dataframe()
+    assert len(df) == 3 * n
+    assert np.all(np.isfinite(df["consumption"])) and np.all(df["consumption"] > 0)
+    keep = df["adjust"] == "keep"
+    saved_keep = df["wealth"][keep] - df["consumption"][keep]
+    assert np.all(saved_keep > -1e-9)
+    resources = df["wealth"] + 0.9 * df["durable"]
+    saved_adjust = (resources - df["new_durable"] - df["consumption"])[~keep]
+    assert np.all(saved_adjust > -1e-9)
+    # Consumption is off the consumption grid: it comes from the Euler equation.
+    grid = np.asarray(model.regimes["alive"].actions["consumption"].to_jax())
+    assert np.mean(np.isin(np.asarray(df["consumption"]), grid)) < 0.1
+    # The last period consumes everything that is not the durable.
+    last = df[df["period"] == 2]
+    np.testing.assert_allclose(
+        np.where(
+            last["adjust"] == "keep", last["wealth"], resources[last.index] - last["new_durable"]
+        ),
+        last["consumption"],
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
+# ---------------------------------------------------------------------- the class
+def _base():
+    model, _ = durables.build(n_periods=2, **GRIDS)
+    return model.regimes["alive"]
+
+
+def _with(**changes):
+    return _base().replace(**changes)
+
+
+def _three_way():
+    from enum import IntEnum
+
+    class Three(IntEnum):
+        keep = 0
+        adjust = 1
+        other = 2
+
+    regime = _base()
+    return regime.replace(actions={**regime.actions, "adjust": lcm.DiscreteGrid(Three)})
+
+
+OUTSIDE = {
+    "taste shocks": (lambda: _with(taste_shocks=lcm.ExtremeValueShocks()), "taste shocks"),
+    "no resources function": (
+        lambda: _with(functions={k: f for k, f in _base().functions.items() if k != "resources"}),
+        "no function 'resources'",
+    ),
+    "utility of liquid wealth": (
+        lambda: _with(
+            functions={
+                **_base().functions,
+                "utility": lambda consumption, held, wealth: jnp.log(consumption) + 0 * wealth,
+            }
+        ),
+        "depends on the liquid state",
+    ),
+    "three categories": (_three_way, "needs two"),
+    "another discrete action": (
+        lambda: _with(actions={**_base().actions, "work": lcm.DiscreteGrid(durables.Adjust)}),
+        "another discrete action 'work'",
+    ),
+    "no durable state": (
+        lambda: _with(
+            states={k: g for k, g in _base().states.items() if k != "durable"},
+            state_transitions={"wealth": durables.next_wealth},
+        ),
+        "'durable' is not a continuous state",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(OUTSIDE))
+def test_models_outside_the_class_are_named(case):
+    build, message = OUTSIDE[case]
+    with pytest.raises(lcm.ModelInitializationError, match=message):
+        regime = build()
+        lcm.Model(regimes={"alive": regime}, n_periods=2)
+
+
+def test_a_second_regime_is_named():
+    regime = _base()
+    dead = lcm.Regime(states={}, actions={}, functions={"utility": lambda: 0.0})
+    mortal = regime.replace(transition=lambda: {"alive": 0.9, "dead": 0.1})
+    with pytest.raises(lcm.ModelInitializationError, match="can move to"):
+        lcm.Model(regimes={"alive": mortal, "dead": dead}, n_periods=2)
