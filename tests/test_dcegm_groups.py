@@ -285,3 +285,22 @@ def test_parameters_that_do_not_stack_keep_regimes_apart():
     stacked, axes = _groups.stacked_params([c, d])
     assert axes == {"": {"x": None}, "utility": {"y": 0}}
     np.testing.assert_array_equal(stacked["utility"]["y"], [2.0, 3.0])
+
+
+def test_infeasible_states_of_regimes_of_one_shape_are_counted_together():
+    from lcm_eqx._diagnostics import infeasible_summary
+
+    a = np.zeros((3, 4, 5))
+    a[1, 2, 3] = a[1, 3, 0] = a[2, 0, 1] = -np.inf
+    b = np.zeros((3, 4, 5))
+    b[0, 1, 1] = -np.inf
+    values = {"a": jnp.asarray(a), "b": jnp.asarray(b), "dead": jnp.zeros(3)}
+    summary = jax.jit(infeasible_summary)(values)
+    assert set(summary) == {("a", "b"), ("dead",)}
+    counts, firsts = (np.asarray(x) for x in summary[("a", "b")])
+    for j, name in enumerate(("a", "b")):
+        alone_counts, alone_firsts = infeasible_summary({name: values[name]})[(name,)]
+        np.testing.assert_array_equal(counts[:, j], alone_counts)
+        np.testing.assert_array_equal(firsts[:, j], alone_firsts)
+    np.testing.assert_array_equal(counts, [[0, 1], [2, 0], [1, 0]])
+    np.testing.assert_array_equal(firsts, [[0, 6], [13, 0], [1, 0]])
