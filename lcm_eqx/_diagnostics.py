@@ -215,7 +215,62 @@ def infeasible_summary(
         )
         return count, first
 
-    return {name: summary(name, array) for name, array in values.items()}
+    def stacked_first_index(array):
+        # `first_index` of value arrays stacked along axis 1 (by period and regime).
+        infeasible = jnp.isneginf(array)
+        shape = infeasible.shape[2:]
+        flat = sum(
+            (
+                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, 2 + i)
+                * int(np.prod(shape[i + 1 :]))
+                for i in range(len(shape))
+            ),
+            jnp.zeros(infeasible.shape, jnp.int32),
+        )
+        over = tuple(range(2, infeasible.ndim))
+        first = jnp.min(jnp.where(infeasible, flat, int(np.prod(shape))), axis=over)
+        return jnp.where(jnp.any(infeasible, axis=over), first, 0)
+
+    def stacked_summary(names, arrays):
+        # `summary` of regimes with one shape, active periods and no distributed axis,
+        # their value arrays stacked along axis 1: `(n_periods, len(names))` each.
+        array = jnp.stack(arrays, axis=1)
+        periods = None if active is None else active.get(names[0])
+        inactive = np.ones(array.shape[0], bool)
+        inactive[list(range(array.shape[0]) if periods is None else periods)] = False
+        shape, merged = merged_axes(array.shape, tuple(range(2, array.ndim)))
+        counted = jnp.reshape(jnp.isneginf(array), shape).astype(jnp.int32)
+        count = one_kernel_reduce(jax.lax.add, 0, counted, merged)
+        if inactive.any():
+            count = jnp.where(inactive[:, None], 0, count)
+        first = jax.lax.cond(
+            jnp.any(count > 0),
+            stacked_first_index,
+            lambda array: jnp.zeros(array.shape[:2], jnp.int32),
+            array,
+        )
+        return count, first
+
+    # Regimes whose value arrays have one shape and active periods, none distributed,
+    # are counted together (one set of XLA kernels, a `cond` among them, rather than one
+    # per regime: the compile time of a model with many regimes of one structure),
+    # keyed by their names (a tuple; a regime counted alone by a tuple of its name).
+    groups: dict[tuple, list[str]] = {}
+    for name, array in values.items():
+        plain = array.ndim > 1 and not (distributed or {}).get(name)
+        key = (
+            (array.shape, str(array.dtype), None if active is None else active.get(name))
+            if plain
+            else (name,)
+        )
+        groups.setdefault(key, []).append(name)
+    out: dict = {}
+    for names in groups.values():
+        if len(names) == 1:  # (a tuple too: JAX sorts the keys of the outputs)
+            out[(names[0],)] = summary(names[0], values[names[0]])
+        else:
+            out[tuple(names)] = stacked_summary(names, [values[n] for n in names])
+    return out
 
 
 def warn_infeasible_states(model, params, solution, summaries) -> None:
@@ -231,7 +286,14 @@ def warn_infeasible_states(model, params, solution, summaries) -> None:
     plan = model.plan
     # `np.asarray` per array: `jax.device_get` of the tree took 0.36 ms per validated
     # solve of a two-regime model (three times as long), next to a 5 ms solve.
-    for name, (counts, firsts) in jax.tree.map(np.asarray, summaries).items():
+    by_regime = {}
+    for key, (counts, firsts) in summaries.items():
+        counts, firsts = np.asarray(counts), np.asarray(firsts)
+        if len(key) > 1:  # regimes counted together: a column each
+            by_regime.update({n: (counts[:, j], firsts[:, j]) for j, n in enumerate(key)})
+        else:
+            by_regime[key[0]] = (counts, firsts)
+    for name, (counts, firsts) in by_regime.items():
         regime = plan.regimes[name]
         periods = [t for t in regime.active if counts[t] > 0]
         if not periods:

@@ -201,6 +201,19 @@ class RegimeProblem:
         last_period: bool = False,
         code_offsets: dict[str, Array] | None = None,
     ):
+        # What `with_params` builds the same problem from, with other parameters.
+        self._arguments: dict[str, Any] = dict(
+            model=model,
+            regime=regime,
+            period=period,
+            age=age,
+            next_values=next_values,
+            validate=validate,
+            sharding=sharding,
+            prepare=prepare,
+            grid_points=grid_points,
+            next_grid_points=next_grid_points,
+        )
         if grid_points is None or next_grid_points is None:
             tables = age_varying_points(model)
             grid_points = points_in(tables, period)
@@ -336,6 +349,20 @@ class RegimeProblem:
                 raise AttributeError(f"RegimeProblem has no attribute {name!r}.")
             object.__setattr__(problem, name, value)
         return problem
+
+    def with_params(self, params: dict[str, dict[str, Any]]) -> RegimeProblem:
+        """The same problem built with other resolved parameters (of the same
+        structure): e.g. one member of a group of regimes of equal structure, traced
+        with the group's stacked parameters under `vmap` (see `_groups.py`). Keeps this
+        problem's readers, policy, code offsets and `last_period`."""
+        return RegimeProblem(
+            **self._arguments,
+            params=params,
+            policy=self.policy,
+            next_policies=self.next_policies,
+            last_period=self.last_period,
+            code_offsets=self.code_offsets,
+        )
 
     # ----------------------------------------------------------------- set-up
     def points(self, name: str) -> Array:

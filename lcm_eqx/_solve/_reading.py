@@ -39,6 +39,11 @@ class ContinuationReader(eqx.Module):
     The arrays it reads are `data` (leading axes `axes`), so that a sharded state that
     never transitions can be mapped jointly with them (`sliced`): each state point then
     reads only its own slice, on its own device, and `fixed` holds the codes taken.
+
+    A reader of several regimes of equal structure at once (`members`, their names;
+    empty for one regime) reads them all in one mapped read: its value and marginal
+    value have a leading axis over `members` before `axes`, and `expected_at_savings`
+    finds it under the key `members` (tuple) beside the members' own readers.
     """
 
     continuous: str | None = eqx.field(static=True)
@@ -46,6 +51,7 @@ class ContinuationReader(eqx.Module):
     data: tuple[Array, ...]
     fixed: dict[str, Array]
     read_fn: Callable = eqx.field(static=True)
+    members: tuple[str, ...] = eqx.field(static=True, default=())
 
     def __call__(self, m_next):
         return self.read_fn(self.data, self.fixed, m_next)
@@ -206,14 +212,19 @@ def expected_at_savings(
     marginal = jnp.asarray(0.0, a.dtype)
     unreachable = [r.id for n, r in problem.model.regimes.items() if n not in regime.targets]
 
-    def read(reader: ContinuationReader, m, has_states: bool):
-        value, slope = reader(m)  # arrays over the target's discrete states
+    def read_arrays(reader: ContinuationReader, value, slope):
+        """The value and slope over the target's discrete states taken at the next
+        states' codes, or their expectation."""
         for state in reader.axes:
             if state in probabilities:
                 value = jnp.sum(weighted(front(probabilities[state], value), value), axis=0)
                 slope = jnp.sum(front(probabilities[state], slope) * slope, axis=0)
             else:
                 value, slope = value[codes[state]], slope[codes[state]]
+        return value, slope
+
+    def read(reader: ContinuationReader, m, has_states: bool):
+        value, slope = read_arrays(reader, *reader(m))  # over the target's discrete states
         return (settle(value) if has_states else value), slope
 
     def read_nodes(reader: ContinuationReader, has_states: bool):
@@ -231,7 +242,32 @@ def expected_at_savings(
         values, slopes = jax.vmap(at)(node_codes, m_next, gross_return)
         return jnp.sum(weighted(node_weights, values)), jnp.sum(node_weights * slopes)
 
-    for target in regime.targets if targets is None else targets:
+    reading = tuple(regime.targets if targets is None else targets)
+    # Readers of several targets at once (`ContinuationReader.members`), where all of
+    # them are read: each member's term is added where its own would be.
+    together = {
+        member: key
+        for key in readers
+        if isinstance(key, tuple) and not drawn and set(key) <= set(reading)
+        for member in key
+    }
+    done: set[str] = set()
+    for target in reading:
+        if target in done:
+            continue
+        if target in together:
+            key = together[target]
+            has_states = bool(problem.model.regimes[target].states)
+            values, slopes = readers[key](m_next)
+            values, slopes = jax.vmap(lambda v, s: read_arrays(readers[key], v, s))(values, slopes)
+            if has_states:
+                values = settle(values)
+            for j, member in enumerate(key):
+                p = regime_p[problem.model.regimes[member].id]
+                expected = expected + weighted(p, values[j])
+                marginal = marginal + p * slopes[j]
+            done.update(key)
+            continue
         target_id = problem.model.regimes[target].id
         p = regime_p[target_id]
         has_states = bool(problem.model.regimes[target].states)
@@ -261,7 +297,9 @@ def invert_marginal(marginal: Callable[[Array], Array], q: Array, steps: int) ->
 
 
 def invert_marginals(
-    problems: list[tuple[Callable[[Array], Array], Array]], steps: int
+    problems: list[tuple[Callable[[Array], Array], Array]],
+    steps: int,
+    axis_name: str | None = None,
 ) -> list[Array]:
     """For each `(marginal, q)`: `c > 0` with `marginal(c) = q`, by Newton's method in
     logs.
@@ -278,6 +316,10 @@ def invert_marginals(
     selection under `vmap`); otherwise they run from it, and the last step is taken
     again from their end. (Three Newton steps per point were two: `model.solve` 0.945
     of before, the same solution to the last bit on the retirement model.)
+
+    `axis_name`: a `vmap` axis the problems are mapped along (the members of a group of
+    regimes of equal structure): the decision is taken for all of them at once, so that
+    it stays a branch rather than a selection that runs both.
     """
 
     def newton(x, marginal, log_q):
@@ -331,8 +373,11 @@ def invert_marginals(
             for a, b in zip(first, jax.lax.stop_gradient(second), strict=True)
         ]
     )
+    any_moved = one_kernel_reduce(jax.lax.bitwise_or, False, moved, 0)
+    if axis_name is not None:
+        any_moved = jax.lax.pmax(any_moved.astype(jnp.int32), axis_name) > 0
     xs = jax.lax.cond(
-        one_kernel_reduce(jax.lax.bitwise_or, False, moved, 0),
+        any_moved,
         lambda: final(rest(jax.lax.stop_gradient(second), 2)),
         lambda: second,
     )

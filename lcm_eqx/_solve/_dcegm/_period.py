@@ -26,10 +26,11 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from ..._model._plan import ModelPlan, Segment
-from .._reading import zero_reader
+from .._groups import stacked_params, structure_groups
+from .._reading import ContinuationReader, zero_reader
 from .._solver import Period, PeriodSolution, SegmentOutputs
 from ._envelope import INACTIVE, ORDINARY, ZERO, EndogenousGrid
-from ._readers import endogenous_reader, inactive_grid, zero_grid
+from ._readers import endogenous_reader, inactive_grid, stacked_endogenous_reader, zero_grid
 from ._rows import grid_arrays
 
 if TYPE_CHECKING:
@@ -109,9 +110,12 @@ def regrouped(solver: DCEGM, plan: ModelPlan, state: State, active) -> State:
     return {name: a for name, a in by_regime.items() if name not in grouped}, out
 
 
-def ungrouped(state: State, shapes: dict, leading: int = 0) -> dict[str, tuple]:
+def ungrouped(
+    state: State, shapes: dict, leading: int = 0, only: str | None = None
+) -> dict[str, tuple]:
     """The carried (or, with `leading` period axes, emitted) grids by regime: each
-    group's rows sliced back into its regimes' choices (`shapes`)."""
+    group's rows sliced back into its regimes' choices (`shapes`); with `only`, that
+    regime's alone (a reader of one target slices no other)."""
     by_regime, by_group = state
     out = dict(by_regime)
     for key, arrays in by_group.items():
@@ -119,6 +123,9 @@ def ungrouped(state: State, shapes: dict, leading: int = 0) -> dict[str, tuple]:
         for name in key:
             shape = shapes[name]
             size = math.prod(shape)
+            if only is not None and name != only:
+                offset += size
+                continue
             out[name] = tuple(
                 jax.lax.slice_in_dim(a, offset, offset + size, axis=leading).reshape(
                     (*a.shape[:leading], *shape, *a.shape[leading + 1 :])
@@ -150,7 +157,7 @@ def grid_status(name: str, segment: Segment, following: frozenset[str] | None, p
 def reader(solver: DCEGM, target: str, state: State, period: Period):
     """How `period` reads regime `target` of `state`: its refined grids of next period."""
     plan = period.plan
-    arrays = ungrouped(state, choice_shapes(solver, plan, members(state)))[target]
+    arrays = ungrouped(state, choice_shapes(solver, plan, members(state)), only=target)[target]
     grid = grid_of(arrays, grid_status(target, period.segment, period.following, period.period))
     return endogenous_reader(
         plan, target, solver, grid, period.resolved[target], period.period + 1, period.next_age
@@ -165,12 +172,28 @@ def step(
     plan = period.plan
     dtype = jnp.zeros(()).dtype
     with_readers = {}
+    together: dict[tuple[str, ...], ContinuationReader] | None = None
+    built: dict[str, ContinuationReader] = {}
     for name, problem in problems.items():
-        targets = plan.regimes[name].targets
+        regime = plan.regimes[name]
+        targets = regime.targets
         if period.last:
-            readers = {t: zero_reader(plan, t, solver.state, dtype) for t in targets}
+            readers: dict[Any, ContinuationReader] = {
+                t: zero_reader(plan, t, solver.state, dtype) for t in targets
+            }
         else:
-            readers = {t: period.read(t, solver.state) for t in targets}
+            # A target is read the same by every regime of the period: built once.
+            for t in targets:
+                if t not in built:
+                    built[t] = period.read(t, solver.state)
+            readers = {t: built[t] for t in targets}
+            # The targets of equal structure read at once, where this regime's choices
+            # are rows of a pass (`solve_batched`) that reads next period without nodes
+            # of drawn states.
+            if solver.batchable(regime) and not regime.drawn:
+                if together is None:
+                    together = stacked_readers(solver, state, period)
+                readers.update({k: r for k, r in together.items() if set(k) <= set(targets)})
         with_readers[name] = problem.replace(next_policies=readers)
     solutions, rows = solve_regimes(solver, with_readers, period.values_later)
     names = members(state)
@@ -196,6 +219,58 @@ def step(
             out[key] = (*new[:3], *(old if same else a for a, old, same in ends))
             emit[key] = (*new[:3], *(None if same else a for a, _, same in ends))
     return solutions, carried_out, emitted
+
+
+def stacked_readers(
+    solver: DCEGM, state: State, period: Period
+) -> dict[tuple[str, ...], ContinuationReader]:
+    """Readers of the groups of regimes of `state` that have equal structure and
+    parameters that stack (`_groups.py`), each reading its members at once
+    (`stacked_endogenous_reader`), by the members' names."""
+    plan = period.plan
+    names = members(state)
+    shapes = choice_shapes(solver, plan, names)
+    out = {}
+    for indices in structure_groups([plan.regimes[n] for n in names]):
+        if len(indices) < 2:
+            continue
+        group = tuple(names[i] for i in indices)
+        stacked = stacked_params([period.resolved[n] for n in group])
+        if stacked is None:
+            continue
+        status = grid_status(group[0], period.segment, period.following, period.period)
+        out[group] = stacked_endogenous_reader(
+            plan,
+            group,
+            solver,
+            stacked_arrays(state, shapes, group),
+            status,
+            *stacked,
+            period.period + 1,
+            period.next_age,
+        )
+    return out
+
+
+def stacked_arrays(state: State, shapes: dict, group: tuple[str, ...]) -> tuple:
+    """The carried grids of the regimes `group` (of one choice shape) stacked along a
+    leading axis: a slice of the rows where they are consecutive in one set of rows."""
+    k, shape = len(group), shapes[group[0]]
+    size = math.prod(shape)
+    for key, arrays in state[1].items():
+        if not set(group) <= set(key):
+            continue
+        start = key.index(group[0])
+        if key[start : start + k] == group:
+            offset = sum(math.prod(shapes[n]) for n in key[:start])
+            return tuple(
+                jax.lax.slice_in_dim(a, offset, offset + k * size).reshape(
+                    (k, *shape, *a.shape[1:])
+                )
+                for a in arrays
+            )
+    by_regime = ungrouped(state, shapes)
+    return tuple(jnp.stack([by_regime[n][i] for n in group]) for i in range(len(GRID_FIELDS)))
 
 
 def solve_regimes(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from ..._grids import AbstractProcessGrid
@@ -113,3 +114,41 @@ def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> Endogenous
 
 def inactive_grid(grid: EndogenousGrid) -> EndogenousGrid:
     return eqx.tree_at(lambda g: g.status, grid, jnp.asarray(INACTIVE, jnp.int32))
+
+
+def stacked_endogenous_reader(
+    model: ModelPlan,
+    targets: tuple[str, ...],
+    solver: DCEGM,
+    arrays: tuple,
+    status,
+    params,
+    axes,
+    period,
+    age,
+) -> ContinuationReader:
+    """A reader of several DC-EGM regimes of equal structure (`targets`) at once: the
+    first one's read mapped over their stacked grids (`arrays`: `grid_arrays` with a
+    leading axis over `targets`) and parameters (`params`, with their `vmap` axes
+    `axes`), so that it is traced once for all of them (see `ContinuationReader.members`).
+    """
+    first = targets[0]
+
+    def read_fn(data, fixed, x):
+        def one(data, params):
+            nodes, count, continuation0, feasible, limit = data
+            grid = EndogenousGrid(nodes, count, continuation0, feasible, limit, status)
+            reader = endogenous_reader(model, first, solver, grid, params, period, age)
+            return reader.read_fn(reader.data, fixed, x)
+
+        return jax.vmap(one, in_axes=(0, axes))(data, params)
+
+    target_plan = model.regimes[first]
+    return ContinuationReader(
+        continuous=solver.state,
+        axes=tuple(s for s in target_plan.states if s != solver.state),
+        data=tuple(arrays),
+        fixed={},
+        read_fn=read_fn,
+        members=targets,
+    )

@@ -65,6 +65,7 @@ from ._envelope import (
     read,
 )
 from ._kinks import BudgetKinks, kinked_savings
+from ._members import MEMBERS, in_order, member_parts, rows_of
 from ._readers import endogenous_reader
 from ._rows import (
     Block,
@@ -645,6 +646,51 @@ class DCEGM(AbstractSolver):
     def solve_batched(
         self, problems: list[RegimeProblem], with_values: bool = True
     ) -> tuple[list[PeriodSolution], dict[str, Array]]:
+        """`solve_period` of several regimes that this solver solves; and their refined
+        grids as rows (the regimes' flat choices one after the other, in the order of
+        `problems`), which the backward induction carries and emits as they are.
+
+        Regimes of equal structure (`_groups.py`: the same functions, grids and targets,
+        differing in parameter values) are traced once: one member's pass
+        (`_solve_together`) mapped over the group's stacked parameters, so that their
+        rows come out one member after the other, as the concatenation would. The
+        other regimes share one pass over rows.
+        """
+        parts = member_parts(problems)
+        if len(parts) == 1 and parts[0][1] is None:
+            return self._solve_together(problems, with_values)
+        solutions: list[Any] = [None] * len(problems)
+        pieces: list[tuple[list[int], dict[str, Array]]] = []
+        for indices, stacked in parts:
+            if stacked is None:
+                solved, rows = self._solve_together([problems[i] for i in indices], with_values)
+                solutions_of = dict(zip(indices, solved, strict=True))
+            else:
+                params, axes = stacked
+                representative = problems[indices[0]]
+
+                def member(params, representative=representative):
+                    solved, rows = self._solve_together(
+                        [representative.with_params(params)], with_values, MEMBERS
+                    )
+                    return solved[0], rows
+
+                solved, rows = jax.vmap(
+                    member, in_axes=(axes,), axis_size=len(indices), axis_name=MEMBERS
+                )(params)
+                rows = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), rows)
+                solutions_of = {
+                    i: jax.tree.map(lambda x, j=j: x[j], solved) for j, i in enumerate(indices)
+                }
+            for i, solution in solutions_of.items():
+                solutions[i] = solution
+            pieces.append((indices, rows))
+        sizes = [math.prod(self._flat_choices(p)[0]) for p in problems]
+        return solutions, in_order(pieces, sizes)
+
+    def _solve_together(
+        self, problems: list[RegimeProblem], with_values: bool = True, members=None
+    ) -> tuple[list[PeriodSolution], dict[str, Array]]:
         """`solve_period` of several regimes that this solver solves, in one pass; and
         their refined grids as rows (`nodes`, `count`, `continuation0`, `feasible`: the
         regimes' flat choices one after the other, in the order of `problems`), which
@@ -683,7 +729,9 @@ class DCEGM(AbstractSolver):
                 [None] * len(read)
                 if self.inverse_marginal_utility is not None
                 else list(
-                    invert_marginals([self._euler_targets(*r) for r in read], self.newton_steps)
+                    invert_marginals(
+                        [self._euler_targets(*r) for r in read], self.newton_steps, members
+                    )
                 )
             )
             raws = [
@@ -746,6 +794,49 @@ class DCEGM(AbstractSolver):
         ]
 
     def values_batched(
+        self,
+        problems: list[RegimeProblem],
+        grids: list[EndogenousGrid],
+        refined: dict[str, Array] | None = None,
+    ) -> list[Array]:
+        """The value arrays of regimes solved by `solve_batched(..., with_values=False)`,
+        from their period's refined grids (`refined`: the grids as `solve_batched`'s
+        rows, where the caller has them); regimes of equal structure read by one
+        member's read mapped over the group, as `solve_batched` solves them."""
+        parts = member_parts(problems)
+        if len(parts) == 1 and parts[0][1] is None:
+            return self._values_together(problems, grids, refined)
+        sizes = [math.prod(self._flat_choices(p)[0]) for p in problems]
+        offsets = np.cumsum([0, *sizes])
+        values: list[Any] = [None] * len(problems)
+        for indices, stacked in parts:
+            rows = None if refined is None else rows_of(refined, offsets, indices)
+            if stacked is None:
+                read = self._values_together(
+                    [problems[i] for i in indices], [grids[i] for i in indices], rows
+                )
+            else:
+                params, axes = stacked
+                representative = problems[indices[0]]
+                grid = jax.tree.map(lambda *xs: jnp.stack(xs), *(grids[i] for i in indices))
+                if rows is not None:  # one member's rows after the other: (members, rows)
+                    k = len(indices)
+                    rows = jax.tree.map(lambda x: x.reshape((k, -1, *x.shape[1:])), rows)
+
+                def member(params, grid, rows, representative=representative):
+                    return self._values_together(
+                        [representative.with_params(params)], [grid], rows
+                    )[0]
+
+                stacked_values = jax.vmap(member, in_axes=(axes, 0, None if rows is None else 0))(
+                    params, grid, rows
+                )
+                read = [stacked_values[j] for j in range(len(indices))]
+            for i, v in zip(indices, read, strict=True):
+                values[i] = v
+        return values
+
+    def _values_together(
         self,
         problems: list[RegimeProblem],
         grids: list[EndogenousGrid],
