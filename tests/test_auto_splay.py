@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from lcm_eqx._solve import _axes, _solver
+from lcm_eqx._solve import _axes, _grid_search, _solver
 from lcm_eqx._solve._axes import Axis, auto_splayed
 from tests.models import retirement
 
@@ -54,7 +54,10 @@ def test_an_automatically_splayed_solve_equals_the_plain_one(monkeypatch):
         chosen.append({a.name: a.batch_size for a in axes})
         return axes
 
+    # Grid search evaluates its values (the checks apart) in `_grid_search`; other
+    # pointwise solvers in `_solver`.
     monkeypatch.setattr(_solver, "auto_splayed", recording)
+    monkeypatch.setattr(_grid_search, "auto_splayed", recording)
     splayed = model.solve(params)
     assert {"wealth": 5} in chosen and {"wealth": 10} in chosen  # working, retired
     # The same to round-off, as the user's splay (XLA fuses a chunk's sums differently).
