@@ -367,7 +367,7 @@ def test_retirement_model_gradients_match_finite_differences():
         dist = model.distribution(p, initial, validate="off")
         return jnp.sum(dist.share("labor", "work")[:-1]) + jnp.sum(dist.mean("wealth")) / 100
 
-    gradient = jax.jit(jax.grad(moment))(params)
+    gradient = jax.jit(jax.grad(moment), compiler_options=model.compiler_options())(params)
     objective = jax.jit(moment)
     for name in (
         "discount_factor",
