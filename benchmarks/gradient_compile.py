@@ -6,7 +6,7 @@ a distribution moment of the life-cycle model (`tests/test_distribution.py`). Pr
 trace / lower / compile seconds and the number of XLA kernels (fusions) of the compiled
 program.
 
-    python benchmarks/gradient_compile.py [--cases dcegm grid distribution]
+    python benchmarks/gradient_compile.py [--cases dcegm grid distribution] [--model-options]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _solve_case(solver):
         solution = model.solve(p, validate="off")
         return sum(jnp.mean(solution.values[r][:2]) for r in ("working", "retired"))
 
-    return objective, PARAMS
+    return objective, PARAMS, model
 
 
 def _distribution_case():
@@ -61,7 +61,7 @@ def _distribution_case():
         dist = model.distribution(params, start, validate="off")
         return jnp.sum(dist.mean("wealth")) + 10.0 * jnp.sum(dist.share("labor", "work")[:-1])
 
-    return moment, lc.PARAMS
+    return moment, lc.PARAMS, model
 
 
 CASES = {
@@ -71,18 +71,15 @@ CASES = {
 }
 
 
-OPTIONS = None
-
-
-def measure(name):
-    objective, params = CASES[name]()
+def measure(name, model_options):
+    objective, params, model = CASES[name]()
     program = jax.jit(jax.grad(objective))
     t0 = time.perf_counter()
     traced = program.trace(params)
     t1 = time.perf_counter()
     lowered = traced.lower()
     t2 = time.perf_counter()
-    compiled = lowered.compile(OPTIONS)
+    compiled = lowered.compile(model.compiler_options() if model_options else None)
     t3 = time.perf_counter()
     text = compiled.as_text()
     kernels = len(re.findall(r"^\s*(?:ROOT )?\S+ = \S+ fusion\(", text, re.M))
@@ -103,15 +100,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     parser.add_argument(
-        "--loop-emitters",
+        "--model-options",
         action="store_true",
-        help="compile with DC-EGM's options (`Model.compiler_options`)",
+        help="compile with the model's own options (`Model.compiler_options`)",
     )
     args = parser.parse_args()
-    if args.loop_emitters:
-        OPTIONS = {
-            "xla_cpu_use_fusion_emitters": False,
-            "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
-        }
     for case in args.cases:
-        measure(case)
+        measure(case, args.model_options)
