@@ -225,9 +225,13 @@ def _set(params, path, value):
     return {**params, path[0]: _set(params[path[0]], path[1:], value)}
 
 
-@pytest.mark.parametrize("path", GRADIENT_PARAMS, ids=lambda p: p[-1])
-def test_gradients_of_moments_match_finite_differences(path):
-    model, _ = solved()
+@functools.cache
+def moment_and_gradient(solver):
+    """A moment of the distribution (jitted) and its gradient at `lc.PARAMS`: compiled
+    once for all the parameters a test checks, not once per parameter (the gradient's
+    program is the costliest compile of this file), and with the model's compiler
+    options (`Model.compiler_options`: DC-EGM's, about 35 % less compile)."""
+    model = lc.build(N_PERIODS, n_wealth=60, solver=solver)
     start = {"working": np.full((60, 3), 0.0)}
     start["working"][4:12, :] = 1.0 / 24
 
@@ -235,8 +239,13 @@ def test_gradients_of_moments_match_finite_differences(path):
         dist = model.distribution(params, start, validate="off")
         return jnp.sum(dist.mean("wealth")) + 10.0 * jnp.sum(dist.share("labor", "work")[:-1])
 
-    objective = jax.jit(moment)
-    gradient = jax.jit(jax.grad(moment))(lc.PARAMS)
+    gradient = jax.jit(jax.grad(moment), compiler_options=model.compiler_options())
+    return jax.jit(moment), gradient(lc.PARAMS)
+
+
+@pytest.mark.parametrize("path", GRADIENT_PARAMS, ids=lambda p: p[-1])
+def test_gradients_of_moments_match_finite_differences(path):
+    objective, gradient = moment_and_gradient("dcegm")
     x = float(_get(lc.PARAMS, path))
     h = 1e-5 * max(abs(x), 0.1)
     fd = (objective(_set(lc.PARAMS, path, x + h)) - objective(_set(lc.PARAMS, path, x - h))) / (
@@ -299,16 +308,7 @@ def test_splayed_wealth_axis_gives_the_same_distribution():
 def test_grid_search_gradients_where_smooth(path):
     # Wage and the income process move next states given the chosen grid point, and the
     # choice probabilities through `v_d`: smooth as long as no argmax flips.
-    model, _ = solved(solver="grid")
-    start = {"working": np.zeros((60, 3))}
-    start["working"][4:12, :] = 1.0 / 24
-
-    def moment(params):
-        dist = model.distribution(params, start, validate="off")
-        return jnp.sum(dist.mean("wealth")) + 10.0 * jnp.sum(dist.share("labor", "work")[:-1])
-
-    gradient = jax.jit(jax.grad(moment))(lc.PARAMS)
-    objective = jax.jit(moment)
+    objective, gradient = moment_and_gradient("grid")
     x = float(_get(lc.PARAMS, path))
     h = 1e-6 * max(abs(x), 0.1)
     fd = (objective(_set(lc.PARAMS, path, x + h)) - objective(_set(lc.PARAMS, path, x - h))) / (
@@ -367,7 +367,7 @@ def test_retirement_model_gradients_match_finite_differences():
         dist = model.distribution(p, initial, validate="off")
         return jnp.sum(dist.share("labor", "work")[:-1]) + jnp.sum(dist.mean("wealth")) / 100
 
-    gradient = jax.jit(jax.grad(moment))(params)
+    gradient = jax.jit(jax.grad(moment), compiler_options=model.compiler_options())(params)
     objective = jax.jit(moment)
     for name in (
         "discount_factor",
