@@ -15,15 +15,14 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
-
-import tempfile
 
 # Every compile measured: a fresh, empty persistent compilation cache for each run.
 os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="gradient_compile_")
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
