@@ -96,9 +96,9 @@ def _case(seed, n_stochastic, n_fixed, n_continuous, stacked):
 
 
 # The numbers of stochastic, fixed and continuous axes in a Latin square (every pair of
-# their values occurs, 9 of the 27 triples), each stacked and not: each case compiles
-# twelve readers, and the full product took 54 cases.
-PAIRWISE = [(a, b, (a + b) % 3) for a in range(3) for b in range(3)]
+# their values occurs, 9 of the 27 triples) and the largest case, each stacked and not:
+# each case compiles twelve readers, and the full product took 54 cases.
+PAIRWISE = [(a, b, (a + b) % 3) for a in range(3) for b in range(3)] + [(2, 2, 2)]
 
 
 @pytest.mark.parametrize("stacked", [False, True])
