@@ -9,6 +9,7 @@ and finally the continuation (the interpolation of next period's value arrays).
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import jax
@@ -165,31 +166,34 @@ def infeasible_summary(
     it reduces them (`merged_axes`), never a sharded one.
     """
 
-    def first_index(array):
-        # The flat index of the first infeasible state, by period: a reduction over the
-        # state axes only (no reshape, no argmax), so that on a sharded solution it is
-        # an all-reduce, never a gather of the value arrays.
+    def first_index(array, lead=1):
+        # The flat index of the first infeasible state over the axes after the `lead`
+        # ones (the period; with regimes stacked, the period and the regime): a
+        # reduction over the state axes only (no reshape, no argmax), so that on a
+        # sharded solution it is an all-reduce, never a gather of the value arrays.
         infeasible = jnp.isneginf(array)
-        shape = infeasible.shape[1:]
+        shape = infeasible.shape[lead:]
         flat = sum(
             (
-                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, 1 + i)
+                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, lead + i)
                 * int(np.prod(shape[i + 1 :]))
                 for i in range(len(shape))
             ),
             jnp.zeros(infeasible.shape, jnp.int32),
         )
-        first = jnp.min(jnp.where(infeasible, flat, int(np.prod(shape))), axis=axes_of(infeasible))
-        return jnp.where(jnp.any(infeasible, axis=axes_of(infeasible)), first, 0)
+        over = tuple(range(lead, infeasible.ndim))
+        first = jnp.min(jnp.where(infeasible, flat, int(np.prod(shape))), axis=over)
+        return jnp.where(jnp.any(infeasible, axis=over), first, 0)
 
-    def axes_of(array):
-        return tuple(range(1, array.ndim))
+    def inactive_periods(name, n_periods):
+        periods = None if active is None else active.get(name)
+        inactive = np.ones(n_periods, bool)
+        inactive[list(range(n_periods) if periods is None else periods)] = False
+        return inactive
 
     def summary(name, array):
         infeasible = jnp.isneginf(array)
-        periods = None if active is None else active.get(name)
-        inactive = np.ones(array.shape[0], bool)
-        inactive[list(range(array.shape[0]) if periods is None else periods)] = False
+        inactive = inactive_periods(name, array.shape[0])
         if array.ndim == 1:
             count = jnp.where(inactive, 0, infeasible.astype(jnp.int32))
             return count, jnp.zeros(array.shape, jnp.int32)
@@ -215,29 +219,11 @@ def infeasible_summary(
         )
         return count, first
 
-    def stacked_first_index(array):
-        # `first_index` of value arrays stacked along axis 1 (by period and regime).
-        infeasible = jnp.isneginf(array)
-        shape = infeasible.shape[2:]
-        flat = sum(
-            (
-                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, 2 + i)
-                * int(np.prod(shape[i + 1 :]))
-                for i in range(len(shape))
-            ),
-            jnp.zeros(infeasible.shape, jnp.int32),
-        )
-        over = tuple(range(2, infeasible.ndim))
-        first = jnp.min(jnp.where(infeasible, flat, int(np.prod(shape))), axis=over)
-        return jnp.where(jnp.any(infeasible, axis=over), first, 0)
-
     def stacked_summary(names, arrays):
         # `summary` of regimes with one shape, active periods and no distributed axis,
         # their value arrays stacked along axis 1: `(n_periods, len(names))` each.
         array = jnp.stack(arrays, axis=1)
-        periods = None if active is None else active.get(names[0])
-        inactive = np.ones(array.shape[0], bool)
-        inactive[list(range(array.shape[0]) if periods is None else periods)] = False
+        inactive = inactive_periods(names[0], array.shape[0])
         shape, merged = merged_axes(array.shape, tuple(range(2, array.ndim)))
         counted = jnp.reshape(jnp.isneginf(array), shape).astype(jnp.int32)
         count = one_kernel_reduce(jax.lax.add, 0, counted, merged)
@@ -245,7 +231,7 @@ def infeasible_summary(
             count = jnp.where(inactive[:, None], 0, count)
         first = jax.lax.cond(
             jnp.any(count > 0),
-            stacked_first_index,
+            functools.partial(first_index, lead=2),
             lambda array: jnp.zeros(array.shape[:2], jnp.int32),
             array,
         )
