@@ -9,7 +9,6 @@ and finally the continuation (the interpolation of next period's value arrays).
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import jax
@@ -21,7 +20,6 @@ from ._grids import DiscreteGrid
 from ._grids._age import age_of
 from ._model._params import resolve_params
 from ._solve._kernel import RegimeProblem, probability_violation
-from ._solve._reduce import merged_axes, one_kernel_reduce
 from ._validation import CHECKS, first_failures
 
 
@@ -148,142 +146,54 @@ def diagnose_nan(model, params, solution) -> str | None:
     return f"{where}: the value is NaN, but no single term is NaN at a feasible action."
 
 
-def infeasible_summary(
-    values: dict,
-    active: dict[str, tuple[int, ...]] | None = None,
-    distributed: dict[str, tuple[int, ...]] | None = None,
-) -> dict:
-    """By regime, per period: how many states have value -inf, and the first of them (a
-    flat index). Two small arrays leave the device, not the value arrays.
+@jax.jit
+def first_infeasible(values: jax.Array) -> jax.Array:
+    """Per period (the first axis of `values`), the flat index over the state axes of
+    the first state with value -inf (0 where there is none).
 
-    `active` (regime -> its active periods; default all): the periods in which a regime
-    is inactive have value -inf everywhere and count 0 here (`warn_infeasible_states`
-    reads active periods only). Otherwise every model with such a period (e.g. an alive
-    regime inactive in the last one) would compute the first index, an iota per state
-    axis at every point of every period: on the Mahler-Yum example a third of what its
-    validated solve cost over the unvalidated one. `distributed` (regime -> positions of
-    its distributed state axes): the count merges the other state axes into one before
-    it reduces them (`merged_axes`), never a sharded one.
+    A reduction over the state axes only (no reshape, no argmax), so that on a sharded
+    solution it is an all-reduce, never a gather of the value arrays. Its own small
+    program, compiled only when `warn_infeasible_states` has something to report: in the
+    solve's program it cost a `cond` and six kernels of compile time on every model
+    (on the quick start's, 0.1 s of its first solve) for a warning that is rare.
     """
-
-    def first_index(array, lead=1):
-        # The flat index of the first infeasible state over the axes after the `lead`
-        # ones (the period; with regimes stacked, the period and the regime): a
-        # reduction over the state axes only (no reshape, no argmax), so that on a
-        # sharded solution it is an all-reduce, never a gather of the value arrays.
-        infeasible = jnp.isneginf(array)
-        shape = infeasible.shape[lead:]
-        flat = sum(
-            (
-                jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, lead + i)
-                * int(np.prod(shape[i + 1 :]))
-                for i in range(len(shape))
-            ),
-            jnp.zeros(infeasible.shape, jnp.int32),
-        )
-        over = tuple(range(lead, infeasible.ndim))
-        first = jnp.min(jnp.where(infeasible, flat, int(np.prod(shape))), axis=over)
-        return jnp.where(jnp.any(infeasible, axis=over), first, 0)
-
-    def inactive_periods(name, n_periods):
-        periods = None if active is None else active.get(name)
-        inactive = np.ones(n_periods, bool)
-        inactive[list(range(n_periods) if periods is None else periods)] = False
-        return inactive
-
-    def summary(name, array):
-        infeasible = jnp.isneginf(array)
-        inactive = inactive_periods(name, array.shape[0])
-        if array.ndim == 1:
-            count = jnp.where(inactive, 0, infeasible.astype(jnp.int32))
-            return count, jnp.zeros(array.shape, jnp.int32)
-        # One kernel over the state axes merged where they may be (not the distributed
-        # ones): a sum over nine axes was an order of magnitude slower (`merged_axes`).
-        keep = set((distributed or {}).get(name, ()))
-        over = tuple(1 + i for i in range(array.ndim - 1) if i not in keep)
-        shape, merged = merged_axes(array.shape, over)
-        counted = jnp.reshape(infeasible, shape).astype(jnp.int32)
-        count = one_kernel_reduce(jax.lax.add, 0, counted, merged)
-        if count.ndim > 1:  # the distributed axes: summed across the devices
-            count = jnp.sum(count, axis=tuple(range(1, count.ndim)))
-        if inactive.any():
-            count = jnp.where(inactive, 0, count)
-        # The index costs an iota per state axis at every point: computed only when some
-        # state of an active period is infeasible (rare), else zeros. The branch reads
-        # the values (not a stored array of their -inf tests, one more pass).
-        first = jax.lax.cond(
-            jnp.any(count > 0),
-            first_index,
-            lambda array: jnp.zeros(array.shape[:1], jnp.int32),
-            array,
-        )
-        return count, first
-
-    def stacked_summary(names, arrays):
-        # `summary` of regimes with one shape, active periods and no distributed axis,
-        # their value arrays stacked along axis 1: `(n_periods, len(names))` each.
-        array = jnp.stack(arrays, axis=1)
-        inactive = inactive_periods(names[0], array.shape[0])
-        shape, merged = merged_axes(array.shape, tuple(range(2, array.ndim)))
-        counted = jnp.reshape(jnp.isneginf(array), shape).astype(jnp.int32)
-        count = one_kernel_reduce(jax.lax.add, 0, counted, merged)
-        if inactive.any():
-            count = jnp.where(inactive[:, None], 0, count)
-        first = jax.lax.cond(
-            jnp.any(count > 0),
-            functools.partial(first_index, lead=2),
-            lambda array: jnp.zeros(array.shape[:2], jnp.int32),
-            array,
-        )
-        return count, first
-
-    # Regimes whose value arrays have one shape and active periods, none distributed,
-    # are counted together (one set of XLA kernels, a `cond` among them, rather than one
-    # per regime: the compile time of a model with many regimes of one structure),
-    # keyed by their names (a tuple; a regime counted alone by a tuple of its name).
-    groups: dict[tuple, list[str]] = {}
-    for name, array in values.items():
-        plain = array.ndim > 1 and not (distributed or {}).get(name)
-        key = (
-            (array.shape, str(array.dtype), None if active is None else active.get(name))
-            if plain
-            else (name,)
-        )
-        groups.setdefault(key, []).append(name)
-    out: dict = {}
-    for names in groups.values():
-        if len(names) == 1:  # (a tuple too: JAX sorts the keys of the outputs)
-            out[(names[0],)] = summary(names[0], values[names[0]])
-        else:
-            out[tuple(names)] = stacked_summary(names, [values[n] for n in names])
-    return out
+    infeasible = jnp.isneginf(values)
+    shape = infeasible.shape[1:]
+    flat = sum(
+        (
+            jax.lax.broadcasted_iota(jnp.int32, infeasible.shape, 1 + i)
+            * int(np.prod(shape[i + 1 :]))
+            for i in range(len(shape))
+        ),
+        jnp.zeros(infeasible.shape, jnp.int32),
+    )
+    over = tuple(range(1, infeasible.ndim))
+    first = jnp.min(jnp.where(infeasible, flat, int(np.prod(shape))), axis=over)
+    return jnp.where(jnp.any(infeasible, axis=over), first, 0)
 
 
-def warn_infeasible_states(model, params, solution, summaries) -> None:
+def warn_infeasible_states(model, params, solution, counts) -> None:
     """Warn, per regime, of the active periods whose value arrays have states with no
     feasible action (value -inf): how many in each period, and the first state of each.
 
     Such states are harmless until a subject reaches one (then `simulate` raises
     `InfeasibleStateError`), but they usually mean action grids that start too high.
-    `summaries` is `infeasible_summary(solution.values)`.
+    `counts[regime]` holds how many states of each period have value -inf (the solve's
+    program counts them; inactive periods, -inf everywhere, are not read here).
     """
     if first_failures(solution.violations, solution.checks):
         return  # a failed check was reported; its states may be -inf in consequence
     plan = model.plan
-    # `np.asarray` per array: `jax.device_get` of the tree took 0.36 ms per validated
-    # solve of a two-regime model (three times as long), next to a 5 ms solve.
-    by_regime = {}
-    for key, (counts, firsts) in summaries.items():
-        counts, firsts = np.asarray(counts), np.asarray(firsts)
-        if len(key) > 1:  # regimes counted together: a column each
-            by_regime.update({n: (counts[:, j], firsts[:, j]) for j, n in enumerate(key)})
-        else:
-            by_regime[key[0]] = (counts, firsts)
-    for name, (counts, firsts) in by_regime.items():
+    for name, count in counts.items():
+        # `np.asarray` per array: `jax.device_get` of the tree took 0.36 ms per
+        # validated solve of a two-regime model (three times as long), next to a 5 ms
+        # solve.
+        count = np.asarray(count)
         regime = plan.regimes[name]
-        periods = [t for t in regime.active if counts[t] > 0]
+        periods = [t for t in sorted(regime.active) if count[t] > 0]
         if not periods:
             continue
+        firsts = np.asarray(first_infeasible(solution.values[name]))
         problem = _problem_at(model, params, solution, name, periods[0])
         shape = tuple(axis.points.shape[0] for axis in problem.state_axes)
         n_states = int(np.prod(shape))
@@ -304,7 +214,7 @@ def warn_infeasible_states(model, params, solution, summaries) -> None:
                     )
                     point[axis.name] = f"{float(x):.6g}"
             where = ", ".join(f"{k}={v}" for k, v in point.items())
-            described.append(f"period {t}: {int(counts[t])} (first at {where})")
+            described.append(f"period {t}: {int(count[t])} (first at {where})")
             if len(described) == 3 and len(periods) > 3:
                 described.append(f"and {len(periods) - 3} more periods")
                 break

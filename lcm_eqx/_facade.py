@@ -49,7 +49,6 @@ from ._simulate._simulate import (
 )
 from ._solve._backward import solve_model
 from ._solve._grid_search import GridSearch, assign_solvers
-from ._solve._sharding import distributed_states
 from ._solve._solution import Solution
 from ._solve._solver import AbstractSolver
 from ._typing import InitialConditions, Params
@@ -226,7 +225,7 @@ class Model(eqx.Module):
         self.solver = solver
         self.solvers = assign_solvers(plan, regimes, solver)
         self.plan = plan
-        solve = functools.partial(solve_model_with_infeasible_states, plan, self.solvers, ages)
+        solve = functools.partial(solve_model, plan, self.solvers, ages)
         static = ("validate", "progress")
         self._solve_nested = jax.jit(solve, static_argnames=static)
         options = _compiler_options(plan, self.solvers)
@@ -635,22 +634,6 @@ class Model(eqx.Module):
             ages=ages,
             model_structure=model_structure(self),
         )
-
-
-def solve_model_with_infeasible_states(plan, solvers, ages, params, *, validate, progress=None):
-    """`solve_model`, and with `validate` by regime and period how many states have no
-    feasible action and the first of them, counted in the same program (a few numbers
-    leave it; `warn_infeasible_states` reports them)."""
-    solution = solve_model(plan, solvers, ages, params, validate=validate, progress=progress)
-    if not validate:
-        return solution, {}
-    active = {name: tuple(sorted(regime.active)) for name, regime in plan.regimes.items()}
-    distributed = distributed_states(plan)
-    axes = {
-        name: tuple(i for i, s in enumerate(regime.states) if s in distributed)
-        for name, regime in plan.regimes.items()
-    }
-    return solution, _diagnostics.infeasible_summary(solution.values, active, axes)
 
 
 def _infeasible_subjects(plan: ModelPlan, record, traced: bool) -> dict[str, Any]:

@@ -288,19 +288,30 @@ def test_parameters_that_do_not_stack_keep_regimes_apart():
 
 
 def test_infeasible_states_of_regimes_of_one_shape_are_counted_together():
-    from lcm_eqx._diagnostics import infeasible_summary
+    """The value checks of regimes of one shape are one reduction; the counts of -inf
+    states per period and the first of them (computed apart, only for the warning)
+    are each regime's own."""
+    from lcm_eqx._diagnostics import first_infeasible
+    from lcm_eqx._solve._backward import _value_checks
 
     a = np.zeros((3, 4, 5))
     a[1, 2, 3] = a[1, 3, 0] = a[2, 0, 1] = -np.inf
     b = np.zeros((3, 4, 5))
     b[0, 1, 1] = -np.inf
+    b[2, 0, 0] = np.nan
     values = {"a": jnp.asarray(a), "b": jnp.asarray(b), "dead": jnp.zeros(3)}
-    summary = jax.jit(infeasible_summary)(values)
-    assert set(summary) == {("a", "b"), ("dead",)}
-    counts, firsts = (np.asarray(x) for x in summary[("a", "b")])
-    for j, name in enumerate(("a", "b")):
-        alone_counts, alone_firsts = infeasible_summary({name: values[name]})[(name,)]
-        np.testing.assert_array_equal(counts[:, j], alone_counts)
-        np.testing.assert_array_equal(firsts[:, j], alone_firsts)
-    np.testing.assert_array_equal(counts, [[0, 1], [2, 0], [1, 0]])
-    np.testing.assert_array_equal(firsts, [[0, 6], [13, 0], [1, 0]])
+    violations = {name: jnp.zeros((3, 0)) for name in values}
+    checks = {name: () for name in values}
+    axes = {"a": (0, 1), "b": (0, 1), "dead": ()}
+    _, names, _ = _value_checks(values, violations, checks, axes.__getitem__)
+    assert names["a"] == ("value:nan",)
+    extended, counts = jax.jit(
+        lambda v: _value_checks(v, violations, checks, axes.__getitem__)[::2]
+    )(values)
+    np.testing.assert_array_equal(counts["a"], [0, 2, 1])
+    np.testing.assert_array_equal(counts["b"], [1, 0, 0])
+    np.testing.assert_array_equal(counts["dead"], [0, 0, 0])
+    np.testing.assert_array_equal(extended["a"][:, 0], [0, 0, 0])
+    np.testing.assert_array_equal(extended["b"][:, 0], [0, 0, 1])
+    np.testing.assert_array_equal(first_infeasible(values["a"]), [0, 13, 1])
+    np.testing.assert_array_equal(first_infeasible(values["b"]), [6, 0, 0])

@@ -23,7 +23,8 @@ from .._model._plan import ModelPlan, Segment
 from .._persistence import plan_structure
 from .._progress import solve_tick
 from .._validation import NAN_CHECK
-from ._kernel import RegimeProblem, age_varying_points, max_each, shifted, stack_checks
+from ._kernel import RegimeProblem, age_varying_points, shifted, stack_checks
+from ._reduce import max_and_count_neginf
 from ._sharding import ShardingPlan, sharding_plan
 from ._solution import Solution
 from ._solver import AbstractSolver, Period, SegmentOutputs, solver_groups
@@ -99,11 +100,14 @@ def solve_model(
     *,
     validate: bool,
     progress: str | None = None,
-) -> Solution:
+) -> tuple[Solution, dict[str, jax.Array]]:
     """Solve the model by backward induction; a pure function of `params`.
 
     `solvers[regime]` solves each regime's period problem. `progress` (`None`, `"text"`
-    or `"tqdm"`) emits a host callback per period.
+    or `"tqdm"`) emits a host callback per period. With `validate`, the second result
+    holds by regime, per period, how many states have value -inf (no feasible action),
+    counted in the same reduction as the NaN check (a few numbers leave the program;
+    `warn_infeasible_states` reports them); without, it is empty.
     """
     dtype = jnp.zeros(()).dtype
     # Grids whose bounds vary with age: their points of period t (and t + 1, where next
@@ -306,8 +310,11 @@ def _collect(induction: _Induction, segment, inputs, outputs, deferred, parts) -
         parts["violations"].setdefault(name, []).append(segment_violations.get(name))
 
 
-def _solution(induction: _Induction, checks, parts, tables, ages) -> Solution:
-    """The `Solution` from the segments' parts (in reverse order of the periods)."""
+def _solution(
+    induction: _Induction, checks, parts, tables, ages
+) -> tuple[Solution, dict[str, jax.Array]]:
+    """The `Solution` from the segments' parts (in reverse order of the periods), and
+    with validation, by regime and period, how many states have no feasible action."""
     plan, dtype = induction.plan, jnp.zeros(()).dtype
     place = induction.place
     values = {
@@ -326,11 +333,12 @@ def _solution(induction: _Induction, checks, parts, tables, ages) -> Solution:
             for v, p in zip(parts["violations"][name], parts["values"][name], strict=True)
         ]
         violations[name] = jnp.concatenate(stacked[::-1], axis=0)
+    infeasible: dict[str, jax.Array] = {}
     if induction.validate:
-        violations, all_checks = _with_nan_check(
+        violations, all_checks, infeasible = _value_checks(
             values, violations, all_checks, induction.unsharded_axes
         )
-    return Solution(
+    solution = Solution(
         values=values,
         violations={name: _reduce_sharded(v) for name, v in violations.items()},
         checks=all_checks,
@@ -348,6 +356,7 @@ def _solution(induction: _Induction, checks, parts, tables, ages) -> Solution:
         # Static: set when the solve is traced, so a call does not copy the Solution.
         model_structure=plan_structure(plan, ages),
     )
+    return solution, infeasible
 
 
 def _values_later(plan: ModelPlan, solvers: dict[str, AbstractSolver]) -> frozenset[str]:
@@ -393,23 +402,29 @@ def state_points(plan: ModelPlan, tables) -> dict[str, dict[str, jax.Array]]:
     return grids
 
 
-def _with_nan_check(values, violations, checks, unsharded_axes):
-    """Each regime's violations with one more check: whether its value array has a NaN
-    in that period (reduced over the unsharded state axes, like the other checks)."""
+def _value_checks(values, violations, checks, unsharded_axes):
+    """What validation reads of the value arrays, in one variadic reduction per group of
+    value arrays of one shape and reduction axes (`max_and_count_neginf`): each
+    regime's violations with one more check, whether its value array has a NaN in that
+    period (reduced over the unsharded state axes, like the other checks), and by
+    regime, per period, how many states have value -inf (no feasible action; summed
+    over the sharded axes too), which `warn_infeasible_states` reports."""
     dtype = jnp.zeros(()).dtype
-    # `max` propagates NaN: the value arrays of one shape and reduction axes are
-    # maximised together in one variadic reduction, without a separate test kernel.
     groups: dict[tuple, list[str]] = {}
     for name, value in values.items():
         axes = tuple(1 + i for i in unsharded_axes(name))
         groups.setdefault((value.shape, axes), []).append(name)
-    extended = {}
+    extended, infeasible = {}, {}
     for (_, axes), names in groups.items():
-        highest = max_each(tuple(values[name] for name in names), axes)
-        for name, high in zip(names, highest, strict=True):
+        highest, counts = max_and_count_neginf(tuple(values[name] for name in names), axes)
+        for name, high, count in zip(names, highest, counts, strict=True):
             has_nan = jnp.isnan(high).astype(dtype)
             extended[name] = jnp.concatenate([violations[name], has_nan[..., None]], axis=-1)
-    return extended, {name: (*c, NAN_CHECK) for name, c in checks.items()}
+            # The sharded state axes: one all-reduce of `n_periods` counts per array.
+            infeasible[name] = (
+                jnp.sum(count, axis=tuple(range(1, count.ndim))) if count.ndim > 1 else count
+            )
+    return extended, {name: (*c, NAN_CHECK) for name, c in checks.items()}, infeasible
 
 
 def _reduce_sharded(violations):

@@ -107,6 +107,12 @@ class Factoring:
         """The number of points of the product of `axes`."""
         return math.prod(self.sizes[a] for a in axes)
 
+    def pieces_fit(self) -> bool:
+        """Whether no piece spans more than `_MAX_PIECE` of the whole product (what
+        `plan_factoring(..., limit_pieces=True)` asks before it plans the rest)."""
+        largest = max((self.points(p.axes) for p in self.pieces), default=0)
+        return largest <= _MAX_PIECE * self.points(self.names)
+
 
 class _Graph:
     """A flat jaxpr with, per variable, its producing equation and its input axes."""
@@ -337,7 +343,7 @@ def plan_factoring(
     # that splaying cannot take back (the plain product reduces chunk by chunk), and
     # leaves nothing to eliminate early. Known before the rest is planned.
     largest = max((size(p.axes) for p in pieces), default=0)
-    if limit_pieces and largest > _MAX_PIECE * size(names):
+    if limit_pieces and largest > _MAX_PIECE * size(names):  # `Factoring.pieces_fit`
         return None
 
     # Continuous actions (max) before discrete ones under taste shocks (log-sum-exp).

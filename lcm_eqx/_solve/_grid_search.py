@@ -106,13 +106,14 @@ class GridSearch(AbstractPointwiseSolver):
         return None if planned is None else tuple(planned[0].work_by_piece())
 
     def solve_period(self, problem):
-        planned = self._plan(problem)
-        if planned is None or not _factored.worth_it(planned[0]):
-            if problem.validate and problem.checks and not problem.carried():
+        # Checks apart need the plan whatever the size of its pieces: planned once (the
+        # plan traces the kernel; a second trace was a tenth of a first solve's tracing).
+        apart = bool(problem.validate and problem.checks and not problem.carried())
+        planned = self._plan(problem, limit_pieces=not apart)
+        if planned is None or not (planned[0].pieces_fit() and _factored.worth_it(planned[0])):
+            if apart and planned is not None:
                 # The plain product's values, and the checks on their own axes.
-                planned = planned or self._plan(problem, limit_pieces=False)
-                if planned is not None:
-                    return self._plain_with_checks_apart(problem, *planned)
+                return self._plain_with_checks_apart(problem, *planned)
             return super().solve_period(problem)
         scale = taste_shock_scale(problem)
         carried = problem.carried()

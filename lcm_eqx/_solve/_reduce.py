@@ -58,6 +58,41 @@ def reduce_pair(
     )
 
 
+def max_and_count_neginf(
+    arrays: tuple[Array, ...], axes: tuple[int, ...]
+) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+    """Each of `arrays` (one shape) maximised over `axes`, and its `-inf` entries counted
+    there (int32), all in one XLA kernel (a variadic reduction), without derivative.
+
+    What validation reads of the value arrays after the period loop: the maximum is NaN
+    where a NaN is (`max` propagates it), the count says how many states have no
+    feasible action. Two reductions per array were two or more kernels each (XLA:CPU
+    splits a reduction over more than 32 entries into a reduce-window and a reduce), on
+    the quick start's model 10 of the validated program's 50. Consecutive reduced axes
+    are merged first (`merged_axes`).
+    """
+    if not arrays:
+        return (), ()
+    counted = tuple(jnp.isneginf(a).astype(jnp.int32) for a in arrays)
+    if not axes:
+        return arrays, counted
+    shape, merged = merged_axes(arrays[0].shape, axes)
+    highest, counts = jax.lax.stop_gradient(
+        (tuple(a.reshape(shape) for a in arrays), tuple(c.reshape(shape) for c in counted))
+    )
+    n = len(arrays)
+    reduced = jax.lax.reduce(
+        (*highest, *counts),
+        (*(jnp.asarray(-jnp.inf, a.dtype) for a in highest), *(jnp.int32(0),) * n),
+        lambda a, b: (
+            *(jnp.maximum(x, y) for x, y in zip(a[:n], b[:n], strict=True)),
+            *(x + y for x, y in zip(a[n:], b[n:], strict=True)),
+        ),
+        merged,
+    )
+    return tuple(reduced[:n]), tuple(reduced[n:])
+
+
 def one_kernel_reduce(op: Callable, identity, x: Array, axis: int | tuple[int, ...]) -> Array:
     """`x` reduced along `axis` (one or several) by `op` in one XLA kernel with the
     computation of `x`, without derivative: `reduce_pair` of `x` and a constant array of
