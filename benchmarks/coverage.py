@@ -2,7 +2,7 @@
 
 Three measurements:
 
-- `timing`: the API.md retirement model (5 periods, 100 wealth and 500 consumption
+- `timing`: the quick start's retirement model (5 periods, 100 wealth and 500 consumption
   points) with EV1 taste shocks on the labor choice, 2,000 simulated subjects, four
   free parameters (disutility of work, discount factor, taste-shock scale, wage)
   started 30% away from the truth, solved by `DCEGM` (100 savings points; `--solver

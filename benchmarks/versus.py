@@ -5,7 +5,7 @@ interleaved call by call, so that the machine's load falls on both alike.
     python benchmarks/versus.py --base HEAD --rounds 41
 
 The other commit's package is exported (`git archive`) into a temporary folder as
-`lcm_eqx_base` (the package imports itself only relatively). Models (float64): API.md's
+`lcm_eqx_base` (the package imports itself only relatively). Models (float64): the quick start's
 retirement model with `GridSearch` (wealth 100 x consumption 500, 5 periods), with
 `DCEGM` (200 savings points), with `DCEGM` and taste shocks, and the stochastic
 life-cycle model (Rouwenhorst income, mortality, taste shocks) with `DCEGM`. For each:
