@@ -15,9 +15,11 @@ PYTHON = "3.11"
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite."""
+    """Run the whole test suite, the tests marked slow included (`nox -s tests -- -m
+    "not slow"` runs what the README's command and CI run)."""
     session.install("-e", ".[test]")
-    session.run("python", "-m", "pytest", *session.posargs, env={"MPLBACKEND": "Agg"})
+    # A `-m` in the arguments comes later, so it wins over this one.
+    session.run("python", "-m", "pytest", "-m", "", *session.posargs, env={"MPLBACKEND": "Agg"})
 
 
 @nox.session(python=PYTHON)

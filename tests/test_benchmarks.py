@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # A guard against a hung run, not a time limit (tests never assert wall-clock times): a
 # loaded machine took longer than the 600 s this once was. `LCM_TEST_SUBPROCESS_TIMEOUT_S`
@@ -14,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = float(os.environ.get("LCM_TEST_SUBPROCESS_TIMEOUT_S", 3600))
 
 
+@pytest.mark.slow
 def test_quick_benchmark_run(tmp_path):
     output = tmp_path / "quick.json"
     completed = subprocess.run(
@@ -79,6 +82,7 @@ def _run_script(tmp_path, script: str, *options: str) -> tuple[dict, str]:
     return json.loads(output.read_text()), completed.stdout
 
 
+@pytest.mark.slow
 def test_overhead_quick(tmp_path):
     """`benchmarks/overhead.py --quick`: cold start (first call, its trace / lower /
     compile split, programs compiled) and steady per-call times, float64 retirement, and
@@ -107,6 +111,7 @@ def test_overhead_quick(tmp_path):
     assert "The quick start's retirement model" in stdout
 
 
+@pytest.mark.slow
 def test_compile_regimes_quick(tmp_path):
     """`benchmarks/compile_regimes.py`: trace / lower / compile times and kernel counts
     against regimes and user functions (two points, one process each)."""

@@ -249,6 +249,7 @@ def test_a_curved_law_of_motion_is_outside_the_class():
         model.solve({k: PARAMS[k] for k in ("discount_factor", "interest_rate", "rho")})
 
 
+@pytest.mark.slow
 def test_sharded_permanent_type_needs_no_collective():
     """4 host devices: a sharded permanent type (whose floor and income differ, and so
     do the breakpoints) gives the unsharded values, and the compiled solve moves nothing

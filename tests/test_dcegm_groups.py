@@ -232,6 +232,7 @@ def test_vmap_over_parameters_and_a_splayed_state(monkeypatch):
         np.testing.assert_allclose(splayed.values[name], plain.values[name], rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_simulation_of_a_grouped_solution_equals_the_ungrouped_one(monkeypatch):
     params = params_for(True)
     initial = {

@@ -155,6 +155,7 @@ def test_choices_are_the_solutions_choice_probabilities():
         np.testing.assert_allclose(dist.choice["working"][t], expected, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_initial_mass_as_arrays_jit_and_vmap():
     model, _solution = solved()
     start = np.zeros((60, 3))
@@ -173,6 +174,7 @@ def test_initial_mass_as_arrays_jit_and_vmap():
     assert float(vmapped[1][-1]) > float(eager[-1])
 
 
+@pytest.mark.slow
 def test_process_values_under_jit_are_binned_on_the_traced_nodes():
     # Under jit the income nodes depend on traced parameters: the values were converted
     # to NumPy there (a raw TracerArrayConversionError) before.
@@ -335,6 +337,7 @@ def test_moments_of_functions():
     assert np.all(np.isfinite(np.asarray(dist.mean("utility"))[:-1]))
 
 
+@pytest.mark.slow
 def test_sharded_permanent_type_gives_the_same_distribution():
     """4 host devices: a sharded skill that never transitions gives the unsharded mass,
     the mass stays split over the devices along skill, and the compiled forward pass

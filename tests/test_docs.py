@@ -16,6 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+# Pages whose blocks fit and solve several models (each a long compile): `-m slow`.
+SLOW_DOCUMENTS = {ROOT / "docs" / "estimation.md", ROOT / "docs" / "solvers.md"}
 # Pages that tools/docs_hooks.py generates when the site is built (tests/test_docs_site.py
 # builds it and checks every link, these included).
 GENERATED_PAGES = {ROOT / "docs" / "reference.md"}
@@ -64,7 +66,11 @@ def test_block_extraction():
     assert python_blocks(text) == [(3, "a = 1\n"), (9, "b = a\n")]
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "document",
+    [pytest.param(d, marks=pytest.mark.slow) if d in SLOW_DOCUMENTS else d for d in DOCUMENTS],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_python_blocks_run(document: Path, tmp_path: Path):
     blocks = python_blocks(document.read_text())
     if not blocks:

@@ -52,6 +52,7 @@ def test_prepare_data_groups_rows_by_regime_and_period(model, panel):
     assert len(np.unique(rows)) == rows.size
 
 
+@pytest.mark.slow
 def test_log_likelihood_gradient_matches_finite_differences(model, panel):
     data = prepare_data(model, panel)
 
@@ -135,6 +136,7 @@ def test_simulated_labor_matches_labels(panel):
     assert set(panel["labor"].dropna()) <= {label.name for label in Labor}
 
 
+@pytest.mark.slow
 def test_a_period_without_rows_of_a_regime_is_masked_out():
     """`prepare_data` gives each regime a group for every period of the data (so that
     datasets of the same size have the same shapes); a group without rows of the regime

@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ("tiny", "retirement", "precautionary_savings", "retirement_dcegm", "epstein_zin")
+# The README's main example and the smallest run in the default suite; the others (each
+# one more compile of a model that other tests cover) with `-m slow` or `nox -s tests`.
+EXAMPLES = (
+    "tiny",
+    "retirement",
+    *(
+        pytest.param(name, marks=pytest.mark.slow)
+        for name in ("precautionary_savings", "retirement_dcegm", "epstein_zin")
+    ),
+)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -122,6 +131,7 @@ def test_plots_draw_one_line_per_period_and_reject_unknown_names(tiny):
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_calibrate_example_runs():
     """The vmapped calibration sweep (it prints a table and saves no figure)."""
     completed = subprocess.run(

@@ -217,6 +217,7 @@ def gradients(model):
     return forward, jacobian
 
 
+@pytest.mark.slow
 def test_model_has_every_parameter_kind(model, gradients):
     template = model.params_template()
     assert set(template["working"]["next_income"]) == {"rho", "sigma"}

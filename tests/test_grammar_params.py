@@ -299,6 +299,7 @@ def test_fixed_params_compile_once_and_differentiate_in_the_free_ones():
         np.testing.assert_allclose(np.asarray(row), expected, rtol=0, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_fixed_params_in_simulate_distribution_likelihood_and_dataframe():
     plain, fixed = build(), build(fixed_params=FIXED)
     conditions = initial_conditions()
@@ -340,6 +341,7 @@ def test_with_batch_size_keeps_fixed_params():
     assert_matches(model.solve(FREE), oracle(PARAMS))
 
 
+@pytest.mark.slow
 def test_fixed_params_with_dcegm():
     savings = lcm.IrregSpacedGrid(points=[12.0 * (i / 39) ** 2 for i in range(40)])
     solver = lcm.DCEGM(state="wealth", action="consumption", savings=savings)
@@ -427,6 +429,7 @@ def test_per_target_transitions_in_simulate(stochastic):
     np.testing.assert_allclose(total, 1.0, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_per_target_transitions_jit_grad_vmap():
     model = build(per_target=True, stochastic=True)
     params = {**PARAMS, "severance": SEVERANCE, "forced": FORCED}

@@ -223,6 +223,7 @@ def _temp_bytes(model) -> int:
     return compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_action_splay_keeps_one_chunk_live():
     """A splayed action axis is maximised chunk by chunk (a running max over the chunks),
     so the compiled temp memory falls with the chunk size instead of holding every
@@ -250,6 +251,7 @@ print("identical")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 ISA flag")
 def test_splay_changes_values_only_by_fma_contraction():
     """Splayed and plain solves are the same arithmetic: in float64 and without FMA

@@ -286,6 +286,7 @@ def plain_tiny(my):
     return model
 
 
+@pytest.mark.slow
 def test_factored_values_and_gradients_equal_the_plain_product(my, tiny, plain_tiny):
     # The default solve of `tiny` is factored (its oracle test above checks it); the
     # plain product's values, and the derivatives of a value with respect to two
@@ -353,6 +354,7 @@ def test_continuous_effort_on_the_grid_is_the_discrete_model(my, tiny):
         )
 
 
+@pytest.mark.slow
 def test_effort_refined_off_the_grid_stays_in_bounds_and_only_raises_values(my):
     sizes = {"saving": 4, "periods": 3}
     grid, params, initial = my.build("tiny", n_subjects=16, continuous_effort=True, **sizes)

@@ -89,6 +89,7 @@ def test_values_decrease_in_neither_state():
     assert np.all(np.diff(values, axis=1) >= -1e-10)
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_over_params_match_the_eager_solve():
     model, params, solution = solved()
 
@@ -106,6 +107,7 @@ def test_jit_and_vmap_over_params_match_the_eager_solve():
     assert np.all(np.asarray(mapped[0]) > np.asarray(mapped[1]))
 
 
+@pytest.mark.slow
 def test_grad_matches_central_differences():
     model, params, _ = solved()
 

@@ -97,6 +97,7 @@ def test_vmap_over_params_with_progress(model, capfd):
     np.testing.assert_array_equal(with_progress, without)
 
 
+@pytest.mark.slow
 def test_simulate_meter_over_chunks_and_periods(capfd):
     model = retirement.build(n_periods=3, n_wealth=8, n_consumption=12)
     initial = {"regime": np.zeros(5, int), "wealth": np.linspace(5.0, 50.0, 5)}

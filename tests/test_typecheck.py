@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FLOWS = [
     "tests/test_core.py",
@@ -19,6 +21,7 @@ FLOWS = [
 ]
 
 
+@pytest.mark.slow
 def test_main_flows_pass_runtime_type_checks():
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *FLOWS],

@@ -83,6 +83,7 @@ def _run(command: list[str], cwd: Path, env: dict | None = None) -> subprocess.C
     )
 
 
+@pytest.mark.slow
 def test_mypy_is_clean_on_the_library(tmp_path: Path):
     completed = _run(
         [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), "lcm_eqx"], ROOT
@@ -90,6 +91,7 @@ def test_mypy_is_clean_on_the_library(tmp_path: Path):
     assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_pyright_basic_is_clean_on_the_library():
     pytest.importorskip("pyright", reason="pyright[nodejs] is in the test extra")
     # The configuration (basic mode, lcm_eqx only) is [tool.pyright] in pyproject.toml.
@@ -134,6 +136,7 @@ def _mypy_user_scripts(site: Path, folder: Path, *scripts: str) -> str:
     return completed.stdout
 
 
+@pytest.mark.slow
 def test_user_script_type_checks_against_the_installed_package(installed: Path, tmp_path):
     (tmp_path / "good.py").write_text(textwrap.dedent(GOOD))
     (tmp_path / "bad.py").write_text(textwrap.dedent(BAD))
@@ -150,6 +153,7 @@ def test_user_script_type_checks_against_the_installed_package(installed: Path, 
     assert flagged == expected, report
 
 
+@pytest.mark.slow
 def test_without_py_typed_mypy_does_not_read_the_package(installed: Path, tmp_path):
     """The check above depends on the marker: without it, mypy skips the package."""
     untyped = tmp_path / "site-packages"
