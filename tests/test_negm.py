@@ -11,6 +11,7 @@ The convergence study against a very fine grid search, the 20-period model's Eul
 errors and the timings are in `benchmarks/negm.py`.
 """
 
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
+from tests.oracles import durables_euler  # noqa: E402
 from tests.oracles import durables_two_period as oracle  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -156,6 +158,52 @@ def test_simulation_follows_the_continuous_policies():
         rtol=1e-6,
         atol=1e-6,
     )
+
+
+# ---------------------------------------------------------------------- Euler errors
+FIELDS = tuple(f.name for f in dataclasses.fields(lcm.NEGMPolicy))
+
+
+def test_euler_errors_match_a_numpy_reference():
+    model, params, solution = solved(3)
+    wealth, durable, nodes, matrix = state_points(model)
+    points = np.linspace(0.6, 12.0, 7)
+    errors = np.asarray(lcm.euler_errors(model, params, solution, regime="alive", points=points))
+    # (period, durable, income, adjust, points); nothing follows the last period.
+    assert errors.shape == (3, len(durable), len(nodes), 2, len(points))
+    assert np.all(np.isnan(errors[-1]))
+    solver = model.regimes["alive"].solver
+    grids = (wealth, durable, np.asarray(solver.resources.to_jax()))
+    policies = solution.policies["alive"]
+    n, z, code, m = (
+        a.reshape(-1)
+        for a in np.meshgrid(durable, np.arange(len(nodes)), np.arange(2), points, indexing="ij")
+    )
+    for period in (0, 1):
+        now, later = (
+            {k: np.asarray(getattr(policies, k)[t]) for k in FIELDS} for t in (period, period + 1)
+        )
+        reference = durables_euler.euler_errors(
+            now, later, z, m, n, code, grids, params, nodes, matrix
+        )
+        got = errors[period].reshape(-1)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))
+        # Relative consumption errors agree to rounding.
+        np.testing.assert_allclose(10.0**got, 10.0**reference, rtol=1e-7, atol=1e-13)
+        assert np.isfinite(got).mean() > 0.5
+        # The example's own numpy measure, at the agent's choice.
+        example, adjusts = durables.euler_errors_at(model, params, solution, period, z, m, n)
+        chosen = (code == adjusts.astype(int)) & np.isfinite(example) & np.isfinite(got)
+        assert chosen.sum() > 20
+        np.testing.assert_allclose(
+            10.0 ** got[chosen], 10.0 ** example[chosen], rtol=1e-7, atol=1e-13
+        )
+
+
+def test_euler_errors_name_the_liquid_margin():
+    model, params, solution = solved(3)
+    with pytest.raises(lcm.LcmError, match="NEGM"):
+        lcm.euler_errors(model, params, solution, regime="alive", state="durable")
 
 
 # ---------------------------------------------------------------------- the class

@@ -34,14 +34,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
-from ..._errors import ModelInitializationError
+from ..._errors import LcmError, ModelInitializationError
 from ..._grids import AbstractContinuousGrid
 from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
 from .._continuation import NEG_INF
+from .._euler_equation import feasible_at
 from .._kernel import RegimeProblem
 from .._reading import REFERENCE_ACTION, invert_marginal
-from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs
+from .._solver import AbstractSolver, FollowingPeriod, Period, PeriodSolution, SegmentOutputs
 from ._interpolate import hermite_1d, linear_1d
 from ._policy import (
     NEGMPolicy,
@@ -253,10 +254,20 @@ class NEGM(AbstractSolver):
     def _discrete_shape(self, regime: RegimePlan) -> tuple[int, ...]:
         return tuple(regime.grids[s].n_points for s in self._discrete_states(regime))
 
-    def _flat_codes(self, regime: RegimePlan) -> dict[str, Array]:
-        shape = self._discrete_shape(regime)
+    def _flat_codes(self, regime: RegimePlan, names: tuple[str, ...]) -> dict[str, Array]:
+        """The codes of the discrete states `names` at each point of their flat product."""
+        shape = tuple(regime.grids[s].n_points for s in names)
         flat = np.indices(shape).reshape(len(shape), math.prod(shape)).astype(np.int32)
-        return {s: jnp.asarray(flat[i]) for i, s in enumerate(self._discrete_states(regime))}
+        return {s: jnp.asarray(flat[i]) for i, s in enumerate(names)}
+
+    def _flattened(self, regime: RegimePlan, policy: NEGMPolicy, names: tuple[str, ...]):
+        """`policy` (leading axes: the discrete states) with the axes of the discrete
+        states `names` (a trailing run of them, in order) flattened into one."""
+        n = len(self._discrete_states(regime)) - len(names)
+        size = math.prod(regime.grids[s].n_points for s in names)
+        return jax.tree.map(
+            lambda a: a.reshape((*a.shape[:n], size, *a.shape[n + len(names) :])), policy
+        )
 
     def _point(self, z: dict, c, h, m=None, adjust: int = KEEP) -> dict:
         return {
@@ -298,23 +309,25 @@ class NEGM(AbstractSolver):
             self.resources.to_jax(),
         )
 
-    def _flat_index(self, problem: RegimeProblem, state: dict) -> Array:
-        regime = problem.regime
-        names = self._discrete_states(regime)
-        if not names:
-            return jnp.asarray(0, jnp.int32)
-        codes = [problem.local_code(s, state[s]) for s in names]
-        return jnp.ravel_multi_index(codes, self._discrete_shape(regime), mode="clip")
+    def _policy_at(self, problem: RegimeProblem, state: dict) -> NEGMPolicy:
+        """The period's policy at the discrete states of `state` (codes local to the
+        arrays the problem holds: one device's block in a sharded simulation)."""
+        names = self._discrete_states(problem.regime)
+        codes = tuple(problem.local_code(s, state[s]) for s in names)
+        return jax.tree.map(lambda a: a[codes], problem.policy)
 
-    def _next_weights(self, problem: RegimeProblem, z: dict) -> tuple[Array, Array]:
-        """The probabilities of next period's discrete states (flat, `(Z,)`) and the
-        discount factor, at discrete states `z`."""
+    def _next_weights(
+        self, problem: RegimeProblem, z: dict, names: tuple[str, ...]
+    ) -> tuple[Array, Array]:
+        """The probabilities of next period's discrete states `names` (flat over their
+        product; the others keep their codes) and the discount factor, at discrete
+        states `z`."""
         regime = problem.regime
         ref = jnp.asarray(REFERENCE_ACTION)
         evaluate = problem.evaluator(self._point(z, ref, ref, ref))
         codes, probabilities = problem.next_states(evaluate)
         joint = jnp.ones((1,))
-        for s in self._discrete_states(regime):
+        for s in names:
             n = regime.grids[s].n_points
             transition = regime.state_transitions.get(s)
             if transition is None:
@@ -355,39 +368,98 @@ class NEGM(AbstractSolver):
 
         return next_liquid, next_durable
 
+    def _next_reader(
+        self,
+        next_problem: RegimeProblem,
+        following: NEGMPolicy,
+        fixed: dict,
+        names: tuple[str, ...],
+    ):
+        """`(m, n) -> (v, v_m, v_n)`: next period's value and marginal values at `(m, n)`
+        at each point of the flat product of the discrete states `names` (with the others
+        at their codes `fixed`), from its policy `following` (leading axis: that flat
+        product)."""
+        grids = self._grids(next_problem)
+        codes = self._flat_codes(next_problem.regime, names)
+
+        def next_read(m, n):
+            def at(zc, policy):
+                zc = {**fixed, **zc}
+                _, marginal, _ = self._utility(next_problem, zc)
+                resources = self._resources(next_problem, zc)
+                return read(policy, grids, m, n, resources, marginal)
+
+            return jax.vmap(at)(codes, following)
+
+        return next_read
+
     # ------------------------------------------------------------------ solve
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         raise NotImplementedError("NEGM solves through `step`, which reads next period.")
 
     def solve(self, problem: RegimeProblem, following: NEGMPolicy | None, next_problem):
-        """One period of the regime: its value array on the state grid and its policy.
-        `following` is next period's policy (None after the model's last period)."""
+        """One period of the regime: its value array on the state grid and its policy
+        (leading axes: the discrete states). `following` is next period's policy (None
+        after the model's last period).
+
+        A sharded discrete state that never transitions (a permanent type) is mapped
+        jointly with its axis of `following`: each type reads only its own slice of next
+        period, so the devices need not communicate. The other discrete states are
+        mapped one after the other, each reading next period at every one of them."""
+        regime = problem.regime
+        states = self._discrete_states(regime)
+        joint = tuple(s for s in states if problem.stays_sharded(s))
+        rest = tuple(s for s in states if s not in joint)
+        order = [*joint, *rest]
+        if following is not None:
+            following = jax.tree.map(
+                lambda a: jnp.moveaxis(a, [states.index(s) for s in order], range(len(order))),
+                following,
+            )
+            following = self._flattened(regime, following, rest)
+
+        def over_joint(axes, fixed, following):
+            if not axes:
+                return self._solve_rest(problem, following, next_problem, fixed, rest)
+            first, others = axes[0], axes[1:]
+            codes = jnp.arange(regime.grids[first].n_points, dtype=jnp.int32)
+            if following is None:
+                return jax.vmap(lambda k: over_joint(others, {**fixed, first: k}, None))(codes)
+            return jax.vmap(lambda k, f: over_joint(others, {**fixed, first: k}, f))(
+                codes, following
+            )
+
+        values, policy = over_joint(joint, {}, following)
+        shape = tuple(regime.grids[s].n_points for s in order)
+
+        def restore(a, tail):
+            a = a.reshape((*shape, *a.shape[len(joint) + 1 :]))
+            a = jnp.moveaxis(a, range(len(order)), [tail.index(s) for s in order])
+            if problem.sharding is not None:
+                a = problem.sharding.constrain(a, (*tail, *(None,) * (a.ndim - len(tail))))
+            return a
+
+        policy = jax.tree.map(lambda a: restore(a, states), policy)
+        # (discrete states, m, n) -> the regime's state order.
+        values = restore(values, states)
+        values = jnp.moveaxis(
+            values,
+            range(values.ndim),
+            [regime.states.index(s) for s in (*states, self.liquid, self.durable)],
+        )
+        return values, policy
+
+    def _solve_rest(self, problem, following, next_problem, fixed: dict, rest: tuple[str, ...]):
+        """The period at the discrete states `fixed` and each point of the flat product
+        of the states `rest`: values `(R, m, n)` and the policy (leading axis `R`)."""
         regime = problem.regime
         liquid, durable, total = self._grids(problem)
-        codes = self._flat_codes(regime)
         savings = self.savings.to_jax()
-        z_shape = self._discrete_shape(regime)
-
         if following is not None:
-            next_codes = codes
+            next_read = self._next_reader(next_problem, following, fixed, rest)
 
-            def next_read(m, n):
-                """Next period's `(v, v_m, v_n)` at `(m, n)` for every discrete state."""
-
-                def at(zc, policy):
-                    _, marginal, _ = self._utility(next_problem, zc)
-                    return read(
-                        policy,
-                        (liquid, durable, total),
-                        m,
-                        n,
-                        self._resources(next_problem, zc),
-                        marginal,
-                    )
-
-                return jax.vmap(at)(next_codes, following)
-
-        def at_discrete(z):
+        def at_discrete(codes):
+            z = {**fixed, **codes}
             utility, u_c, u_h = self._utility(problem, z)
             vu = jnp.vectorize(utility)
             vu_c = jnp.vectorize(u_c)
@@ -398,7 +470,7 @@ class NEGM(AbstractSolver):
                 value = vu(c, h)
                 keep = (value, c, vu_c(c, h), vu_h(c, h))
             else:
-                weights, beta = self._next_weights(problem, z)
+                weights, beta = self._next_weights(problem, z, rest)
                 next_liquid, next_durable = self._laws(problem, z)
 
                 def post_decision(n):
@@ -429,12 +501,11 @@ class NEGM(AbstractSolver):
             values = jnp.maximum(kv, adjusted(x.reshape(-1)).reshape(x.shape))
             return values, NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
 
-        values, policy = jax.lax.map(at_discrete, codes)
-        # (Z, m, n) -> the regime's state order.
-        values = values.reshape((*z_shape, *values.shape[1:]))
-        order = [*self._discrete_states(regime), self.liquid, self.durable]
-        values = jnp.transpose(values, [order.index(s) for s in regime.states])
-        return values, policy
+        codes = self._flat_codes(regime, rest)
+        size = math.prod(regime.grids[s].n_points for s in rest)
+        return jax.lax.map(
+            lambda i: at_discrete({s: c[i] for s, c in codes.items()}), jnp.arange(size)
+        )
 
     def _keeper(self, savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, u_c):
         """The keeper at durable node `n`: the Euler equation inverted at the savings
@@ -540,7 +611,7 @@ class NEGM(AbstractSolver):
     def _choices(self, problem: RegimeProblem, state: dict):
         """Value, consumption and new durable stock of keeping and of adjusting at
         `state` (axis: the `adjust` codes)."""
-        policy = jax.tree.map(lambda a: a[self._flat_index(problem, state)], problem.policy)
+        policy = self._policy_at(problem, state)
         liquid, durable, total = self._grids(problem)
         m, n = state[self.liquid], state[self.durable]
         z = {s: state[s] for s in self._discrete_states(problem.regime)}
@@ -584,6 +655,72 @@ class NEGM(AbstractSolver):
 
     def euler_variables(self) -> tuple[str, str]:
         return self.liquid, self.consumption
+
+    def euler_errors(self, problem, following: FollowingPeriod, state, action, points):
+        """The Euler equation of the liquid margin, `u_c(c, h) = β·E[R·V'_m(m', n')]`,
+        of keeping (`h` the durable held, saving `m − c`) and of adjusting (`h` the new
+        stock `d`, saving `x − d − c`) at `points` of liquid wealth and every durable
+        node: `c`, `d` from the period's policy, `V'_m` the better choice's marginal
+        value next period at the point read (`read`). Axes: the regime's states other
+        than `liquid`, then the `adjust` codes, then `points`. A relative error below
+        machine epsilon counts as epsilon."""
+        if (state, action) != (self.liquid, self.consumption):
+            raise LcmError(
+                f"euler_errors: regime {problem.regime.name!r} is solved by NEGM, whose "
+                f"Euler equation is that of liquid wealth {self.liquid!r} and consumption "
+                f"{self.consumption!r}; got state={state!r}, action={action!r}."
+            )
+        liquid, durable, total = self._grids(problem)
+        next_problem = following.problem(problem.regime.name)
+        states = self._discrete_states(problem.regime)
+        following_flat = self._flattened(problem.regime, next_problem.policy, states)
+        next_read = self._next_reader(next_problem, following_flat, {}, states)
+        limit = self.borrowing_limit(problem, {}) + self.action_step(problem, action)
+        others = [a for a in problem.state_axes if a.name != self.liquid]
+
+        def at(state: dict, m):
+            z = {s: state[s] for s in self._discrete_states(problem.regime)}
+            n = state[self.durable]
+            policy = self._policy_at(problem, z)
+            _, u_c, _ = self._utility(problem, z)
+            weights, beta = self._next_weights(problem, z, states)
+            next_liquid, next_durable = self._laws(problem, z)
+            x, _, _ = self._resources(problem, z)(m, n)
+            keep_c = keep_consumption_at(policy, liquid, durable, m, n)
+            adjust_c, adjust_d = adjust_choice_at(policy, total, x)
+
+            def error(code, c, h, saved):
+                m_next, gross = next_liquid(saved, h)
+                n_next, _ = next_durable(h)
+                _, v_m, _ = next_read(m_next, n_next)
+                q = beta * gross * jnp.sum(weights * v_m)
+                implied = invert_marginal(
+                    lambda c: u_c(c, h), jnp.maximum(q, 1e-300), self.newton_steps
+                )
+                # An equation met to rounding counts as met to machine precision
+                # (not left out as -inf).
+                relative = jnp.abs(1.0 - implied / c)
+                error = jnp.log10(jnp.maximum(relative, jnp.finfo(relative.dtype).eps))
+                point = {**self._point(z, c, n, m, code), self.durable_choice: h}
+                feasible = feasible_at(problem, point)
+                ok = feasible & (saved > limit) & (q > 0) & jnp.isfinite(error)
+                return jnp.where(ok, error, jnp.nan)
+
+            return jnp.stack(
+                [
+                    error(KEEP, keep_c, jnp.asarray(n, keep_c.dtype), m - keep_c),
+                    error(ADJUST, adjust_c, adjust_d, x - adjust_d - adjust_c),
+                ]
+            )
+
+        def over(axes, state):
+            if axes:
+                first, rest = axes[0], axes[1:]
+                return jax.vmap(lambda x: over(rest, {**state, first.name: x}))(first.points)
+            errors = jax.vmap(lambda m: at(state, m))(points)
+            return jnp.moveaxis(errors, 0, -1)
+
+        return over(others, {})
 
     def action_step(self, problem, action) -> Array:
         return jnp.asarray(1e-9)
