@@ -13,6 +13,8 @@ errors and the timings are in `benchmarks/negm.py`.
 
 import dataclasses
 import functools
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -204,6 +206,30 @@ def test_euler_errors_name_the_liquid_margin():
     model, params, solution = solved(3)
     with pytest.raises(lcm.LcmError, match="NEGM"):
         lcm.euler_errors(model, params, solution, regime="alive", state="durable")
+
+
+# ---------------------------------------------------------------------- sharding
+@pytest.mark.slow
+def test_sharded_permanent_type_needs_no_collective():
+    """4 host devices: a sharded permanent skill (mapped jointly with its axis of next
+    period's policy) gives the unsharded values and policies, the compiled solve moves
+    nothing between devices but (validated) the check flags, and the simulation against
+    the sharded solution gives the unsharded panel."""
+    script = Path(__file__).with_name("negm_devices.py")
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=900
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["values"] < 1e-12
+    assert result["policies"] < 1e-12
+    assert result["spec"][-1] == "skill"
+    # (period, log_income, skill, liquid, durable)
+    assert result["policy_spec"][2] == "skill"
+    assert result["unvalidated"] == []
+    assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])
+    assert result["simulate_labels_equal"]
+    assert result["simulate_difference"] < 1e-12
 
 
 # ---------------------------------------------------------------------- the class

@@ -42,6 +42,7 @@ from .._continuation import NEG_INF
 from .._euler_equation import feasible_at
 from .._kernel import RegimeProblem
 from .._reading import REFERENCE_ACTION, invert_marginal
+from .._sharding import is_identity_transition
 from .._solver import AbstractSolver, FollowingPeriod, Period, PeriodSolution, SegmentOutputs
 from ._interpolate import hermite_1d, linear_1d
 from ._policy import (
@@ -80,7 +81,12 @@ class NEGM(AbstractSolver):
         adjuster_points: candidates of the new durable stock searched for each point of
             `resources` before the golden-section refinement.
         golden_steps: golden-section steps that refine the best candidate (each keeps
-            0.618 of the bracket; 40 steps reach 1e-8 of it).
+            0.618 of the bracket; 24 steps reach 1e-5 of it, where values still differ
+            by far more than rounding).
+        bisection_steps: bisection steps on the sign of the objective's derivative
+            that follow (each halves the bracket; 30 steps reach 1e-14 of it): the new
+            stock to rounding, where comparing values would only compare rounding
+            errors (a sharded and an unsharded solve then agree to 1e-12, not 1e-9).
         newton_steps: Newton iterations that invert marginal utility.
 
     The class of models: the regime has exactly the continuous states `liquid` and
@@ -111,7 +117,8 @@ class NEGM(AbstractSolver):
     resources: AbstractContinuousGrid
     resources_function: str = eqx.field(static=True, default="resources")
     adjuster_points: int = eqx.field(static=True, default=64)
-    golden_steps: int = eqx.field(static=True, default=40)
+    golden_steps: int = eqx.field(static=True, default=24)
+    bisection_steps: int = eqx.field(static=True, default=30)
     newton_steps: int = eqx.field(static=True, default=6)
 
     reads_next_values: ClassVar[bool] = False
@@ -135,7 +142,12 @@ class NEGM(AbstractSolver):
                     f"NEGM: the {name} grid must be the same in every period; its bounds vary "
                     "with age."
                 )
-        for name, least in (("adjuster_points", 3), ("golden_steps", 0), ("newton_steps", 1)):
+        for name, least in (
+            ("adjuster_points", 3),
+            ("golden_steps", 0),
+            ("bisection_steps", 0),
+            ("newton_steps", 1),
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < least:
                 raise ModelInitializationError(
@@ -402,13 +414,15 @@ class NEGM(AbstractSolver):
         (leading axes: the discrete states). `following` is next period's policy (None
         after the model's last period).
 
-        A sharded discrete state that never transitions (a permanent type) is mapped
-        jointly with its axis of `following`: each type reads only its own slice of next
-        period, so the devices need not communicate. The other discrete states are
-        mapped one after the other, each reading next period at every one of them."""
+        A discrete state that never transitions (a permanent type: the identity law of
+        motion) is mapped jointly with its axis of `following`: each type reads only its
+        own slice of next period, so that a sharded type needs no communication between
+        devices (and an unsharded one reads a type's share of next period, not all of
+        it). The other discrete states are mapped one after the other, each reading next
+        period at every one of them."""
         regime = problem.regime
         states = self._discrete_states(regime)
-        joint = tuple(s for s in states if problem.stays_sharded(s))
+        joint = tuple(s for s in states if is_identity_transition(regime, s))
         rest = tuple(s for s in states if s not in joint)
         order = [*joint, *rest]
         if following is not None:
@@ -547,7 +561,8 @@ class NEGM(AbstractSolver):
 
     def _adjuster(self, liquid, durable, keep, x, u_c):
         """The adjuster at total resources `x`: the best new stock `d` of
-        `v_keep(x − d, d)`, by candidates and golden section. Returns `(v, c, d, v_x)`."""
+        `v_keep(x − d, d)`, by candidates, golden section and bisection on the sign of
+        its derivative. Returns `(v, c, d, v_x)`."""
         kv, kc, km, kn = keep
         policy = NEGMPolicy(kv, kc, km, kn, kv[:, 0], kv[:, 0], kv[:, 0], kv[:, 0])
 
@@ -580,6 +595,15 @@ class NEGM(AbstractSolver):
             return jnp.where(better_left, a, left), jnp.where(better_left, right, b)
 
         a, b = jax.lax.fori_loop(0, self.golden_steps, golden, (a, b))
+        slope = jax.grad(frozen_objective)
+
+        def bisection(_, bracket):
+            a, b = bracket
+            middle = 0.5 * (a + b)
+            rising = slope(middle) > 0
+            return jnp.where(rising, middle, a), jnp.where(rising, b, middle)
+
+        a, b = jax.lax.fori_loop(0, self.bisection_steps, bisection, (a, b))
         middle = 0.5 * (a + b)
         d = jnp.where(frozen_objective(middle) >= values[k], middle, candidates[k])
         d = jax.lax.stop_gradient(d)
@@ -598,7 +622,13 @@ class NEGM(AbstractSolver):
             next_problem = problem.replace(period=problem.period + 1, age=period.next_age)
             values, policy = self.solve(problem, following, next_problem)
             n_checks = len(problem.checks) + len(self.extra_checks(problem.regime))
-            violations = jnp.zeros((*(1,) * len(problem.regime.states), n_checks), values.dtype)
+            # No checks of its own inside the period; sharded axes keep their length (the
+            # backward induction reduces them after the loop).
+            shape = tuple(
+                n if problem.sharding is not None and problem.sharding.is_sharded(s) else 1
+                for s, n in zip(problem.regime.states, values.shape, strict=True)
+            )
+            violations = jnp.zeros((*shape, n_checks), values.dtype)
             solutions[name] = PeriodSolution(values, violations, policy)
             new_state[name] = policy
             emitted[name] = policy
