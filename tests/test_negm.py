@@ -208,6 +208,61 @@ def test_euler_errors_name_the_liquid_margin():
         lcm.euler_errors(model, params, solution, regime="alive", state="durable")
 
 
+# ---------------------------------------------------------------------- types and knobs
+SMALL = {"n_wealth": 16, "n_durable": 8, "n_income": 2, "n_savings": 16, "n_resources": 16}
+
+
+def _with_skill(n_types: int):
+    """The durable-goods model with a permanent skill that scales income."""
+    model, params = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    regime = model.regimes["alive"]
+    regime = regime.replace(
+        states={**regime.states, "skill": lcm.DiscreteGrid([f"s{k}" for k in range(n_types)])},
+        functions={
+            **regime.functions,
+            "income": lambda log_income, skill: jnp.exp(log_income) * (1.0 + 0.2 * skill),
+        },
+        state_transitions={**regime.state_transitions, "skill": lambda skill: skill},
+    )
+    return lcm.Model(regimes={"alive": regime}, n_periods=3), params
+
+
+@functools.cache
+def solved_with_skill():
+    model, params = _with_skill(2)
+    return model, params, np.asarray(model.solve(params).values["alive"])
+
+
+@pytest.mark.slow
+def test_a_permanent_type_equals_each_type_solved_alone():
+    """The types are mapped jointly with next period's policy (each reads its own
+    slice), not summed over with zero weights: the same values as each type alone."""
+    _, params, values = solved_with_skill()
+    alone, _ = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    regime = alone.regimes["alive"]
+    regime = regime.replace(
+        functions={
+            **regime.functions,
+            "income": lambda log_income, skill_scale: jnp.exp(log_income) * skill_scale,
+        }
+    )
+    alone = lcm.Model(regimes={"alive": regime}, n_periods=3)
+    for skill in (0, 1):
+        each = alone.solve({**params, "skill_scale": 1.0 + 0.2 * skill}).values["alive"]
+        np.testing.assert_allclose(values[..., skill], each, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_splayed_state_axes_give_the_same_values():
+    """`batch_size` on the liquid, durable and type axes: scanned in chunks, the same
+    values."""
+    model, params, values = solved_with_skill()
+    splayed = (
+        model.with_batch_size("wealth", 5).with_batch_size("durable", 3).with_batch_size("skill", 1)
+    )
+    np.testing.assert_allclose(splayed.solve(params).values["alive"], values, rtol=0, atol=1e-12)
+
+
 # ---------------------------------------------------------------------- sharding
 @pytest.mark.slow
 def test_sharded_permanent_type_needs_no_collective():

@@ -38,6 +38,7 @@ from ..._errors import LcmError, ModelInitializationError
 from ..._grids import AbstractContinuousGrid
 from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
+from .._axes import map_axis
 from .._continuation import NEG_INF
 from .._euler_equation import feasible_at
 from .._kernel import RegimeProblem
@@ -437,10 +438,15 @@ class NEGM(AbstractSolver):
                 return self._solve_rest(problem, following, next_problem, fixed, rest)
             first, others = axes[0], axes[1:]
             codes = jnp.arange(regime.grids[first].n_points, dtype=jnp.int32)
+            batch_size = regime.grids[first].batch_size
             if following is None:
-                return jax.vmap(lambda k: over_joint(others, {**fixed, first: k}, None))(codes)
-            return jax.vmap(lambda k, f: over_joint(others, {**fixed, first: k}, f))(
-                codes, following
+                return map_axis(
+                    lambda k: over_joint(others, {**fixed, first: k}, None), codes, batch_size
+                )
+            return map_axis(
+                lambda args: over_joint(others, {**fixed, first: args[0]}, args[1]),
+                (codes, following),
+                batch_size,
             )
 
         values, policy = over_joint(joint, {}, following)
@@ -469,6 +475,7 @@ class NEGM(AbstractSolver):
         regime = problem.regime
         liquid, durable, total = self._grids(problem)
         savings = self.savings.to_jax()
+        liquid_batch = regime.grids[self.liquid].batch_size
         if following is not None:
             next_read = self._next_reader(next_problem, following, fixed, rest)
 
@@ -503,9 +510,13 @@ class NEGM(AbstractSolver):
 
                 def keeper(n):
                     w, w_a, w_n = post_decision(n)
-                    return self._keeper(savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, u_c)
+                    return self._keeper(
+                        savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, liquid_batch
+                    )
 
-                keep = jax.vmap(keeper, out_axes=1)(durable)
+                # (durable, m) -> (m, durable)
+                keep = map_axis(keeper, durable, regime.grids[self.durable].batch_size)
+                keep = tuple(jnp.moveaxis(a, 0, 1) for a in keep)
             kv, kc, km, kn = keep
             adjust = jax.vmap(lambda x: self._adjuster(liquid, durable, keep, x, u_c))(total)
             av, ac, ad, am = adjust
@@ -521,10 +532,11 @@ class NEGM(AbstractSolver):
             lambda i: at_discrete({s: c[i] for s, c in codes.items()}), jnp.arange(size)
         )
 
-    def _keeper(self, savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, u_c):
+    def _keeper(self, savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, batch_size):
         """The keeper at durable node `n`: the Euler equation inverted at the savings
         points, read onto the liquid grid by an upper envelope over every segment of the
-        endogenous points and the credit-constrained choice. Returns `(v, c, v_m, v_n)`
+        endogenous points and the credit-constrained choice (the liquid points in chunks
+        of `batch_size`: the splay knob of the liquid state). Returns `(v, c, v_m, v_n)`
         on the liquid grid."""
         q = beta * w_a
         c_end = invert_marginal(lambda c: vu_c(c, n), q, self.newton_steps)
@@ -532,28 +544,30 @@ class NEGM(AbstractSolver):
         m0, m1 = m_end[:-1], m_end[1:]
         c0, c1 = c_end[:-1], c_end[1:]
         last = jnp.arange(m0.shape[0]) == m0.shape[0] - 1
-        x = liquid[:, None]
         low, high = jnp.minimum(m0, m1), jnp.maximum(m0, m1)
-        inside = ((x >= low) & (x <= high)) | (last & (x > high))
         width = m1 - m0
-        t = (x - m0) / jnp.where(width == 0, 1.0, width)
-        c = c0 + t * (c1 - c0)
-        a = x - c
-        valid = inside & (c > 0) & (a >= savings[0])
-        safe_c = jnp.where(valid, c, 1.0)
-        safe_a = jnp.where(valid, a, savings[0])
-        segment_values = vu(safe_c, n) + beta * hermite_1d(savings, w, w_a, safe_a)
-        segment_values = jnp.where(valid, segment_values, NEG_INF)
-        bound_c = liquid - savings[0]
-        feasible = bound_c > 0
-        bound_values = jnp.where(
-            feasible, vu(jnp.where(feasible, bound_c, 1.0), n) + beta * w[0], NEG_INF
-        )
-        candidates = jnp.concatenate([bound_values[:, None], segment_values], axis=1)
-        all_c = jnp.concatenate([bound_c[:, None], safe_c], axis=1)
-        best = jnp.argmax(jax.lax.stop_gradient(candidates), axis=1)
-        value = jnp.take_along_axis(candidates, best[:, None], axis=1)[:, 0]
-        consumption = jnp.take_along_axis(all_c, best[:, None], axis=1)[:, 0]
+
+        def at_liquid(x):
+            inside = ((x >= low) & (x <= high)) | (last & (x > high))
+            t = (x - m0) / jnp.where(width == 0, 1.0, width)
+            c = c0 + t * (c1 - c0)
+            a = x - c
+            valid = inside & (c > 0) & (a >= savings[0])
+            safe_c = jnp.where(valid, c, 1.0)
+            safe_a = jnp.where(valid, a, savings[0])
+            segment_values = vu(safe_c, n) + beta * hermite_1d(savings, w, w_a, safe_a)
+            segment_values = jnp.where(valid, segment_values, NEG_INF)
+            bound_c = x - savings[0]
+            feasible = bound_c > 0
+            bound_value = jnp.where(
+                feasible, vu(jnp.where(feasible, bound_c, 1.0), n) + beta * w[0], NEG_INF
+            )
+            candidates = jnp.concatenate([bound_value[None], segment_values])
+            all_c = jnp.concatenate([bound_c[None], safe_c])
+            best = jnp.argmax(jax.lax.stop_gradient(candidates))
+            return candidates[best], all_c[best]
+
+        value, consumption = map_axis(at_liquid, liquid, batch_size)
         saved = liquid - consumption
         marginal = vu_c(consumption, n)
         marginal_durable = vu_h(consumption, n) + beta * linear_1d(savings, w_n, saved)
