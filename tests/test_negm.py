@@ -254,11 +254,20 @@ def test_a_permanent_type_equals_each_type_solved_alone():
 
 @pytest.mark.slow
 def test_splayed_state_axes_give_the_same_values():
-    """`batch_size` on the liquid, durable and type axes: scanned in chunks, the same
-    values."""
+    """`batch_size` on the liquid, durable and type axes and on the solver's savings and
+    resources grids: scanned in chunks, the same values."""
     model, params, values = solved_with_skill()
+    regime = model.regimes["alive"]
+    solver = dataclasses.replace(
+        regime.solver,
+        savings=lcm.IrregSpacedGrid(points=regime.solver.savings.points, batch_size=6),
+        resources=lcm.IrregSpacedGrid(points=regime.solver.resources.points, batch_size=7),
+    )
     splayed = (
-        model.with_batch_size("wealth", 5).with_batch_size("durable", 3).with_batch_size("skill", 1)
+        lcm.Model(regimes={"alive": regime.replace(solver=solver)}, n_periods=3)
+        .with_batch_size("wealth", 5)
+        .with_batch_size("durable", 3)
+        .with_batch_size("skill", 1)
     )
     np.testing.assert_allclose(splayed.solve(params).values["alive"], values, rtol=0, atol=1e-12)
 
@@ -328,6 +337,15 @@ OUTSIDE = {
     "another discrete action": (
         lambda: _with(actions={**_base().actions, "work": lcm.DiscreteGrid(durables.Adjust)}),
         "another discrete action 'work'",
+    ),
+    "a splayed action": (
+        lambda: _with(
+            actions={
+                **_base().actions,
+                "consumption": lcm.LinSpacedGrid(start=0.01, stop=5.0, n_points=10, batch_size=4),
+            }
+        ),
+        "'consumption' has batch_size=4; NEGM searches no action grid",
     ),
     "no durable state": (
         lambda: _with(

@@ -195,6 +195,13 @@ class NEGM(AbstractSolver):
                 f"the action {self.adjust!r} has {regime.grids[self.adjust].n_points} "
                 "categories; NEGM needs two (code 0 keep, code 1 adjust)."
             )
+        for action in (self.consumption, self.durable_choice, self.adjust):
+            if regime.grids[action].batch_size > 0:
+                fail(
+                    f"the action {action!r} has batch_size={regime.grids[action].batch_size}; "
+                    "NEGM searches no action grid. Splay the states, or the solver's "
+                    "savings and resources grids (their batch_size)."
+                )
         own = {self.liquid, self.durable}
         for other in regime.states:
             if other not in own and not regime.grids[other].is_discrete:
@@ -506,7 +513,7 @@ class NEGM(AbstractSolver):
                             n_slope * jnp.sum(weights * v_n),
                         )
 
-                    return jax.vmap(at_savings)(savings)
+                    return map_axis(at_savings, savings, self.savings.batch_size)
 
                 def keeper(n):
                     w, w_a, w_n = post_decision(n)
@@ -518,7 +525,11 @@ class NEGM(AbstractSolver):
                 keep = map_axis(keeper, durable, regime.grids[self.durable].batch_size)
                 keep = tuple(jnp.moveaxis(a, 0, 1) for a in keep)
             kv, kc, km, kn = keep
-            adjust = jax.vmap(lambda x: self._adjuster(liquid, durable, keep, x, u_c))(total)
+            adjust = map_axis(
+                lambda x: self._adjuster(liquid, durable, keep, x, u_c),
+                total,
+                self.resources.batch_size,
+            )
             av, ac, ad, am = adjust
             adjust_policy = NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
             x, _, _ = jnp.vectorize(self._resources(problem, z))(liquid[:, None], durable[None, :])
