@@ -620,7 +620,9 @@ class NEGM(AbstractSolver):
             return jnp.where(better_left, a, left), jnp.where(better_left, right, b)
 
         a, b = jax.lax.fori_loop(0, self.golden_steps, golden, (a, b))
-        slope = jax.grad(frozen_objective)
+
+        def slope(d):
+            return jax.jvp(frozen_objective, (d,), (jnp.ones_like(d),))[1]
 
         def bisection(_, bracket):
             a, b = bracket
