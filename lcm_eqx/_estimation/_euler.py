@@ -6,6 +6,8 @@ by next period's choice probabilities with taste shocks). The Euler error is the
 relative consumption error that the policy implies,
 `log10 |1 − (u')⁻¹(β·E[R·u'(c')]) / c|`, with both `c` and `c'` taken from the solver's
 own policies: `DCEGM`'s continuous policy, or the action-grid point `GridSearch` chooses.
+Each solver computes them (`AbstractSolver.euler_errors`): `NEGM` on its liquid margin,
+for keeping and for adjusting at every durable node.
 """
 
 from __future__ import annotations
@@ -45,17 +47,19 @@ def euler_errors(
         solution: `model.solve(params)`; `None` solves first.
         regime: the regime's name.
         state: its continuous state (cash on hand); default: the one the regime's solver
-            knows (`DCEGM`'s `state`).
+            knows (`DCEGM`'s `state`, `NEGM`'s `liquid`).
         action: its continuous action (consumption); default: the one the regime's
-            solver knows (`DCEGM`'s `action`).
+            solver knows (`DCEGM`'s `action`, `NEGM`'s `consumption`).
         points: values of `state` at which to evaluate (default: its grid).
 
     Returns:
-        An array `(n_periods, *discrete states, *discrete actions, n_points)`: the error at
+        An array `(n_periods, *other states, *discrete actions, n_points)`: the error at
         each point for each discrete choice, NaN where it is not defined (the last
         period, inactive periods, infeasible choices, and points where the agent is at the
         borrowing limit, i.e. saves at most one action-grid step, or nothing with
-        `DCEGM`). Summarise with e.g. `numpy.nanmean` / `numpy.nanmax`.
+        `DCEGM`). With `NEGM` the other states include the durable (its grid nodes)
+        and the discrete action is keep/adjust. Summarise with e.g. `numpy.nanmean` /
+        `numpy.nanmax`.
 
     Example:
         >>> errors = lcm.euler_errors(model, params, solution, regime="retired")
