@@ -253,6 +253,29 @@ def test_a_permanent_type_equals_each_type_solved_alone():
 
 
 @pytest.mark.slow
+def test_a_type_as_the_only_discrete_state_and_none_at_all():
+    """A permanent type without another discrete state (nothing left to map one at a
+    time), against the model with no discrete state at all, once per type."""
+    model, params = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    base = model.regimes["alive"]
+    states = {k: g for k, g in base.states.items() if k != "log_income"}
+    typed = base.replace(
+        states={**states, "skill": lcm.DiscreteGrid(["a", "b"])},
+        functions={**base.functions, "income": lambda skill: 1.0 + 0.2 * skill},
+        state_transitions={**base.state_transitions, "skill": lambda skill: skill},
+    )
+    untyped = base.replace(
+        states=states,
+        functions={**base.functions, "income": lambda skill_scale: skill_scale},
+    )
+    values = lcm.Model(regimes={"alive": typed}, n_periods=3).solve(params).values["alive"]
+    alone = lcm.Model(regimes={"alive": untyped}, n_periods=3)
+    for skill in (0, 1):
+        each = alone.solve({**params, "skill_scale": 1.0 + 0.2 * skill}).values["alive"]
+        np.testing.assert_allclose(values[..., skill], each, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
 def test_splayed_state_axes_give_the_same_values():
     """`batch_size` on the liquid, durable and type axes and on the solver's savings and
     resources grids: scanned in chunks, the same values."""
