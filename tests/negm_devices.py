@@ -7,8 +7,8 @@ object: the largest difference of the values and of the policies to the unsharde
 solve, the value array's sharding, the collectives of the compiled
 `jax.jit(model.solve)` with and without validation, and how far the panel simulated
 against the sharded solution is from the unsharded simulation's against the same
-(gathered) solution: whether its discrete columns are equal, and the largest difference
-of its numbers.
+(gathered) solution: whether its discrete columns are equal, the largest difference of
+its numbers, and the collectives of the compiled simulation.
 """
 
 import json
@@ -79,6 +79,9 @@ def main():
     gathered = jax.tree.map(np.asarray, sharded)
     expected = plain_model.simulate(params, initial, gathered, key=key).to_dataframe()
     simulated = model.simulate(params, initial, sharded, key=key).to_dataframe()
+    program = jax.jit(
+        lambda p, s: model.simulate(p, initial, s, key=key, validate="off").value
+    ).lower(params, sharded)
     numbers = ["value", "wealth", "durable", "log_income", "consumption", "new_durable"]
     print(
         json.dumps(
@@ -93,6 +96,7 @@ def main():
                 "simulate_difference": float(
                     np.max(np.abs(simulated[numbers].to_numpy() - expected[numbers].to_numpy()))
                 ),
+                "simulate_collectives": collectives_in(program.compile().as_text()),
                 "unvalidated": collectives(model, params, "off"),
                 "validated": collectives(model, params, "raise"),
             }

@@ -317,6 +317,10 @@ def test_sharded_permanent_type_needs_no_collective():
     assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])
     assert result["simulate_labels_equal"]
     assert result["simulate_difference"] < 1e-12
+    # Each device simulates the subjects of its own types: only per-subject results (12
+    # subjects) cross devices.
+    assert result["simulate_collectives"]
+    assert all(kind == "all-reduce" and size <= 12 for kind, size in result["simulate_collectives"])
 
 
 # ---------------------------------------------------------------------- the class
