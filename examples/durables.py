@@ -193,13 +193,30 @@ def _cubic(v0, v1, s0, s1, h, t):
 def euler_errors(model, params, solution, period: int, n_draws: int = 2_000, seed: int = 0):
     """log10 of the relative consumption error of the liquid margin's Euler equation
     `u_c(c, h) = β·R·E[V'_m(m', n')]` at random states of `period` (an `NEGM`
-    solution), for the choices that save more than 1e-6: the agent's choice at each
-    state from the period's policy, and next period's marginal value of liquid wealth
-    from the next period's policy (the consumption of the better of keeping and
-    adjusting at `(m', n')`, with `u_c` evaluated exactly). Written in numpy, apart
-    from the solver."""
-    p = {**PARAMS, **params}
+    solution), for the choices that save more than 1e-6 (`euler_errors_at`).
+    `lcm.euler_errors` gives the same errors on the liquid x durable grid, of keeping
+    and of adjusting."""
+    regime = model.regimes["alive"]
+    wealth_top = float(regime.states["wealth"].to_jax()[-1])
+    durable_top = float(regime.states["durable"].to_jax()[-1])
+    n_income = regime.states["log_income"].n_points
     rng = np.random.default_rng(seed)
+    z = rng.integers(0, n_income, n_draws)
+    m = rng.uniform(0.5, 0.6 * wealth_top, n_draws)
+    n = rng.uniform(0.0, 0.6 * durable_top, n_draws)
+    errors, _ = euler_errors_at(model, params, solution, period, z, m, n)
+    return errors[np.isfinite(errors)]
+
+
+def euler_errors_at(model, params, solution, period: int, z, m, n):
+    """The liquid margin's log10 relative Euler errors at the states `(z, m, n)`
+    (income node, liquid wealth, durable stock) of `period` of an `NEGM` solution, and
+    whether the agent adjusts there; NaN where it saves at most 1e-6: the agent's
+    choice at each state from the period's policy, and next period's marginal value of
+    liquid wealth from the next period's policy (the consumption of the better of
+    keeping and adjusting at `(m', n')`, with `u_c` evaluated exactly). Written in
+    numpy, apart from the solver."""
+    p = {**PARAMS, **params}
     regime = model.regimes["alive"]
     wealth_points = np.asarray(regime.states["wealth"].to_jax())
     durable_points = np.asarray(regime.states["durable"].to_jax())
@@ -264,17 +281,15 @@ def euler_errors(model, params, solution, period: int, n_draws: int = 2_000, see
         c = np.where(keeps, keep_c, adjust_c)
         h = np.where(keeps, n, adjust_d)
         a = np.where(keeps, m, x - adjust_d) - c
-        return c, h, a
+        return c, h, a, ~keeps
 
-    z = rng.integers(0, len(nodes), n_draws)
-    m = rng.uniform(0.5, 0.6 * wealth_points[-1], n_draws)
-    n = rng.uniform(0.0, 0.6 * durable_points[-1], n_draws)
-    c, h, a = choice(now, z, m, n)
-    expected = np.zeros(n_draws)
+    z, m, n = (np.asarray(v) for v in (z, m, n))
+    c, h, a, adjusts = choice(now, z, m, n)
+    expected = np.zeros(len(m))
     for z_next in range(len(nodes)):
         m_next = gross * a + np.exp(nodes[z])
         n_next = (1 - p["depreciation"]) * h
-        c_next, h_next, _ = choice(later, np.full(n_draws, z_next), m_next, n_next)
+        c_next, h_next, _, _ = choice(later, np.full(len(m), z_next), m_next, n_next)
         expected += matrix[z, z_next] * u_c(c_next, h_next)
     target = beta * gross * expected
     # u_c(c, h) = target  =>  c = (target / (α·(h+h̲)^{(1−α)(1−ρ)}))^{1/(α(1−ρ)−1)}
@@ -282,7 +297,7 @@ def euler_errors(model, params, solution, period: int, n_draws: int = 2_000, see
         1 / (alpha * (1 - rho) - 1)
     )
     errors = np.log10(np.abs(implied / c - 1.0) + 1e-16)
-    return errors[a > 1e-6]
+    return np.where(a > 1e-6, errors, np.nan), adjusts
 
 
 _FIELDS = (

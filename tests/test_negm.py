@@ -11,7 +11,10 @@ The convergence study against a very fine grid search, the 20-period model's Eul
 errors and the timings are in `benchmarks/negm.py`.
 """
 
+import dataclasses
 import functools
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +27,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
+from tests.oracles import durables_euler  # noqa: E402
 from tests.oracles import durables_two_period as oracle  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -160,6 +164,167 @@ def test_simulation_follows_the_continuous_policies():
     )
 
 
+# ---------------------------------------------------------------------- Euler errors
+FIELDS = tuple(f.name for f in dataclasses.fields(lcm.NEGMPolicy))
+
+
+def test_euler_errors_match_a_numpy_reference():
+    model, params, solution = solved(3)
+    wealth, durable, nodes, matrix = state_points(model)
+    points = np.linspace(0.6, 12.0, 7)
+    errors = np.asarray(lcm.euler_errors(model, params, solution, regime="alive", points=points))
+    # (period, durable, income, adjust, points); nothing follows the last period.
+    assert errors.shape == (3, len(durable), len(nodes), 2, len(points))
+    assert np.all(np.isnan(errors[-1]))
+    solver = model.regimes["alive"].solver
+    grids = (wealth, durable, np.asarray(solver.resources.to_jax()))
+    policies = solution.policies["alive"]
+    n, z, code, m = (
+        a.reshape(-1)
+        for a in np.meshgrid(durable, np.arange(len(nodes)), np.arange(2), points, indexing="ij")
+    )
+    for period in (0, 1):
+        now, later = (
+            {k: np.asarray(getattr(policies, k)[t]) for k in FIELDS} for t in (period, period + 1)
+        )
+        reference = durables_euler.euler_errors(
+            now, later, z, m, n, code, grids, params, nodes, matrix
+        )
+        got = errors[period].reshape(-1)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))
+        # Relative consumption errors agree to rounding.
+        np.testing.assert_allclose(10.0**got, 10.0**reference, rtol=1e-7, atol=1e-13)
+        assert np.isfinite(got).mean() > 0.5
+        # The example's own numpy measure, at the agent's choice.
+        example, adjusts = durables.euler_errors_at(model, params, solution, period, z, m, n)
+        chosen = (code == adjusts.astype(int)) & np.isfinite(example) & np.isfinite(got)
+        assert chosen.sum() > 20
+        np.testing.assert_allclose(
+            10.0 ** got[chosen], 10.0 ** example[chosen], rtol=1e-7, atol=1e-13
+        )
+
+
+def test_euler_errors_name_the_liquid_margin():
+    model, params, solution = solved(3)
+    with pytest.raises(lcm.LcmError, match="NEGM"):
+        lcm.euler_errors(model, params, solution, regime="alive", state="durable")
+
+
+# ---------------------------------------------------------------------- types and knobs
+SMALL = {"n_wealth": 16, "n_durable": 8, "n_income": 2, "n_savings": 16, "n_resources": 16}
+
+
+def _with_skill(n_types: int):
+    """The durable-goods model with a permanent skill that scales income."""
+    model, params = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    regime = model.regimes["alive"]
+    regime = regime.replace(
+        states={**regime.states, "skill": lcm.DiscreteGrid([f"s{k}" for k in range(n_types)])},
+        functions={
+            **regime.functions,
+            "income": lambda log_income, skill: jnp.exp(log_income) * (1.0 + 0.2 * skill),
+        },
+        state_transitions={**regime.state_transitions, "skill": lambda skill: skill},
+    )
+    return lcm.Model(regimes={"alive": regime}, n_periods=3), params
+
+
+@functools.cache
+def solved_with_skill():
+    model, params = _with_skill(2)
+    return model, params, np.asarray(model.solve(params).values["alive"])
+
+
+@pytest.mark.slow
+def test_a_permanent_type_equals_each_type_solved_alone():
+    """The types are mapped jointly with next period's policy (each reads its own
+    slice), not summed over with zero weights: the same values as each type alone."""
+    _, params, values = solved_with_skill()
+    alone, _ = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    regime = alone.regimes["alive"]
+    regime = regime.replace(
+        functions={
+            **regime.functions,
+            "income": lambda log_income, skill_scale: jnp.exp(log_income) * skill_scale,
+        }
+    )
+    alone = lcm.Model(regimes={"alive": regime}, n_periods=3)
+    for skill in (0, 1):
+        each = alone.solve({**params, "skill_scale": 1.0 + 0.2 * skill}).values["alive"]
+        np.testing.assert_allclose(values[..., skill], each, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_a_type_as_the_only_discrete_state_and_none_at_all():
+    """A permanent type without another discrete state (nothing left to map one at a
+    time), against the model with no discrete state at all, once per type."""
+    model, params = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    base = model.regimes["alive"]
+    states = {k: g for k, g in base.states.items() if k != "log_income"}
+    typed = base.replace(
+        states={**states, "skill": lcm.DiscreteGrid(["a", "b"])},
+        functions={**base.functions, "income": lambda skill: 1.0 + 0.2 * skill},
+        state_transitions={**base.state_transitions, "skill": lambda skill: skill},
+    )
+    untyped = base.replace(
+        states=states,
+        functions={**base.functions, "income": lambda skill_scale: skill_scale},
+    )
+    values = lcm.Model(regimes={"alive": typed}, n_periods=3).solve(params).values["alive"]
+    alone = lcm.Model(regimes={"alive": untyped}, n_periods=3)
+    for skill in (0, 1):
+        each = alone.solve({**params, "skill_scale": 1.0 + 0.2 * skill}).values["alive"]
+        np.testing.assert_allclose(values[..., skill], each, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_splayed_state_axes_give_the_same_values():
+    """`batch_size` on the liquid, durable and type axes and on the solver's savings and
+    resources grids: scanned in chunks, the same values."""
+    model, params, values = solved_with_skill()
+    regime = model.regimes["alive"]
+    solver = dataclasses.replace(
+        regime.solver,
+        savings=lcm.IrregSpacedGrid(points=regime.solver.savings.points, batch_size=6),
+        resources=lcm.IrregSpacedGrid(points=regime.solver.resources.points, batch_size=7),
+    )
+    splayed = (
+        lcm.Model(regimes={"alive": regime.replace(solver=solver)}, n_periods=3)
+        .with_batch_size("wealth", 5)
+        .with_batch_size("durable", 3)
+        .with_batch_size("skill", 1)
+    )
+    np.testing.assert_allclose(splayed.solve(params).values["alive"], values, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- sharding
+@pytest.mark.slow
+def test_sharded_permanent_type_needs_no_collective():
+    """4 host devices: a sharded permanent skill (mapped jointly with its axis of next
+    period's policy) gives the unsharded values and policies, the compiled solve moves
+    nothing between devices but (validated) the check flags, and the simulation against
+    the sharded solution gives the unsharded panel."""
+    script = Path(__file__).with_name("negm_devices.py")
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=900
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["values"] < 1e-12
+    assert result["policies"] < 1e-12
+    assert result["spec"][-1] == "skill"
+    # (period, log_income, skill, liquid, durable)
+    assert result["policy_spec"][2] == "skill"
+    assert result["unvalidated"] == []
+    assert all(kind == "all-reduce" and size <= 64 for kind, size in result["validated"])
+    assert result["simulate_labels_equal"]
+    assert result["simulate_difference"] < 1e-12
+    # Each device simulates the subjects of its own types: only per-subject results (12
+    # subjects) cross devices.
+    assert result["simulate_collectives"]
+    assert all(kind == "all-reduce" and size <= 12 for kind, size in result["simulate_collectives"])
+
+
 # ---------------------------------------------------------------------- the class
 def _base():
     model, _ = durables.build(n_periods=2, **GRIDS)
@@ -201,6 +366,15 @@ OUTSIDE = {
     "another discrete action": (
         lambda: _with(actions={**_base().actions, "work": lcm.DiscreteGrid(durables.Adjust)}),
         "another discrete action 'work'",
+    ),
+    "a splayed action": (
+        lambda: _with(
+            actions={
+                **_base().actions,
+                "consumption": lcm.LinSpacedGrid(start=0.01, stop=5.0, n_points=10, batch_size=4),
+            }
+        ),
+        "'consumption' has batch_size=4; NEGM searches no action grid",
     ),
     "no durable state": (
         lambda: _with(

@@ -6,6 +6,8 @@ by next period's choice probabilities with taste shocks). The Euler error is the
 relative consumption error that the policy implies,
 `log10 |1 − (u')⁻¹(β·E[R·u'(c')]) / c|`, with both `c` and `c'` taken from the solver's
 own policies: `DCEGM`'s continuous policy, or the action-grid point `GridSearch` chooses.
+Each solver computes them (`AbstractSolver.euler_errors`): `NEGM` on its liquid margin,
+for keeping and for adjusting at every durable node.
 """
 
 from __future__ import annotations
@@ -21,16 +23,9 @@ from .._errors import InvalidPeriodError, LcmError
 from .._grids._age import age_of
 from .._model._dag import Evaluator
 from .._model._params import resolve_params
-from .._solve._kernel import RegimeProblem
-from .._solve._reading import (
-    ContinuationReader,
-    combine_values_and_slopes,
-    expected_at_savings,
-    invert_marginal,
-    marginal_of,
-)
+from .._solve._reading import ContinuationReader, combine_values_and_slopes
 from .._solve._solution import Solution
-from .._solve._solver import taste_shock_scale
+from .._solve._solver import FollowingPeriod, taste_shock_scale
 from ._choice import next_values_at, regime_problem
 
 
@@ -52,17 +47,19 @@ def euler_errors(
         solution: `model.solve(params)`; `None` solves first.
         regime: the regime's name.
         state: its continuous state (cash on hand); default: the one the regime's solver
-            knows (`DCEGM`'s `state`).
+            knows (`DCEGM`'s `state`, `NEGM`'s `liquid`).
         action: its continuous action (consumption); default: the one the regime's
-            solver knows (`DCEGM`'s `action`).
+            solver knows (`DCEGM`'s `action`, `NEGM`'s `consumption`).
         points: values of `state` at which to evaluate (default: its grid).
 
     Returns:
-        An array `(n_periods, *discrete states, *discrete actions, n_points)`: the error at
+        An array `(n_periods, *other states, *discrete actions, n_points)`: the error at
         each point for each discrete choice, NaN where it is not defined (the last
         period, inactive periods, infeasible choices, and points where the agent is at the
         borrowing limit, i.e. saves at most one action-grid step, or nothing with
-        `DCEGM`). Summarise with e.g. `numpy.nanmean` / `numpy.nanmax`.
+        `DCEGM`). With `NEGM` the other states include the durable (its grid nodes)
+        and the discrete action is keep/adjust. Summarise with e.g. `numpy.nanmean` /
+        `numpy.nanmax`.
 
     Example:
         >>> errors = lcm.euler_errors(model, params, solution, regime="retired")
@@ -125,65 +122,23 @@ def euler_errors(
 def _euler_errors(model, regime, state, action, params, values, policies, points):
     plan = model.plan
     resolved = resolve_params(plan, params)
-    regime_plan = plan.regimes[regime]
     solver = model.solvers[regime]
     n_periods = plan.n_periods
 
     def at_period(period):
         problem = regime_problem(model, resolved, regime, period, values, policies)
-        readers = _readers(model, resolved, regime, action, period + 1, values, policies)
-        discrete_states = [a for a in problem.state_axes if a.name != state]
-        discrete_actions = [a for a in problem.action_axes if a.is_discrete]
-
-        def at(z, d_codes, x):
-            point = {**z, state: x}
-            consumption = solver.continuous_policy(problem, point)[action][d_codes]
-            d = dict(zip([a.name for a in discrete_actions], d_codes, strict=True))
-            beta = problem.discount_factor(problem.evaluator({**z, **d}))
-            feasible = _feasible(problem, {**z, **d}, state, action, x, consumption)
-            savings = x - consumption
-            _, marginal, _ = expected_at_savings(
-                problem, readers, state, action, {**z, **d}, savings
-            )
-
-            def utility(c):
-                evaluate = problem.evaluator({**z, **d, action: c, state: c})
-                return jnp.asarray(evaluate(regime_plan.utility))
-
-            q = beta * marginal
-            implied = invert_marginal(marginal_of(utility), jnp.maximum(q, 1e-300), 8)
-            error = jnp.log10(jnp.abs(1.0 - implied / consumption))
-            step = solver.action_step(problem, action)
-            unconstrained = savings > solver.borrowing_limit(problem, {**z, **d}) + step
-            ok = feasible & unconstrained & (q > 0) & jnp.isfinite(error)
-            return jnp.where(ok, error, jnp.nan)
-
-        def over_z(z_axes, z):
-            if z_axes:
-                first, rest = z_axes[0], z_axes[1:]
-                return jax.vmap(lambda code: over_z(rest, {**z, first.name: code}))(first.points)
-            return over_d(discrete_actions, z, ())
-
-        def over_d(d_axes, z, codes):
-            if d_axes:
-                first, rest = d_axes[0], d_axes[1:]
-                return jax.vmap(lambda code: over_d(rest, z, (*codes, code)))(first.points)
-            return jax.vmap(lambda x: at(z, codes, x))(points)
-
-        return over_z(discrete_states, {})
+        following = FollowingPeriod(
+            problem=lambda target: regime_problem(
+                model, resolved, target, period + 1, values, policies
+            ),
+            readers=lambda: _readers(model, resolved, regime, action, period + 1, values, policies),
+        )
+        return solver.euler_errors(problem, following, state, action, points)
 
     periods = jnp.arange(n_periods - 1)
     inner = jax.lax.map(at_period, periods)
     last = jnp.full(inner.shape[1:], jnp.nan, inner.dtype)
     return jnp.concatenate([inner, last[None]], axis=0)
-
-
-def _feasible(problem: RegimeProblem, discrete, state, action, x, consumption) -> Array:
-    evaluate = problem.evaluator({**discrete, state: x, action: consumption})
-    feasible = jnp.asarray(True)
-    for constraint in problem.regime.constraints.values():
-        feasible = feasible & jnp.asarray(evaluate(constraint)).astype(bool)
-    return feasible
 
 
 def _readers(model, resolved, regime, action, next_period, values, policies):

@@ -18,7 +18,9 @@ equal solver and carries, for each group, the solver's own state without opening
 
 Queries after the solve (simulation, likelihoods, the distribution, Euler errors) have
 defaults that search the action grids; a solver with a policy of its own overrides them.
-No module outside a solver's folder names a concrete solver.
+The Euler errors (`euler_errors`) default to one continuous state and action read through
+`continuous_policy`; a solver whose Euler equation has another shape overrides them. No
+module outside a solver's folder names a concrete solver.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from jaxtyping import Array, PRNGKeyArray
 
 from . import _on_grid
 from ._axes import auto_splayed, lift
+from ._euler_equation import euler_errors_on_axes
 from ._kernel import RegimeProblem
 from ._reading import ContinuationReader, array_reader
 
@@ -105,6 +108,20 @@ class SegmentOutputs:
     inputs: Any
     deferred: frozenset[str]
     problems: Callable[[Any, tuple[str, ...]], dict[str, RegimeProblem]]
+
+
+@dataclasses.dataclass(frozen=True)
+class FollowingPeriod:
+    """Next period as a period's Euler equation reads it (`AbstractSolver.euler_errors`).
+
+    `problem(target)`: the problem of regime `target` next period, carrying the
+    solution's policy of that period (`RegimeProblem.policy`); `readers()`: every regime
+    the period can move to, read for its marginal value through its own solver's
+    choices (`ContinuationReader`s along the Euler equation's state).
+    """
+
+    problem: Callable[[str], RegimeProblem]
+    readers: Callable[[], dict[str, ContinuationReader]]
 
 
 class AbstractSolver(eqx.Module):
@@ -249,6 +266,22 @@ class AbstractSolver(eqx.Module):
         of the borrowing limit counts as constrained (Euler errors)."""
         names = [a.name for a in problem.action_axes]
         return jnp.max(jnp.diff(problem.action_axes[names.index(action)].points))
+
+    def euler_errors(
+        self,
+        problem: RegimeProblem,
+        following: FollowingPeriod,
+        state: str,
+        action: str,
+        points: Array,
+    ) -> Array:
+        """`log10` relative Euler-equation errors of the solution's policy in `problem`
+        (which carries it) at `points` of the continuous `state`, with `action` the
+        consumption: axes the regime's other states, its discrete actions, then
+        `points`; NaN where not defined (`lcm.euler_errors`). By default one continuous
+        state and action, consumption from `continuous_policy`, next period read through
+        `following.readers()`."""
+        return euler_errors_on_axes(self, problem, following.readers(), state, action, points)
 
     def work(self, problem: RegimeProblem) -> tuple[tuple[str, int], ...] | None:
         """What one period of `problem` evaluates, as `(label, points)` rows (shown by

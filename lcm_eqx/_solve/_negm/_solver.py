@@ -34,14 +34,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
-from ..._errors import ModelInitializationError
+from ..._errors import LcmError, ModelInitializationError
 from ..._grids import AbstractContinuousGrid
 from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
+from .._axes import map_axis
 from .._continuation import NEG_INF
+from .._euler_equation import feasible_at
 from .._kernel import RegimeProblem
 from .._reading import REFERENCE_ACTION, invert_marginal
-from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs
+from .._sharding import is_identity_transition
+from .._solver import AbstractSolver, FollowingPeriod, Period, PeriodSolution, SegmentOutputs
 from ._interpolate import hermite_1d, linear_1d
 from ._policy import (
     NEGMPolicy,
@@ -79,7 +82,12 @@ class NEGM(AbstractSolver):
         adjuster_points: candidates of the new durable stock searched for each point of
             `resources` before the golden-section refinement.
         golden_steps: golden-section steps that refine the best candidate (each keeps
-            0.618 of the bracket; 40 steps reach 1e-8 of it).
+            0.618 of the bracket; 24 steps reach 1e-5 of it, where values still differ
+            by far more than rounding).
+        bisection_steps: bisection steps on the sign of the objective's derivative
+            that follow (each halves the bracket; 30 steps reach 1e-14 of it): the new
+            stock to rounding, where comparing values would only compare rounding
+            errors (a sharded and an unsharded solve then agree to 1e-12, not 1e-9).
         newton_steps: Newton iterations that invert marginal utility.
 
     The class of models: the regime has exactly the continuous states `liquid` and
@@ -110,7 +118,8 @@ class NEGM(AbstractSolver):
     resources: AbstractContinuousGrid
     resources_function: str = eqx.field(static=True, default="resources")
     adjuster_points: int = eqx.field(static=True, default=64)
-    golden_steps: int = eqx.field(static=True, default=40)
+    golden_steps: int = eqx.field(static=True, default=24)
+    bisection_steps: int = eqx.field(static=True, default=30)
     newton_steps: int = eqx.field(static=True, default=6)
 
     reads_next_values: ClassVar[bool] = False
@@ -134,7 +143,12 @@ class NEGM(AbstractSolver):
                     f"NEGM: the {name} grid must be the same in every period; its bounds vary "
                     "with age."
                 )
-        for name, least in (("adjuster_points", 3), ("golden_steps", 0), ("newton_steps", 1)):
+        for name, least in (
+            ("adjuster_points", 3),
+            ("golden_steps", 0),
+            ("bisection_steps", 0),
+            ("newton_steps", 1),
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < least:
                 raise ModelInitializationError(
@@ -181,6 +195,13 @@ class NEGM(AbstractSolver):
                 f"the action {self.adjust!r} has {regime.grids[self.adjust].n_points} "
                 "categories; NEGM needs two (code 0 keep, code 1 adjust)."
             )
+        for action in (self.consumption, self.durable_choice, self.adjust):
+            if regime.grids[action].batch_size > 0:
+                fail(
+                    f"the action {action!r} has batch_size={regime.grids[action].batch_size}; "
+                    "NEGM searches no action grid. Splay the states, or the solver's "
+                    "savings and resources grids (their batch_size)."
+                )
         own = {self.liquid, self.durable}
         for other in regime.states:
             if other not in own and not regime.grids[other].is_discrete:
@@ -253,10 +274,20 @@ class NEGM(AbstractSolver):
     def _discrete_shape(self, regime: RegimePlan) -> tuple[int, ...]:
         return tuple(regime.grids[s].n_points for s in self._discrete_states(regime))
 
-    def _flat_codes(self, regime: RegimePlan) -> dict[str, Array]:
-        shape = self._discrete_shape(regime)
+    def _flat_codes(self, regime: RegimePlan, names: tuple[str, ...]) -> dict[str, Array]:
+        """The codes of the discrete states `names` at each point of their flat product."""
+        shape = tuple(regime.grids[s].n_points for s in names)
         flat = np.indices(shape).reshape(len(shape), math.prod(shape)).astype(np.int32)
-        return {s: jnp.asarray(flat[i]) for i, s in enumerate(self._discrete_states(regime))}
+        return {s: jnp.asarray(flat[i]) for i, s in enumerate(names)}
+
+    def _flattened(self, regime: RegimePlan, policy: NEGMPolicy, names: tuple[str, ...]):
+        """`policy` (leading axes: the discrete states) with the axes of the discrete
+        states `names` (a trailing run of them, in order) flattened into one."""
+        n = len(self._discrete_states(regime)) - len(names)
+        size = math.prod(regime.grids[s].n_points for s in names)
+        return jax.tree.map(
+            lambda a: a.reshape((*a.shape[:n], size, *a.shape[n + len(names) :])), policy
+        )
 
     def _point(self, z: dict, c, h, m=None, adjust: int = KEEP) -> dict:
         return {
@@ -298,23 +329,25 @@ class NEGM(AbstractSolver):
             self.resources.to_jax(),
         )
 
-    def _flat_index(self, problem: RegimeProblem, state: dict) -> Array:
-        regime = problem.regime
-        names = self._discrete_states(regime)
-        if not names:
-            return jnp.asarray(0, jnp.int32)
-        codes = [problem.local_code(s, state[s]) for s in names]
-        return jnp.ravel_multi_index(codes, self._discrete_shape(regime), mode="clip")
+    def _policy_at(self, problem: RegimeProblem, state: dict) -> NEGMPolicy:
+        """The period's policy at the discrete states of `state` (codes local to the
+        arrays the problem holds: one device's block in a sharded simulation)."""
+        names = self._discrete_states(problem.regime)
+        codes = tuple(problem.local_code(s, state[s]) for s in names)
+        return jax.tree.map(lambda a: a[codes], problem.policy)
 
-    def _next_weights(self, problem: RegimeProblem, z: dict) -> tuple[Array, Array]:
-        """The probabilities of next period's discrete states (flat, `(Z,)`) and the
-        discount factor, at discrete states `z`."""
+    def _next_weights(
+        self, problem: RegimeProblem, z: dict, names: tuple[str, ...]
+    ) -> tuple[Array, Array]:
+        """The probabilities of next period's discrete states `names` (flat over their
+        product; the others keep their codes) and the discount factor, at discrete
+        states `z`."""
         regime = problem.regime
         ref = jnp.asarray(REFERENCE_ACTION)
         evaluate = problem.evaluator(self._point(z, ref, ref, ref))
         codes, probabilities = problem.next_states(evaluate)
         joint = jnp.ones((1,))
-        for s in self._discrete_states(regime):
+        for s in names:
             n = regime.grids[s].n_points
             transition = regime.state_transitions.get(s)
             if transition is None:
@@ -355,39 +388,106 @@ class NEGM(AbstractSolver):
 
         return next_liquid, next_durable
 
+    def _next_reader(
+        self,
+        next_problem: RegimeProblem,
+        following: NEGMPolicy,
+        fixed: dict,
+        names: tuple[str, ...],
+    ):
+        """`(m, n) -> (v, v_m, v_n)`: next period's value and marginal values at `(m, n)`
+        at each point of the flat product of the discrete states `names` (with the others
+        at their codes `fixed`), from its policy `following` (leading axis: that flat
+        product)."""
+        grids = self._grids(next_problem)
+        codes = self._flat_codes(next_problem.regime, names)
+
+        def next_read(m, n):
+            def at(zc, policy):
+                zc = {**fixed, **zc}
+                _, marginal, _ = self._utility(next_problem, zc)
+                resources = self._resources(next_problem, zc)
+                return read(policy, grids, m, n, resources, marginal)
+
+            return jax.vmap(at)(codes, following)
+
+        return next_read
+
     # ------------------------------------------------------------------ solve
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         raise NotImplementedError("NEGM solves through `step`, which reads next period.")
 
     def solve(self, problem: RegimeProblem, following: NEGMPolicy | None, next_problem):
-        """One period of the regime: its value array on the state grid and its policy.
-        `following` is next period's policy (None after the model's last period)."""
+        """One period of the regime: its value array on the state grid and its policy
+        (leading axes: the discrete states). `following` is next period's policy (None
+        after the model's last period).
+
+        A discrete state that never transitions (a permanent type: the identity law of
+        motion) is mapped jointly with its axis of `following`: each type reads only its
+        own slice of next period, so that a sharded type needs no communication between
+        devices (and an unsharded one reads a type's share of next period, not all of
+        it). The other discrete states are mapped one after the other, each reading next
+        period at every one of them."""
+        regime = problem.regime
+        states = self._discrete_states(regime)
+        joint = tuple(s for s in states if is_identity_transition(regime, s))
+        rest = tuple(s for s in states if s not in joint)
+        order = [*joint, *rest]
+        if following is not None:
+            following = jax.tree.map(
+                lambda a: jnp.moveaxis(a, [states.index(s) for s in order], range(len(order))),
+                following,
+            )
+            following = self._flattened(regime, following, rest)
+
+        def over_joint(axes, fixed, following):
+            if not axes:
+                return self._solve_rest(problem, following, next_problem, fixed, rest)
+            first, others = axes[0], axes[1:]
+            codes = jnp.arange(regime.grids[first].n_points, dtype=jnp.int32)
+            batch_size = regime.grids[first].batch_size
+            if following is None:
+                return map_axis(
+                    lambda k: over_joint(others, {**fixed, first: k}, None), codes, batch_size
+                )
+            return map_axis(
+                lambda args: over_joint(others, {**fixed, first: args[0]}, args[1]),
+                (codes, following),
+                batch_size,
+            )
+
+        values, policy = over_joint(joint, {}, following)
+        shape = tuple(regime.grids[s].n_points for s in order)
+
+        def restore(a, tail):
+            a = a.reshape((*shape, *a.shape[len(joint) + 1 :]))
+            a = jnp.moveaxis(a, range(len(order)), [tail.index(s) for s in order])
+            if problem.sharding is not None:
+                a = problem.sharding.constrain(a, (*tail, *(None,) * (a.ndim - len(tail))))
+            return a
+
+        policy = jax.tree.map(lambda a: restore(a, states), policy)
+        # (discrete states, m, n) -> the regime's state order.
+        values = restore(values, states)
+        values = jnp.moveaxis(
+            values,
+            range(values.ndim),
+            [regime.states.index(s) for s in (*states, self.liquid, self.durable)],
+        )
+        return values, policy
+
+    def _solve_rest(self, problem, following, next_problem, fixed: dict, rest: tuple[str, ...]):
+        """The period at the discrete states `fixed` and each point of the flat product
+        of the states `rest`: values `(R, m, n)` and the policy (leading axis `R`)."""
         regime = problem.regime
         liquid, durable, total = self._grids(problem)
-        codes = self._flat_codes(regime)
         savings = self.savings.to_jax()
-        z_shape = self._discrete_shape(regime)
-
+        liquid_batch = regime.grids[self.liquid].batch_size
         if following is not None:
-            next_codes = codes
+            next_read = self._next_reader(next_problem, following, fixed, rest)
 
-            def next_read(m, n):
-                """Next period's `(v, v_m, v_n)` at `(m, n)` for every discrete state."""
-
-                def at(zc, policy):
-                    _, marginal, _ = self._utility(next_problem, zc)
-                    return read(
-                        policy,
-                        (liquid, durable, total),
-                        m,
-                        n,
-                        self._resources(next_problem, zc),
-                        marginal,
-                    )
-
-                return jax.vmap(at)(next_codes, following)
-
-        def at_discrete(z):
+        def at_discrete(codes):
+            z = {**fixed, **codes}
             utility, u_c, u_h = self._utility(problem, z)
             vu = jnp.vectorize(utility)
             vu_c = jnp.vectorize(u_c)
@@ -398,7 +498,7 @@ class NEGM(AbstractSolver):
                 value = vu(c, h)
                 keep = (value, c, vu_c(c, h), vu_h(c, h))
             else:
-                weights, beta = self._next_weights(problem, z)
+                weights, beta = self._next_weights(problem, z, rest)
                 next_liquid, next_durable = self._laws(problem, z)
 
                 def post_decision(n):
@@ -413,15 +513,23 @@ class NEGM(AbstractSolver):
                             n_slope * jnp.sum(weights * v_n),
                         )
 
-                    return jax.vmap(at_savings)(savings)
+                    return map_axis(at_savings, savings, self.savings.batch_size)
 
                 def keeper(n):
                     w, w_a, w_n = post_decision(n)
-                    return self._keeper(savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, u_c)
+                    return self._keeper(
+                        savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, liquid_batch
+                    )
 
-                keep = jax.vmap(keeper, out_axes=1)(durable)
+                # (durable, m) -> (m, durable)
+                keep = map_axis(keeper, durable, regime.grids[self.durable].batch_size)
+                keep = tuple(jnp.moveaxis(a, 0, 1) for a in keep)
             kv, kc, km, kn = keep
-            adjust = jax.vmap(lambda x: self._adjuster(liquid, durable, keep, x, u_c))(total)
+            adjust = map_axis(
+                lambda x: self._adjuster(liquid, durable, keep, x, u_c),
+                total,
+                self.resources.batch_size,
+            )
             av, ac, ad, am = adjust
             adjust_policy = NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
             x, _, _ = jnp.vectorize(self._resources(problem, z))(liquid[:, None], durable[None, :])
@@ -429,17 +537,17 @@ class NEGM(AbstractSolver):
             values = jnp.maximum(kv, adjusted(x.reshape(-1)).reshape(x.shape))
             return values, NEGMPolicy(kv, kc, km, kn, av, ac, ad, am)
 
-        values, policy = jax.lax.map(at_discrete, codes)
-        # (Z, m, n) -> the regime's state order.
-        values = values.reshape((*z_shape, *values.shape[1:]))
-        order = [*self._discrete_states(regime), self.liquid, self.durable]
-        values = jnp.transpose(values, [order.index(s) for s in regime.states])
-        return values, policy
+        codes = self._flat_codes(regime, rest)
+        size = math.prod(regime.grids[s].n_points for s in rest)
+        return jax.lax.map(
+            lambda i: at_discrete({s: c[i] for s, c in codes.items()}), jnp.arange(size)
+        )
 
-    def _keeper(self, savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, u_c):
+    def _keeper(self, savings, liquid, w, w_a, w_n, beta, n, vu, vu_c, vu_h, batch_size):
         """The keeper at durable node `n`: the Euler equation inverted at the savings
         points, read onto the liquid grid by an upper envelope over every segment of the
-        endogenous points and the credit-constrained choice. Returns `(v, c, v_m, v_n)`
+        endogenous points and the credit-constrained choice (the liquid points in chunks
+        of `batch_size`: the splay knob of the liquid state). Returns `(v, c, v_m, v_n)`
         on the liquid grid."""
         q = beta * w_a
         c_end = invert_marginal(lambda c: vu_c(c, n), q, self.newton_steps)
@@ -447,28 +555,30 @@ class NEGM(AbstractSolver):
         m0, m1 = m_end[:-1], m_end[1:]
         c0, c1 = c_end[:-1], c_end[1:]
         last = jnp.arange(m0.shape[0]) == m0.shape[0] - 1
-        x = liquid[:, None]
         low, high = jnp.minimum(m0, m1), jnp.maximum(m0, m1)
-        inside = ((x >= low) & (x <= high)) | (last & (x > high))
         width = m1 - m0
-        t = (x - m0) / jnp.where(width == 0, 1.0, width)
-        c = c0 + t * (c1 - c0)
-        a = x - c
-        valid = inside & (c > 0) & (a >= savings[0])
-        safe_c = jnp.where(valid, c, 1.0)
-        safe_a = jnp.where(valid, a, savings[0])
-        segment_values = vu(safe_c, n) + beta * hermite_1d(savings, w, w_a, safe_a)
-        segment_values = jnp.where(valid, segment_values, NEG_INF)
-        bound_c = liquid - savings[0]
-        feasible = bound_c > 0
-        bound_values = jnp.where(
-            feasible, vu(jnp.where(feasible, bound_c, 1.0), n) + beta * w[0], NEG_INF
-        )
-        candidates = jnp.concatenate([bound_values[:, None], segment_values], axis=1)
-        all_c = jnp.concatenate([bound_c[:, None], safe_c], axis=1)
-        best = jnp.argmax(jax.lax.stop_gradient(candidates), axis=1)
-        value = jnp.take_along_axis(candidates, best[:, None], axis=1)[:, 0]
-        consumption = jnp.take_along_axis(all_c, best[:, None], axis=1)[:, 0]
+
+        def at_liquid(x):
+            inside = ((x >= low) & (x <= high)) | (last & (x > high))
+            t = (x - m0) / jnp.where(width == 0, 1.0, width)
+            c = c0 + t * (c1 - c0)
+            a = x - c
+            valid = inside & (c > 0) & (a >= savings[0])
+            safe_c = jnp.where(valid, c, 1.0)
+            safe_a = jnp.where(valid, a, savings[0])
+            segment_values = vu(safe_c, n) + beta * hermite_1d(savings, w, w_a, safe_a)
+            segment_values = jnp.where(valid, segment_values, NEG_INF)
+            bound_c = x - savings[0]
+            feasible = bound_c > 0
+            bound_value = jnp.where(
+                feasible, vu(jnp.where(feasible, bound_c, 1.0), n) + beta * w[0], NEG_INF
+            )
+            candidates = jnp.concatenate([bound_value[None], segment_values])
+            all_c = jnp.concatenate([bound_c[None], safe_c])
+            best = jnp.argmax(jax.lax.stop_gradient(candidates))
+            return candidates[best], all_c[best]
+
+        value, consumption = map_axis(at_liquid, liquid, batch_size)
         saved = liquid - consumption
         marginal = vu_c(consumption, n)
         marginal_durable = vu_h(consumption, n) + beta * linear_1d(savings, w_n, saved)
@@ -476,7 +586,8 @@ class NEGM(AbstractSolver):
 
     def _adjuster(self, liquid, durable, keep, x, u_c):
         """The adjuster at total resources `x`: the best new stock `d` of
-        `v_keep(x − d, d)`, by candidates and golden section. Returns `(v, c, d, v_x)`."""
+        `v_keep(x − d, d)`, by candidates, golden section and bisection on the sign of
+        its derivative. Returns `(v, c, d, v_x)`."""
         kv, kc, km, kn = keep
         policy = NEGMPolicy(kv, kc, km, kn, kv[:, 0], kv[:, 0], kv[:, 0], kv[:, 0])
 
@@ -509,6 +620,17 @@ class NEGM(AbstractSolver):
             return jnp.where(better_left, a, left), jnp.where(better_left, right, b)
 
         a, b = jax.lax.fori_loop(0, self.golden_steps, golden, (a, b))
+
+        def slope(d):
+            return jax.jvp(frozen_objective, (d,), (jnp.ones_like(d),))[1]
+
+        def bisection(_, bracket):
+            a, b = bracket
+            middle = 0.5 * (a + b)
+            rising = slope(middle) > 0
+            return jnp.where(rising, middle, a), jnp.where(rising, b, middle)
+
+        a, b = jax.lax.fori_loop(0, self.bisection_steps, bisection, (a, b))
         middle = 0.5 * (a + b)
         d = jnp.where(frozen_objective(middle) >= values[k], middle, candidates[k])
         d = jax.lax.stop_gradient(d)
@@ -527,7 +649,13 @@ class NEGM(AbstractSolver):
             next_problem = problem.replace(period=problem.period + 1, age=period.next_age)
             values, policy = self.solve(problem, following, next_problem)
             n_checks = len(problem.checks) + len(self.extra_checks(problem.regime))
-            violations = jnp.zeros((*(1,) * len(problem.regime.states), n_checks), values.dtype)
+            # No checks of its own inside the period; sharded axes keep their length (the
+            # backward induction reduces them after the loop).
+            shape = tuple(
+                n if problem.sharding is not None and problem.sharding.is_sharded(s) else 1
+                for s, n in zip(problem.regime.states, values.shape, strict=True)
+            )
+            violations = jnp.zeros((*shape, n_checks), values.dtype)
             solutions[name] = PeriodSolution(values, violations, policy)
             new_state[name] = policy
             emitted[name] = policy
@@ -540,7 +668,7 @@ class NEGM(AbstractSolver):
     def _choices(self, problem: RegimeProblem, state: dict):
         """Value, consumption and new durable stock of keeping and of adjusting at
         `state` (axis: the `adjust` codes)."""
-        policy = jax.tree.map(lambda a: a[self._flat_index(problem, state)], problem.policy)
+        policy = self._policy_at(problem, state)
         liquid, durable, total = self._grids(problem)
         m, n = state[self.liquid], state[self.durable]
         z = {s: state[s] for s in self._discrete_states(problem.regime)}
@@ -584,6 +712,72 @@ class NEGM(AbstractSolver):
 
     def euler_variables(self) -> tuple[str, str]:
         return self.liquid, self.consumption
+
+    def euler_errors(self, problem, following: FollowingPeriod, state, action, points):
+        """The Euler equation of the liquid margin, `u_c(c, h) = β·E[R·V'_m(m', n')]`,
+        of keeping (`h` the durable held, saving `m − c`) and of adjusting (`h` the new
+        stock `d`, saving `x − d − c`) at `points` of liquid wealth and every durable
+        node: `c`, `d` from the period's policy, `V'_m` the better choice's marginal
+        value next period at the point read (`read`). Axes: the regime's states other
+        than `liquid`, then the `adjust` codes, then `points`. A relative error below
+        machine epsilon counts as epsilon."""
+        if (state, action) != (self.liquid, self.consumption):
+            raise LcmError(
+                f"euler_errors: regime {problem.regime.name!r} is solved by NEGM, whose "
+                f"Euler equation is that of liquid wealth {self.liquid!r} and consumption "
+                f"{self.consumption!r}; got state={state!r}, action={action!r}."
+            )
+        liquid, durable, total = self._grids(problem)
+        next_problem = following.problem(problem.regime.name)
+        states = self._discrete_states(problem.regime)
+        following_flat = self._flattened(problem.regime, next_problem.policy, states)
+        next_read = self._next_reader(next_problem, following_flat, {}, states)
+        limit = self.borrowing_limit(problem, {}) + self.action_step(problem, action)
+        others = [a for a in problem.state_axes if a.name != self.liquid]
+
+        def at(state: dict, m):
+            z = {s: state[s] for s in self._discrete_states(problem.regime)}
+            n = state[self.durable]
+            policy = self._policy_at(problem, z)
+            _, u_c, _ = self._utility(problem, z)
+            weights, beta = self._next_weights(problem, z, states)
+            next_liquid, next_durable = self._laws(problem, z)
+            x, _, _ = self._resources(problem, z)(m, n)
+            keep_c = keep_consumption_at(policy, liquid, durable, m, n)
+            adjust_c, adjust_d = adjust_choice_at(policy, total, x)
+
+            def error(code, c, h, saved):
+                m_next, gross = next_liquid(saved, h)
+                n_next, _ = next_durable(h)
+                _, v_m, _ = next_read(m_next, n_next)
+                q = beta * gross * jnp.sum(weights * v_m)
+                implied = invert_marginal(
+                    lambda c: u_c(c, h), jnp.maximum(q, 1e-300), self.newton_steps
+                )
+                # An equation met to rounding counts as met to machine precision
+                # (not left out as -inf).
+                relative = jnp.abs(1.0 - implied / c)
+                error = jnp.log10(jnp.maximum(relative, jnp.finfo(relative.dtype).eps))
+                point = {**self._point(z, c, n, m, code), self.durable_choice: h}
+                feasible = feasible_at(problem, point)
+                ok = feasible & (saved > limit) & (q > 0) & jnp.isfinite(error)
+                return jnp.where(ok, error, jnp.nan)
+
+            return jnp.stack(
+                [
+                    error(KEEP, keep_c, jnp.asarray(n, keep_c.dtype), m - keep_c),
+                    error(ADJUST, adjust_c, adjust_d, x - adjust_d - adjust_c),
+                ]
+            )
+
+        def over(axes, state):
+            if axes:
+                first, rest = axes[0], axes[1:]
+                return jax.vmap(lambda x: over(rest, {**state, first.name: x}))(first.points)
+            errors = jax.vmap(lambda m: at(state, m))(points)
+            return jnp.moveaxis(errors, 0, -1)
+
+        return over(others, {})
 
     def action_step(self, problem, action) -> Array:
         return jnp.asarray(1e-9)
