@@ -767,6 +767,38 @@ def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
     assert len(distinct) == len(expected) + 2 * len(gaps)
 
 
+def test_upper_envelope_puts_a_jump_where_the_branches_values_are_equal():
+    """Two branches with consumption linear in cash on hand (`c = κ·m`, log utility: the
+    value `log(m)/κ + A`, which the endogenous grid reads exactly): the optimal branch
+    switches where their values are equal, `log m* = (A_l − A_r) / (1/κ_r − 1/κ_l)`.
+    With `utility` the envelope puts the jump there to roundings; the crossing of the
+    two branches' tangents is 6.9e-4 off."""
+    kappa_left, kappa_right, a_left = 0.6, 0.3, 0.0
+    jump = 1.75
+    a_right = a_left + np.log(jump) * (1 / kappa_left - 1 / kappa_right)
+    m = np.concatenate([np.linspace(1.0, 2.0, 11), np.linspace(1.5, 3.0, 11)])
+    kappa = np.where(np.arange(22) < 11, kappa_left, kappa_right)
+    c = kappa * m
+    v = np.log(m) / kappa + np.where(np.arange(22) < 11, a_left, a_right)
+    arrays = [jnp.asarray(x) for x in (m, c, v, 1.0 / c)]
+
+    def constrained_value(x):
+        return jnp.full_like(x, -jnp.inf)
+
+    def crossing(**utility):
+        nodes, _ = lcm.ExactEnvelope()(*arrays, constrained_value, lambda c: 1.0 / c, **utility)
+        nodes = np.asarray(nodes)
+        same_m = (nodes[1:, 0] == nodes[:-1, 0]) & (nodes[1:, 1] != nodes[:-1, 1])
+        (k,) = np.flatnonzero(same_m)
+        return nodes[k]
+
+    at, consumption, value, _ = crossing(utility=jnp.log)
+    assert abs(at - jump) < 1e-12
+    assert abs(consumption - kappa_left * jump) < 1e-12
+    assert abs(value - (np.log(jump) / kappa_left + a_left)) < 1e-12
+    assert abs(crossing()[0] - jump) > 1e-4
+
+
 def test_upper_envelope_without_a_kept_point_is_empty():
     n = 6
     m = jnp.linspace(1.0, 2.0, n)
