@@ -86,10 +86,10 @@ FUES_SCAN = "FUES inner scan"  # fues_jax_unconstrained: FUES without its constr
 class _Recorder(lcm.AbstractUpperEnvelope):
     """`ExactEnvelope`, copying each call's inputs out (in call order)."""
 
-    def __call__(self, m, c, v, mu, constrained_value, marginal):
+    def __call__(self, m, c, v, mu, constrained_value, marginal, utility=None):
         probe = constrained_value(jnp.asarray(1.0, m.dtype))  # u(1) + continuation0
         jax.debug.callback(_record, m, c, v, mu, probe, ordered=True)
-        return ExactEnvelope()(m, c, v, mu, constrained_value, marginal)
+        return ExactEnvelope()(m, c, v, mu, constrained_value, marginal, utility=utility)
 
 
 _RECORDS: list[tuple[np.ndarray, ...]] = []

@@ -55,8 +55,10 @@ def exact(n_periods, delta, period):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_values_match_the_analytical_solution_at_every_node(case):
-    # Measured: max error 8.6e-5 (T=5, δ=1: working) and 7e-15 (retired: consumption
-    # linear in wealth, where the read between points is exact); 5e-15 / 5e-15 for T=3,
+    # Measured: max error 7e-15 (T=5, δ=1: working, with each switch of branch where
+    # the two branches' values are equal; 8.6e-5 at the crossing of their tangents) and
+    # 7e-15 (retired: consumption linear in wealth, where the read between points is
+    # exact); 5e-15 / 5e-15 for T=3,
     # δ=0.1 (before the value between points integrated u'(c): 9.5e-5 / 4.6e-5 and
     # 1.0e-8 / 1.6e-5). Grid search on the same wealth grid: 0.022 (working) and 0.43
     # (retired, wealth >= 10).
@@ -64,8 +66,8 @@ def test_values_match_the_analytical_solution_at_every_node(case):
     _, _, solution = solved(n_periods, delta)
     for period in range(n_periods):
         working, retired = exact(n_periods, delta, period)
-        np.testing.assert_allclose(solution.value("working", period), working, rtol=0, atol=2e-4)
-        np.testing.assert_allclose(solution.value("retired", period), retired, rtol=0, atol=2e-4)
+        np.testing.assert_allclose(solution.value("working", period), working, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(solution.value("retired", period), retired, rtol=0, atol=1e-12)
 
 
 def test_last_period_consumes_everything():
@@ -763,6 +765,38 @@ def test_upper_envelope_keeps_exactly_the_undominated_points(seed):
         np.testing.assert_array_equal(pairs[i + 2 : j], np.broadcast_to(right, (j - i - 2, 2, 4)))
     distinct = [r for k, r in enumerate(nodes) if k == 0 or not np.array_equal(r, nodes[k - 1])]
     assert len(distinct) == len(expected) + 2 * len(gaps)
+
+
+def test_upper_envelope_puts_a_jump_where_the_branches_values_are_equal():
+    """Two branches with consumption linear in cash on hand (`c = κ·m`, log utility: the
+    value `log(m)/κ + A`, which the endogenous grid reads exactly): the optimal branch
+    switches where their values are equal, `log m* = (A_l − A_r) / (1/κ_r − 1/κ_l)`.
+    With `utility` the envelope puts the jump there to roundings; the crossing of the
+    two branches' tangents is 6.9e-4 off."""
+    kappa_left, kappa_right, a_left = 0.6, 0.3, 0.0
+    jump = 1.75
+    a_right = a_left + np.log(jump) * (1 / kappa_left - 1 / kappa_right)
+    m = np.concatenate([np.linspace(1.0, 2.0, 11), np.linspace(1.5, 3.0, 11)])
+    kappa = np.where(np.arange(22) < 11, kappa_left, kappa_right)
+    c = kappa * m
+    v = np.log(m) / kappa + np.where(np.arange(22) < 11, a_left, a_right)
+    arrays = [jnp.asarray(x) for x in (m, c, v, 1.0 / c)]
+
+    def constrained_value(x):
+        return jnp.full_like(x, -jnp.inf)
+
+    def crossing(**utility):
+        nodes, _ = lcm.ExactEnvelope()(*arrays, constrained_value, lambda c: 1.0 / c, **utility)
+        nodes = np.asarray(nodes)
+        same_m = (nodes[1:, 0] == nodes[:-1, 0]) & (nodes[1:, 1] != nodes[:-1, 1])
+        (k,) = np.flatnonzero(same_m)
+        return nodes[k]
+
+    at, consumption, value, _ = crossing(utility=jnp.log)
+    assert abs(at - jump) < 1e-12
+    assert abs(consumption - kappa_left * jump) < 1e-12
+    assert abs(value - (np.log(jump) / kappa_left + a_left)) < 1e-12
+    assert abs(crossing()[0] - jump) > 1e-4
 
 
 def test_upper_envelope_without_a_kept_point_is_empty():

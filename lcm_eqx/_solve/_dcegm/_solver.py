@@ -1089,7 +1089,14 @@ class DCEGM(AbstractSolver):
 
         extra = {} if dominated is None else {"dominated": dominated}
         nodes, count = self.upper_envelope(
-            raw["m"], raw["c"], raw["v"], raw["mu"], constrained_value, marginal, **extra
+            raw["m"],
+            raw["c"],
+            raw["v"],
+            raw["mu"],
+            constrained_value,
+            marginal,
+            utility=utility,
+            **extra,
         )
         # The grid's rows carry u(c) in place of the envelope's u'(c): the read of the
         # value between two points needs each end's utility, and computing it once here
