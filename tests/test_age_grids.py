@@ -391,6 +391,7 @@ def test_dcegm_reads_the_endogenous_policy_onto_each_periods_grid():
             )
 
 
+@pytest.mark.slow
 def test_dcegm_reads_a_grid_search_target_on_next_periods_grid():
     """A DC-EGM regime moving to a grid-search regime interpolates the latter's values on
     next period's grid. Over two periods, the retired values of period 1 depend only on

@@ -228,6 +228,7 @@ def test_gradient_with_respect_to_the_floor_matches_central_differences():
     assert abs(exact) > 1e-3
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_over_the_floor(two_periods):
     model, solution, _ = two_periods
     jitted = jax.jit(model.solve)(PARAMS)

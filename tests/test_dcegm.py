@@ -258,6 +258,7 @@ def test_gradients_match_finite_differences():
         assert abs(float(gradient[name]) - float(fd)) <= 1e-4 * abs(float(fd)) + 1e-9, name
 
 
+@pytest.mark.slow
 def test_log_likelihood_gradient_with_dcegm_regimes():
     model = _taste_shock_model()
     params = params_for(0.5, taste_shock_scale=0.3)
@@ -499,6 +500,7 @@ def test_euler_errors_need_a_consumption_saving_regime():
         )
 
 
+@pytest.mark.slow
 def test_sharded_permanent_type_needs_no_collective():
     """4 host devices: a sharded skill that never transitions gives the unsharded values,
     and the compiled solve moves nothing between devices but (validated) a few flags;

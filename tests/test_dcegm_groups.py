@@ -162,7 +162,7 @@ def assert_same(a, b):
         np.testing.assert_array_equal(a.violations[name], b.violations[name])
 
 
-@pytest.mark.parametrize("taste_shocks", [False, True])
+@pytest.mark.parametrize("taste_shocks", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_equal_regimes_are_traced_once_with_the_values_of_each_alone(monkeypatch, taste_shocks):
     model = build(taste_shocks)
     plan = model.plan
@@ -181,6 +181,7 @@ def test_equal_regimes_are_traced_once_with_the_values_of_each_alone(monkeypatch
     assert_same(grouped, alone)
 
 
+@pytest.mark.slow
 def test_a_regime_of_another_structure_between_the_members(monkeypatch):
     """The group's rows are not consecutive in the pass (a retired regime between its
     members): put back in the regimes' order, and read from the carried rows."""
@@ -214,6 +215,7 @@ def test_gradient_through_the_grouped_solve(monkeypatch):
         np.testing.assert_allclose(g, a, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_vmap_over_parameters_and_a_splayed_state(monkeypatch):
     """`jax.vmap` of the grouped solve over two parameter sets equals each solve; a
     splayed wealth grid (the values read in the period) gives the same values."""

@@ -245,6 +245,7 @@ def moment_and_gradient(solver):
     return jax.jit(moment), gradient(lc.PARAMS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", GRADIENT_PARAMS, ids=lambda p: p[-1])
 def test_gradients_of_moments_match_finite_differences(path):
     objective, gradient = moment_and_gradient("dcegm")
@@ -306,6 +307,7 @@ def test_splayed_wealth_axis_gives_the_same_distribution():
         np.testing.assert_allclose(a.mass[regime], b.mass[regime], rtol=0, atol=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [("wage",), ("working", "next_income", "sigma")], ids=str)
 def test_grid_search_gradients_where_smooth(path):
     # Wage and the income process move next states given the chosen grid point, and the

@@ -290,6 +290,7 @@ def _two_laws(per_target: bool):
     return lcm.Model(regimes={"working": working, "retired": retired}, n_periods=4)
 
 
+@pytest.mark.slow
 def test_per_target_markov_transitions_equal_the_law_written_on_the_choice():
     p = {"discount_factor": 0.95}
     per_target, by_hand = _two_laws(True), _two_laws(False)

@@ -52,7 +52,6 @@ def test_prepare_data_groups_rows_by_regime_and_period(model, panel):
     assert len(np.unique(rows)) == rows.size
 
 
-@pytest.mark.slow
 def test_log_likelihood_gradient_matches_finite_differences(model, panel):
     data = prepare_data(model, panel)
 

@@ -104,6 +104,7 @@ def test_solution_equals_the_model_written_the_long_way(solver):
     np.testing.assert_allclose(values, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_gradient_with_respect_to_sigma_and_mean_matches_finite_differences():
     savings = lcm.IrregSpacedGrid(points=[25.0 * (i / 59) ** 2 for i in range(60)])
     model = iid_model(lcm.DCEGM(state="wealth", action="consumption", savings=savings))

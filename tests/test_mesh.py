@@ -144,6 +144,7 @@ def four_devices() -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_four_devices_second_axis_without_devices_warns_and_is_correct(four_devices):
     case = four_devices["income 4, skill 4"]
     (message,) = case["warnings"]

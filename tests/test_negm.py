@@ -129,6 +129,7 @@ def test_grad_matches_central_differences():
     np.testing.assert_allclose(np.asarray(grad), np.asarray(central), rtol=1e-4, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_simulation_follows_the_continuous_policies():
     model, params, solution = solved(3)
     n = 40

@@ -225,6 +225,7 @@ def _cases_model():
     return lcm.Model(regimes={"only": regime}, n_periods=1)
 
 
+@pytest.mark.slow
 def test_bounds_kinks_ties_and_constraints_are_flagged_with_finite_gradients():
     model = _cases_model()
     params = {"curvature": 2.0}
@@ -260,6 +261,7 @@ def test_bounds_kinks_ties_and_constraints_are_flagged_with_finite_gradients():
 
 
 # ----------------------------------------------------------------------------- composition
+@pytest.mark.slow
 def test_taste_shocks_on_a_discrete_action_with_refined_consumption():
     params = {**retirement.PARAMS, "taste_shock_scale": 0.5}
     grid = retirement.build(3, 12, 40, taste_shocks=True)
@@ -285,6 +287,7 @@ def test_taste_shocks_on_a_discrete_action_with_refined_consumption():
     assert codes.shape == (12, 2)
 
 
+@pytest.mark.slow
 def test_a_refined_regime_beside_a_dcegm_regime():
     params = dict(retirement.PARAMS)
     mixed = retirement.build(3, 12, 40, solver=retirement.dcegm(30), retired_solver=REFINED)

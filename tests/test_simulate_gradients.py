@@ -37,7 +37,7 @@ def statistic(model, solver):
     return mean
 
 
-@pytest.mark.parametrize("solver", ["dcegm", "grid-search"])
+@pytest.mark.parametrize("solver", ["dcegm", pytest.param("grid-search", marks=pytest.mark.slow)])
 def test_grad_of_a_simulated_statistic_equals_central_differences(solver, monkeypatch):
     # Blocks of 16 subjects: the 40 retired ones take three blocks (the last one part
     # full), the empty working regime none, so both branches of the loop are traced.
