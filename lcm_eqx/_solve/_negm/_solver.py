@@ -434,11 +434,11 @@ class NEGM(AbstractSolver):
         rest = tuple(s for s in states if s not in joint)
         order = [*joint, *rest]
         if following is not None:
-            following = jax.tree.map(
+            moved: NEGMPolicy = jax.tree.map(
                 lambda a: jnp.moveaxis(a, [states.index(s) for s in order], range(len(order))),
                 following,
             )
-            following = self._flattened(regime, following, rest)
+            following = self._flattened(regime, moved, rest)
 
         def over_joint(axes, fixed, following):
             if not axes:
