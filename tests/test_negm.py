@@ -236,6 +236,15 @@ def solved_with_skill():
     return model, params, np.asarray(model.solve(params).values["alive"])
 
 
+def _assert_each_type_alone(values, regime, params):
+    """`values` (last axis: the two types) equal `regime` solved once per type, its
+    income scaled by the type's `skill_scale` (1 + 0.2 * type)."""
+    alone = lcm.Model(regimes={"alive": regime}, n_periods=3)
+    for skill in (0, 1):
+        each = alone.solve({**params, "skill_scale": 1.0 + 0.2 * skill}).values["alive"]
+        np.testing.assert_allclose(values[..., skill], each, rtol=0, atol=1e-12)
+
+
 @pytest.mark.slow
 def test_a_permanent_type_equals_each_type_solved_alone():
     """The types are mapped jointly with next period's policy (each reads its own
@@ -249,10 +258,7 @@ def test_a_permanent_type_equals_each_type_solved_alone():
             "income": lambda log_income, skill_scale: jnp.exp(log_income) * skill_scale,
         }
     )
-    alone = lcm.Model(regimes={"alive": regime}, n_periods=3)
-    for skill in (0, 1):
-        each = alone.solve({**params, "skill_scale": 1.0 + 0.2 * skill}).values["alive"]
-        np.testing.assert_allclose(values[..., skill], each, rtol=0, atol=1e-12)
+    _assert_each_type_alone(values, regime, params)
 
 
 @pytest.mark.slow
@@ -272,10 +278,7 @@ def test_a_type_as_the_only_discrete_state_and_none_at_all():
         functions={**base.functions, "income": lambda skill_scale: skill_scale},
     )
     values = lcm.Model(regimes={"alive": typed}, n_periods=3).solve(params).values["alive"]
-    alone = lcm.Model(regimes={"alive": untyped}, n_periods=3)
-    for skill in (0, 1):
-        each = alone.solve({**params, "skill_scale": 1.0 + 0.2 * skill}).values["alive"]
-        np.testing.assert_allclose(values[..., skill], each, rtol=0, atol=1e-12)
+    _assert_each_type_alone(values, untyped, params)
 
 
 @pytest.mark.slow
