@@ -44,6 +44,11 @@ class ContinuationReader(eqx.Module):
     empty for one regime) reads them all in one mapped read: its value and marginal
     value have a leading axis over `members` before `axes`, and `expected_at_savings`
     finds it under the key `members` (tuple) beside the members' own readers.
+
+    `kinks_fn(data, fixed)`, where the regime read has one: the kinks and jumps of its
+    consumption functions over the discrete states and choices left in `data`, as
+    next-period cash on hand and the change of slope there (-1: none; see
+    `BudgetKinks`).
     """
 
     continuous: str | None = eqx.field(static=True)
@@ -52,9 +57,16 @@ class ContinuationReader(eqx.Module):
     fixed: dict[str, Array]
     read_fn: Callable = eqx.field(static=True)
     members: tuple[str, ...] = eqx.field(static=True, default=())
+    kinks_fn: Callable | None = eqx.field(static=True, default=None)
 
     def __call__(self, m_next):
         return self.read_fn(self.data, self.fixed, m_next)
+
+    def kinks(self) -> tuple[Array, Array] | None:
+        """The kinks of the regime's consumption and their size (None: not known)."""
+        if self.kinks_fn is None:
+            return None
+        return self.kinks_fn(self.data, self.fixed)
 
     def leading(self, name: str) -> tuple[Array, ...]:
         """`data` with the axis of state `name` first."""
@@ -69,6 +81,7 @@ class ContinuationReader(eqx.Module):
             data=data,
             fixed={**self.fixed, name: code},
             read_fn=self.read_fn,
+            kinks_fn=self.kinks_fn,
         )
 
 

@@ -15,6 +15,7 @@ from ..._model._plan import ModelPlan
 from .._continuation import NEG_INF
 from .._reading import ContinuationReader, combine_values_and_slopes, marginal_of
 from ._envelope import INACTIVE, ORDINARY, ZERO, EndogenousGrid, read
+from ._kinks import consumption_kinks
 from ._rows import grid_arrays, map_choices
 
 if TYPE_CHECKING:
@@ -84,12 +85,28 @@ def endogenous_reader(
         slope = jnp.where(status == ORDINARY, slope, 0.0)
         return value, slope
 
+    def kinks_fn(data, fixed):
+        nodes, n_valid, continuation0, feasible, limit = data
+        k = nodes.shape[-2]
+        lead = n_valid.shape
+        flat = (
+            nodes.reshape((-1, k, nodes.shape[-1])),
+            n_valid.reshape(-1),
+            jnp.broadcast_to(limit, lead).reshape(-1),
+            jnp.broadcast_to(continuation0, lead).reshape(-1),
+        )
+        jumps = nodes.dtype == jnp.float64
+        points, change = jax.vmap(lambda *a: consumption_kinks(*a, jumps=jumps))(*flat)
+        usable = (jnp.broadcast_to(feasible, lead).reshape(-1) & (status == ORDINARY))[:, None]
+        return points.reshape(-1), jnp.where(usable, change, -1.0).reshape(-1)
+
     return ContinuationReader(
         continuous=solver.state,
         axes=tuple(s for s in target_plan.states if s != solver.state),
         data=grid_arrays(grid),
         fixed={},
         read_fn=read_fn,
+        kinks_fn=kinks_fn,
     )
 
 

@@ -64,7 +64,7 @@ from ._envelope import (
     materialize,
     read,
 )
-from ._kinks import BudgetKinks, kinked_savings
+from ._kinks import BudgetKinks, kinked_savings, next_levels
 from ._members import MEMBERS, in_order, member_parts, rows_of
 from ._readers import endogenous_reader
 from ._rows import (
@@ -350,9 +350,14 @@ class DCEGM(AbstractSolver):
         }
 
     def n_savings(self, regime: RegimePlan) -> int:
-        """How many savings points a choice of `regime` has: the grid's, and two for
-        each breakpoint of a kinked budget (`kinks`)."""
-        extra = 0 if self.kinks is None else 2 * self.kinks.count(regime)
+        """How many savings points a choice of `regime` has: the grid's, and with a
+        kinked budget (`kinks`) two for each breakpoint and one for each of next
+        period's kinks mapped back to savings."""
+        extra = (
+            0
+            if self.kinks is None
+            else 2 * self.kinks.count(regime) + self.kinks.count_next(regime)
+        )
         return self.savings.n_points + extra
 
     def choices_always_feasible(self, regime: RegimePlan) -> bool:
@@ -931,10 +936,14 @@ class DCEGM(AbstractSolver):
 
         slope_at = None
         if self.kinks is not None:
-            breakpoints, excess = self.kinks.breakpoints(
-                problem, self.state, self.action, discrete, savings
+            levels = None
+            if self.kinks.n_next:
+                reading = tuple(problem.regime.targets if targets is None else targets)
+                levels = next_levels(problem, readers, reading, self.kinks.n_next, savings.dtype)
+            breakpoints, excess, mapped = self.kinks.breakpoints(
+                problem, self.state, self.action, discrete, savings, levels
             )
-            savings, slope_at = kinked_savings(savings, breakpoints)
+            savings, slope_at = kinked_savings(savings, breakpoints, mapped)
             if checks:
                 limit_violations[f"next_{self.state}:kinks"] = excess
 
