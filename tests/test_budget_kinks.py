@@ -13,12 +13,15 @@ confiscated, and agents save nothing rather than a little).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import lcm_eqx as lcm
+from lcm_eqx._solve._dcegm._kinks import consumption_kinks, kinked_savings, largest, reaching
 from tests.oracles.consumption_floor import FloorOracle
 
 jax.config.update("jax_enable_x64", True)
@@ -158,6 +161,7 @@ def test_the_policies_at_and_between_the_kinks(two_periods):
     np.testing.assert_allclose(jumps, around - exact.policy(0, around), rtol=0, atol=2e-6)
 
 
+@functools.cache
 def three_period_oracle(threshold):
     exact = oracle(3)
     exact.threshold = threshold
@@ -168,19 +172,125 @@ def three_period_oracle(threshold):
 @pytest.mark.parametrize("threshold", [0.45, 0.4])
 def test_three_periods_match_the_exact_oracle(threshold):
     """Before the last period the value has convex kinks of its own (where the next
-    period's policy jumps); the upper envelope places each where its two branches'
-    values are equal. Measured at all 151 nodes (600 savings points): 2.1e-7 (0.45)
-    and 9.6e-8 (0.4), 3.4e-9 and 2.0e-9 away from a few nodes next to a kink of the
-    next period's consumption (its slope jumps: the ends of the mass at the threshold
-    and of the spend-down), which falls inside a savings interval and is interpolated
-    over (second order in the savings step). Before the envelope placed the jumps by
-    the crossing of the branches' tangents: 1.4e-5 and 9e-3."""
+    period's policy jumps), placed by the upper envelope where its two branches' values
+    are equal, and the next period's consumption has kinks (its slope jumps: the ends
+    of the mass at the threshold and of the spend-down). The savings that lead to those
+    kinks and jumps are savings points (`BudgetKinks.next_kinks`), so the endogenous
+    grid does not interpolate across them: within 1e-8 at every node (measured 3.4e-9
+    at 0.45 and 2.0e-9 at 0.4; without them 2.1e-7 and 9.6e-8 at a few nodes)."""
     params = {**PARAMS, "threshold": threshold}
-    nodes = np.arange(0, WEALTH.size, 2)
-    values = np.asarray(build(n_periods=3).solve(params).value("alive", 0))[nodes, 0]
-    errors = np.abs(values - three_period_oracle(threshold).value(0, WEALTH[nodes]))
-    assert errors.max() < 3e-7
-    assert np.sum(errors > 1e-8) <= 3
+    values = np.asarray(build(n_periods=3).solve(params).value("alive", 0))[:, 0]
+    errors = np.abs(values - three_period_oracle(threshold).value(0, WEALTH))
+    assert errors.max() < 1e-8
+
+
+def test_next_periods_kinks_as_savings_points_on_a_coarse_grid():
+    """The same on 150 savings points (fast): without next period's kinks the endogenous
+    grid interpolates across them and errs by 1e-4 (measured 9.7e-5); with them, what
+    is left is the second-order error of the interpolation between savings points
+    (measured 4.2e-7)."""
+    params = {**PARAMS, "threshold": 0.45}
+    values = np.asarray(build(n_periods=3, n_savings=150).solve(params).value("alive", 0))
+    errors = np.abs(values[:, 0] - three_period_oracle(0.45).value(0, WEALTH))
+    assert errors.max() < 1e-6
+
+
+@pytest.mark.slow
+def test_without_next_periods_kinks_the_coarse_grid_errs():
+    params = {**PARAMS, "threshold": 0.45}
+    kinks = lcm.BudgetKinks(n_kinks=3, next_kinks=0)
+    model = build(n_periods=3, n_savings=150, kinks=kinks)
+    values = np.asarray(model.solve(params).value("alive", 0))[:, 0]
+    assert np.max(np.abs(values - three_period_oracle(0.45).value(0, WEALTH))) > 1e-5
+
+
+def next_wealth_numpy(savings, income, params=PARAMS):
+    withdrawn = params["taper"] * np.maximum(0.0, savings - params["threshold"])
+    resources = (
+        (1 + params["interest_rate"]) * savings
+        + income
+        + np.maximum(0.0, params["benefit"] - withdrawn)
+    )
+    return np.maximum(resources, params["floor"])
+
+
+def test_a_kink_of_next_periods_consumption_maps_to_the_savings_that_reach_it():
+    """Next period's consumption (rows of an endogenous grid, each point twice) with a
+    kink at 2.0 (slope 0.5, then 0.8), a jump at 3.0 and the credit-constrained segment
+    below 1.0 (slope 1): the kinks found are those, largest first (the jump, then the
+    constrained segment's end, then 2.0), and each maps to the savings at which the
+    floor model's law of motion reaches it, at the lowest income (found here by
+    bisection on the law of motion)."""
+    m = np.array([1.0, 1.5, 2.0, 2.5, 3.0, 3.0, 3.5, 4.0])
+    c = np.array([0.9, 1.15, 1.4, 1.8, 2.2, 1.8, 2.05, 2.3])
+    rows = np.repeat(np.stack([m, c, np.zeros_like(m), np.zeros_like(m)], 1), 2, axis=0)
+    rows = np.concatenate([rows, np.full((4, 4), np.inf)])  # padding past `count`
+    points, change = consumption_kinks(
+        jnp.asarray(rows), jnp.asarray(16), jnp.asarray(0.0), jnp.asarray(-1.0), jumps=True
+    )
+    levels = largest(points, change, 4, 1e-9)
+    np.testing.assert_allclose(levels[:3], [3.0, 1.0, 2.0], rtol=0, atol=1e-15)
+    assert np.isnan(levels[3])  # no fourth kink: the other slopes are equal
+    # Without jumps (float32), the jump is not a kink.
+    points, change = consumption_kinks(
+        jnp.asarray(rows), jnp.asarray(16), jnp.asarray(0.0), jnp.asarray(-1.0), jumps=False
+    )
+    np.testing.assert_allclose(largest(points, change, 2, 1e-9), [1.0, 2.0], rtol=0, atol=1e-15)
+
+    grid = 12.0 * (np.arange(100) / 99) ** 1.5
+    income = INCOME[0]
+    m_next = next_wealth_numpy(grid, income)
+    # The slope just right of each point: R, less the taper where the benefit is
+    # withdrawn, 0 where the floor binds.
+    right = grid + 1e-9 * (1 + grid)
+    end = PARAMS["threshold"] + PARAMS["benefit"] / PARAMS["taper"]
+    withdrawn = (right > PARAMS["threshold"]) & (right < end)
+    slope = 1 + PARAMS["interest_rate"] - PARAMS["taper"] * withdrawn
+    slope = np.where(next_wealth_numpy(right, income) <= PARAMS["floor"], 0.0, slope)
+    found = reaching(
+        jnp.asarray(grid),
+        jnp.asarray(m_next),
+        jnp.asarray(slope),
+        jnp.asarray([1.0, 1.4, 2.0, 3.0, 99.0]),
+        1e-9,
+    )
+    for level, a in zip([1.0, 1.4, 2.0, 3.0], np.asarray(found[:4]), strict=True):
+        lo, hi = 0.0, 12.0
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if next_wealth_numpy(mid, income) < level else (lo, mid)
+        assert abs(a - lo) < 1e-12, (level, a, lo)
+    assert found[4] < grid[0]  # beyond the grid's reach
+
+
+def test_mapped_savings_points_are_merged_in_order():
+    """The savings points with the breakpoints (read on each side) and next period's
+    mapped kinks merged into the grid by counting: the same as a stable sort by point
+    and then by kind (left side, grid point, mapped point, right side)."""
+    grid = jnp.linspace(0.0, 4.0, 9)
+    breakpoints = jnp.asarray([1.3, 2.0, -5.0])
+    mapped = jnp.asarray([0.7, 2.0, 1.3 - 2e-9, 3.25, 9.0])
+    points, read_at = kinked_savings(grid, breakpoints, mapped)
+    g, b = np.asarray(grid), np.array([0.0, 1.3, 2.0])  # -5 clamped to the grid's start
+    # Within two SIDEs of the breakpoint: its right side (read left of it, it would be
+    # read past it); past the grid: clamped.
+    mp = np.array([0.7, 2.0, 1.3, 3.25, 4.0])
+    side = 1e-9 * (1 + b)
+    keys = [(x, 1, x + 1e-9 * (1 + x)) for x in g]
+    keys += [(x, 0, x - s if x > 0 else x + s) for x, s in zip(b, side, strict=True)]
+    keys += [(x, 2, x + 1e-9 * (1 + x)) for x in mp]
+    keys += [(x, 3, x + s) for x, s in zip(b, side, strict=True)]
+    keys.sort(key=lambda k: (k[0], k[1]))
+    np.testing.assert_allclose(points, [k[0] for k in keys], rtol=0, atol=0)
+    np.testing.assert_allclose(read_at, [k[2] for k in keys], rtol=0, atol=1e-15)
+
+
+def test_next_kinks_count_is_checked():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(lcm.ModelInitializationError, match="next_kinks"):
+            lcm.BudgetKinks(n_kinks=1, next_kinks=bad)
+    assert lcm.BudgetKinks(n_kinks=3).n_next == 7
+    assert lcm.BudgetKinks(n_kinks=3, next_kinks=0).n_next == 0
 
 
 def test_saving_the_threshold_next_to_next_periods_jump_is_exact():

@@ -197,19 +197,32 @@ class BudgetKinks(eqx.Module):
 
 
 def next_levels(
-    problem: RegimeProblem, readers: dict, targets: tuple[str, ...], count: int, dtype
+    problem: RegimeProblem,
+    readers: dict,
+    targets: tuple[str, ...],
+    discrete,
+    state: str,
+    action: str,
+    count: int,
+    dtype,
 ) -> Array:
-    """The `count` largest kinks and jumps of next period's consumption that a choice
-    can reach at each node of its draw, `(n_nodes, count)` (next-period cash on hand;
-    NaN where fewer): those of every regime in `targets` whose reader knows them, over
-    the discrete states and choices not fixed by the node."""
+    """The `count` largest kinks and jumps of next period's consumption that one discrete
+    state and action (`discrete`) can reach at each node of its draw, `(n_nodes,
+    count)` (next-period cash on hand; NaN where fewer): those of every regime in
+    `targets` whose reader knows them, at the next discrete states the choice moves to
+    (the node's drawn states, the deterministic ones), over the stochastic ones and the
+    next period's discrete choices."""
     tolerance = relative(KINK_TOLERANCE, 64, dtype)
+    reference = jnp.asarray(REFERENCE_ACTION, dtype)
+    # The discrete transitions do not depend on the continuous state or action.
+    evaluate = problem.evaluator({**discrete, state: reference, action: reference})
+    deterministic, _ = problem.next_states(evaluate)
 
     def at(node):
         points, change = [], []
         for target in targets:
             reader = readers[target]
-            for s, k in node.items():
+            for s, k in {**deterministic, **node}.items():
                 if s in reader.axes:
                     reader = reader.sliced(s, k, tuple(d[k] for d in reader.leading(s)))
             found = reader.kinks()
@@ -368,9 +381,9 @@ def kinked_savings(
 
     Breakpoints within `SNAP` of each other or of a grid point are made equal first (the
     same breakpoint found at several nodes of the draw differs by roundings), and mapped
-    points within `SNAP` of a grid point or a breakpoint are made equal to it: the
-    sorted points then go left sides, grid point, mapped points, right sides, and
-    consumption rises with them. Merged into the grid by counting, not by a sort.
+    points within `SNAP` of a grid point, or two `SIDE`s of a breakpoint, are made equal
+    to it: the sorted points then go left sides, grid point, mapped points, right sides,
+    and consumption rises with them. Merged into the grid by counting, not by a sort.
     """
     low, high = grid[0], grid[-1]
     at = _snapped(grid, jnp.clip(breakpoints, low, high))
@@ -389,7 +402,9 @@ def kinked_savings(
     # (1), then mapped points (2), then right sides (3).
     extra_points, extra_reads, classes = [at], [left], [jnp.zeros(at.shape, jnp.int32)]
     if mapped is not None:
-        mapped = _snapped(grid, jnp.clip(mapped, low, high), at)
+        # Within two `SIDE`s of a breakpoint a mapped point would be read on the
+        # breakpoint's other side: it is the breakpoint's right side.
+        mapped = _snapped(grid, jnp.clip(mapped, low, high), at, 2 * side_step)
         extra_points.append(mapped)
         extra_reads.append(mapped + side_step * (1.0 + jnp.abs(mapped)))
         classes.append(jnp.full(mapped.shape, 2, jnp.int32))
@@ -432,8 +447,11 @@ def kinked_savings(
     return merged, slope_at
 
 
-def _snapped(grid: Array, points: Array, others: Array | None = None) -> Array:
-    """`points` made equal to a grid point (or one of `others`) within `SNAP` of it."""
+def _snapped(
+    grid: Array, points: Array, others: Array | None = None, near_others: float = 0.0
+) -> Array:
+    """`points` made equal to a grid point within `SNAP` of it, or to one of `others`
+    within `near_others` (relative) of it."""
     tolerance = relative(SNAP, 8, grid.dtype) * (1.0 + jnp.abs(points))
     nearest = jnp.clip(jnp.searchsorted(grid, points), 1, grid.shape[0] - 1)
     for candidate in (grid[nearest - 1], grid[nearest]):
@@ -441,6 +459,6 @@ def _snapped(grid: Array, points: Array, others: Array | None = None) -> Array:
     if others is not None:
         distance = jnp.abs(points[:, None] - others[None, :])
         closest = jnp.argmin(distance, axis=1)
-        near = jnp.min(distance, axis=1) <= tolerance
+        near = jnp.min(distance, axis=1) <= near_others * (1.0 + jnp.abs(points))
         points = jnp.where(near, others[closest], points)
     return points

@@ -939,7 +939,16 @@ class DCEGM(AbstractSolver):
             levels = None
             if self.kinks.n_next:
                 reading = tuple(problem.regime.targets if targets is None else targets)
-                levels = next_levels(problem, readers, reading, self.kinks.n_next, savings.dtype)
+                levels = next_levels(
+                    problem,
+                    readers,
+                    reading,
+                    discrete,
+                    self.state,
+                    self.action,
+                    self.kinks.n_next,
+                    savings.dtype,
+                )
             breakpoints, excess, mapped = self.kinks.breakpoints(
                 problem, self.state, self.action, discrete, savings, levels
             )
