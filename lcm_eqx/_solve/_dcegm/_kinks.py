@@ -33,6 +33,16 @@ holds a breakpoint, where the two affine pieces meet:
 breakpoint in the interval; smooth in the parameters through `m'`). The user declares how
 many breakpoints each node's law of motion has at most (`BudgetKinks(n_kinks)`), which
 fixes the size of the savings grid; more are a check failure (`next_<state>:kinks`).
+
+Before the last period, next period's consumption has kinks and jumps of its own, and a
+savings interval whose next states straddle one would be interpolated across (first
+order in the savings step where the slope jumps). The reader of next period's grids says
+where they are (`consumption_kinks`: the change of `dc/dm` from one interval of the
+endogenous grid to the next, and jumps, two rows at one `m`); `next_levels` keeps the
+`next_kinks` largest at each node of the draw, at the next discrete states the choice
+moves to; `reaching` maps each back to the savings at which the law of motion reaches it
+(affine between the breakpoints just found: inverted exactly, and traced); and
+`kinked_savings` merges them into the grid as grid points, by counting.
 """
 
 from __future__ import annotations
