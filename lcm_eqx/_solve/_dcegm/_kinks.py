@@ -35,8 +35,8 @@ many breakpoints each node's law of motion has at most (`BudgetKinks(n_kinks)`),
 fixes the size of the savings grid; more are a check failure (`next_<state>:kinks`).
 
 Before the last period, next period's consumption has kinks and jumps of its own, and a
-savings interval whose next states straddle one would be interpolated across (first
-order in the savings step where the slope jumps). The reader of next period's grids says
+savings interval whose next states straddle one would be interpolated across (the
+consumption first order in the savings step where the slope jumps, the value second). The reader of next period's grids says
 where they are (`consumption_kinks`: the change of `dc/dm` from one interval of the
 endogenous grid to the next, and jumps, two rows at one `m`); `next_levels` keeps the
 `next_kinks` largest at each node of the draw, at the next discrete states the choice
