@@ -36,13 +36,13 @@ fixes the size of the savings grid; more are a check failure (`next_<state>:kink
 
 Before the last period, next period's consumption has kinks and jumps of its own, and a
 savings interval whose next states straddle one would be interpolated across (the
-consumption first order in the savings step where the slope jumps, the value second). The reader of next period's grids says
-where they are (`consumption_kinks`: the change of `dc/dm` from one interval of the
-endogenous grid to the next, and jumps, two rows at one `m`); `next_levels` keeps the
-`next_kinks` largest at each node of the draw, at the next discrete states the choice
-moves to; `reaching` maps each back to the savings at which the law of motion reaches it
-(affine between the breakpoints just found: inverted exactly, and traced); and
-`kinked_savings` merges them into the grid as grid points, by counting.
+consumption first order in the savings step where the slope jumps, the value second).
+The reader of next period's grids says where they are (`consumption_kinks`: the change
+of `dc/dm` from one interval of the endogenous grid to the next, and jumps, two rows at
+one `m`); `next_levels` keeps the `next_kinks` largest at each node of the draw, at the
+next discrete states the choice moves to; `reaching` maps each back to the savings at
+which the law of motion reaches it (affine between the breakpoints just found: inverted
+exactly, and traced); and `kinked_savings` merges them into the grid as grid points, by counting.
 """
 
 from __future__ import annotations
