@@ -33,7 +33,7 @@ from ._continuation import (
     reach,
     settle_masked,
 )
-from ._reduce import merged_axes
+from ._reduce import merged_axes, one_kernel_reduce
 from ._sharding import ShardingPlan, is_identity_transition
 
 # Vectors up to this length are reduced by unrolled elementwise operations, which XLA
@@ -95,17 +95,12 @@ def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dt
 
 
 def any_nan(arrays: list[Array]) -> Array:
-    # `max` propagates NaN: one reduction per array, without a separate test kernel.
-    # Deliberately not one variadic reduction (`max_each`) of all the arrays, although
-    # that would be one kernel instead of two per array: XLA cannot fuse a prepared
-    # continuation into these reductions, so it materialises it once, in the layout the
-    # Bellman kernel gathers from. Fused into a variadic reduction instead, the
-    # preparation (a transpose) is also fused into the Bellman kernel's gathers, which
-    # then read strided: the unsplayed solve of `benchmarks/splay.py`'s alive model took
-    # 2x as long.
+    """Whether any of `arrays` has a NaN: `max` propagates it, one kernel per array
+    (`one_kernel_reduce`; `jnp.max` would be two, a reduce-window and a reduce)."""
     if not arrays:
         return jnp.asarray(False)
-    return jnp.isnan(functools.reduce(jnp.maximum, [jnp.max(a) for a in arrays]))
+    highest = [one_kernel_reduce(jnp.maximum, -jnp.inf, a, tuple(range(a.ndim))) for a in arrays]
+    return jnp.isnan(functools.reduce(jnp.maximum, highest))
 
 
 GridPoints = dict[str, dict[str, Array]]
@@ -326,9 +321,21 @@ class RegimeProblem:
             # are tested per state point on their device-local slices instead (see
             # `with_continuations`), so that the test needs no communication.
             carried = set(self.carried())
-            self.continuation_has_nan = any_nan(
-                [c for t, (c, _) in self.continuations.items() if t not in carried]
-            )
+            tested = []
+            for members, stacked in self.groups:
+                if carried.intersection(members):
+                    continue
+                if stacked is None:
+                    # Materialised once, in the layout the Bellman kernel gathers from:
+                    # fused into the reduction below, the preparation (a transpose) would
+                    # also be fused into the kernel's gathers, which then read strided
+                    # (the unsplayed solve of `benchmarks/splay.py`'s alive model took 2x
+                    # as long). A stack is materialised by its concatenation anyway.
+                    prepared, layout = self.continuations[members[0]]
+                    stacked = jax.lax.optimization_barrier(prepared)
+                    self.continuations[members[0]] = (stacked, layout)
+                tested.append(stacked)
+            self.continuation_has_nan = any_nan(tested)
         self._frozen = True
 
     def __setattr__(self, name: str, value) -> None:
