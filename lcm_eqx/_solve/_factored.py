@@ -85,6 +85,7 @@ class Factoring:
     # `check_components`: the axes and the factors of each, maximised over its actions).
     checks: tuple[tuple[tuple[int, ...], ...], ...]
     check_components: tuple[tuple[tuple[str, ...], tuple], ...]
+    value: object  # the jaxpr variable of the objective's value
     # Points times equations per point: of the plan, and of the plain product.
     cost: int
     plain_cost: int
@@ -398,6 +399,7 @@ def plan_factoring(
         final=final,
         checks=checks,
         check_components=check_components,
+        value=value,
         cost=cost,
         plain_cost=plain_cost,
     )
@@ -561,6 +563,10 @@ def combined_checks(
     union = jnp.broadcast_shapes(*(c.shape for c in unreduced))
     if math.prod(union) * len(unreduced) <= _ONE_REDUCTION:
         stacked = jnp.stack([jnp.broadcast_to(c, union) for c in unreduced], axis=-1)
+        if not any(sharded):
+            # Reduced by the backward induction, together with the other regimes'
+            # checks (`_backward._merge_checks`): one kernel for all of them.
+            return jax.lax.stop_gradient(stacked)
         (highest,) = max_each((stacked,), over)
         highest = jnp.expand_dims(highest, over)
         return jax.lax.stop_gradient(jnp.broadcast_to(highest, (*shape, len(unreduced))))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 from typing import Any, cast
 
 import jax
@@ -72,6 +73,12 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
     # reduces an order of magnitude faster on the CPU).
     shape, axes = merged_axes(arrays[0].shape, axes)
     arrays = jax.lax.stop_gradient(tuple(a.reshape(shape) for a in arrays))
+    if 0 < math.prod(shape[a] for a in axes) <= _UNROLL:
+        # A few entries (a discrete action's codes): a maximum of slices, which fuses
+        # into the kernel that reads the result instead of being a reduction of its own.
+        for axis in sorted(axes, reverse=True):
+            arrays = tuple(_max_of_slices(a, axis) for a in arrays)
+        return arrays
     single = len(arrays) == 1
     if single:
         arrays = (*arrays, jnp.full_like(arrays[0], -jnp.inf))
@@ -83,6 +90,13 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
         axes,
     )
     return (jnp.maximum(*reduced),) if single else tuple(reduced)
+
+
+def _max_of_slices(array: Array, axis: int) -> Array:
+    slices = [
+        jax.lax.index_in_dim(array, i, axis, keepdims=False) for i in range(array.shape[axis])
+    ]
+    return functools.reduce(jnp.maximum, slices)
 
 
 def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dtype) -> Array:
