@@ -108,12 +108,22 @@ def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dt
     return jnp.stack(max_each(violations, axes), axis=-1)
 
 
-def any_nan(arrays: list[Array]) -> Array:
-    """Whether any of `arrays` has a NaN: `max` propagates it, one kernel per array
-    (`one_kernel_reduce`; `jnp.max` would be two, a reduce-window and a reduce)."""
-    if not arrays:
+def any_nan(arrays: list[Array], stacks: tuple[Array, ...] = ()) -> Array:
+    """Whether any of `arrays` or `stacks` has a NaN (`max` propagates it).
+
+    A stack of continuations (materialised by its concatenation anyway) in one kernel
+    (`one_kernel_reduce`). Each other array deliberately by `jnp.max`, two kernels: XLA
+    cannot fuse a prepared continuation into that reduction, so it materialises it once,
+    in the layout the Bellman kernel gathers from. Fused into a variadic reduction
+    instead, the preparation (a transpose) is also fused into the Bellman kernel's
+    gathers, which then read strided: the unsplayed solve of `benchmarks/splay.py`'s
+    alive model took 2-3x as long (also with the prepared array behind an optimization
+    barrier).
+    """
+    highest = [jnp.max(a) for a in arrays]
+    highest += [one_kernel_reduce(jnp.maximum, -jnp.inf, a, tuple(range(a.ndim))) for a in stacks]
+    if not highest:
         return jnp.asarray(False)
-    highest = [one_kernel_reduce(jnp.maximum, -jnp.inf, a, tuple(range(a.ndim))) for a in arrays]
     return jnp.isnan(functools.reduce(jnp.maximum, highest))
 
 
@@ -335,21 +345,19 @@ class RegimeProblem:
             # are tested per state point on their device-local slices instead (see
             # `with_continuations`), so that the test needs no communication.
             carried = set(self.carried())
-            tested = []
-            for members, stacked in self.groups:
-                if carried.intersection(members):
-                    continue
-                if stacked is None:
-                    # Materialised once, in the layout the Bellman kernel gathers from:
-                    # fused into the reduction below, the preparation (a transpose) would
-                    # also be fused into the kernel's gathers, which then read strided
-                    # (the unsplayed solve of `benchmarks/splay.py`'s alive model took 2x
-                    # as long). A stack is materialised by its concatenation anyway.
-                    prepared, layout = self.continuations[members[0]]
-                    stacked = jax.lax.optimization_barrier(prepared)
-                    self.continuations[members[0]] = (stacked, layout)
-                tested.append(stacked)
-            self.continuation_has_nan = any_nan(tested)
+            reads = [
+                (members, stacked)
+                for members, stacked in self.groups
+                if not carried.intersection(members)
+            ]
+            self.continuation_has_nan = any_nan(
+                [
+                    self.continuations[members[0]][0]
+                    for members, stacked in reads
+                    if stacked is None
+                ],
+                tuple(stacked for _, stacked in reads if stacked is not None),
+            )
         self._frozen = True
 
     def __setattr__(self, name: str, value) -> None:
