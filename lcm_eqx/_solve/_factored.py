@@ -536,7 +536,10 @@ def combined_checks(
     each alternative the product of its components, each check the maximum of its
     alternatives, reduced over the state axes that are not sharded (the backward
     induction reduces the checks over those anyway, and the sharded ones after the
-    loop). One array: an axis per state, of size 1 where reduced, the checks last."""
+    loop). One array: an axis per state, of size 1 where reduced, the checks last.
+    Where no state is sharded and the checks fit one reduction, they are returned
+    unreduced, on the union of their axes (size 1 elsewhere): the backward induction
+    reduces them with the other regimes' checks (`_backward._merge_checks`)."""
     dtype = jnp.zeros(()).dtype
     sharding = problem.sharding
     sharded = [sharding is not None and sharding.is_sharded(n) for n in factoring.states]
