@@ -291,7 +291,7 @@ def _merge_checks(tables: dict[str, jax.Array], columns: dict[str, tuple[int, in
     checks, whose columns of each regime `columns` records; None without tables.
 
     A reduction per regime was two XLA kernels per regime and period (and a copy of
-    each into the scanned outputs): on the quick start's model, 5 of the validated
+    each into the scanned outputs): on the quick start's model, 3 of the validated
     program's kernels. The tables are padded with `-inf` to the longest (the maximum of
     a column is unchanged); a regime whose padded table would be large is reduced on its
     own first, so that no regime's points are padded to another's.
