@@ -23,11 +23,14 @@ from .._model._plan import ModelPlan, Segment
 from .._persistence import plan_structure
 from .._progress import solve_tick
 from .._validation import NAN_CHECK
-from ._kernel import RegimeProblem, age_varying_points, shifted, stack_checks
+from ._kernel import RegimeProblem, age_varying_points, max_each, shifted, stack_checks
 from ._reduce import max_and_count_neginf
 from ._sharding import ShardingPlan, sharding_plan
 from ._solution import Solution
 from ._solver import AbstractSolver, Period, SegmentOutputs, solver_groups
+
+# The largest padded table of check violations `_merge_checks` reduces at once.
+_MERGED_CHECKS = 2**16
 
 
 def state_shape(plan: ModelPlan, regime: str) -> tuple[int, ...]:
@@ -144,6 +147,8 @@ def solve_model(
             ),
         )
         deferred: set[str] = set()  # regimes whose values the steps leave to postprocess
+        # Each regime's columns in the period's merged check violations (`_merge_checks`).
+        columns: dict[str, tuple[int, int]] = {}
         # The model's last period, solved apart from the period loop where that lets a
         # solver skip work (`_last_period_apart`); the loop's last period then reads it.
         apart = following is None and _last_period_apart(plan, solvers, segment.regimes)
@@ -154,6 +159,7 @@ def solve_model(
             following=frozenset(segment.regimes) if apart else following,
             checks=checks,
             deferred=deferred,
+            columns=columns,
         )
         periods = jnp.arange(segment.start, segment.stop)
         window = slice(segment.start, segment.stop)
@@ -184,7 +190,7 @@ def solve_model(
         else:
             carry, outputs = jax.lax.scan(ticked_step, carry, inputs, reverse=True)
         following = frozenset(segment.regimes)
-        _collect(induction, segment, inputs, outputs, frozenset(deferred), parts)
+        _collect(induction, segment, inputs, outputs, frozenset(deferred), columns, parts)
     return _solution(induction, checks, parts, tables, ages)
 
 
@@ -197,6 +203,7 @@ def _period_step(
     following: frozenset[str] | None,
     checks: dict,
     deferred: set[str],
+    columns: dict[str, tuple[int, int]],
     last: bool = False,
 ):
     """One period of a segment: each group of regimes stepped by its solver."""
@@ -234,7 +241,7 @@ def _period_step(
         solutions.update(solved)
         new_states.append(state)
         emitted.append(out)
-    current, current_violations, current_carried = {}, {}, {}
+    current, current_violations, current_carried, tables = {}, {}, {}, {}
     for name in segment.regimes:
         value, check, _, carried_value = solutions[name]
         if value is None:  # computed after the period loop (`postprocess`)
@@ -246,11 +253,18 @@ def _period_step(
         # Reduce the checks over the unsharded state axes only: the sharded ones are
         # reduced after the scan, so the period step stays device-local.
         axes = induction.unsharded_axes(name)
-        if isinstance(check, tuple):  # one array per check: one variadic reduction
-            shape = state_shape(plan, name)
+        shape = state_shape(plan, name)
+        n_checks = len(check) if isinstance(check, tuple) else check.shape[-1]
+        if induction.validate and n_checks and len(axes) == len(shape):
+            # Every state axis reduced here: merged with the other regimes' checks.
+            stacked = jnp.stack(check, axis=-1) if isinstance(check, tuple) else check
+            tables[name] = stacked.reshape(-1, n_checks).astype(dtype)
+        elif isinstance(check, tuple):  # one array per check: one variadic reduction
             current_violations[name] = stack_checks(check, axes, shape, dtype)
         else:
             current_violations[name] = jnp.max(check, axis=axes)
+    columns.clear()
+    merged = _merge_checks(tables, columns)
     next_carry = {
         name: current_carried.get(name, current[name])
         if name in current
@@ -267,15 +281,49 @@ def _period_step(
         current_violations,
         tuple(emitted),
         emitted_carried,
+        merged,
     )
 
 
-def _collect(induction: _Induction, segment, inputs, outputs, deferred, parts) -> None:
+def _merge_checks(tables: dict[str, jax.Array], columns: dict[str, tuple[int, int]]):
+    """The check violations of the regimes in `tables` (`(points, n_checks)` each, to be
+    maximised over the points) maximised in one reduction: one vector of every regime's
+    checks, whose columns of each regime `columns` records; None without tables.
+
+    A reduction per regime was two XLA kernels per regime and period (and a copy of
+    each into the scanned outputs): on the quick start's model, 3 of the validated
+    program's kernels. The tables are padded with `-inf` to the longest (the maximum of
+    a column is unchanged); a regime whose padded table would be large is reduced on its
+    own first, so that no regime's points are padded to another's.
+    """
+    if not tables:
+        return None
+    total = sum(t.shape[1] for t in tables.values())
+    tables = {
+        name: max_each((t,), (0,))[0][None] if t.shape[0] * total > _MERGED_CHECKS else t
+        for name, t in tables.items()
+    }
+    rows = max(t.shape[0] for t in tables.values())
+    start = 0
+    for name, t in tables.items():
+        columns[name] = (start, start + t.shape[1])
+        start += t.shape[1]
+    padded = [
+        jnp.pad(t, ((0, rows - t.shape[0]), (0, 0)), constant_values=-jnp.inf)
+        for t in tables.values()
+    ]
+    return max_each((jnp.concatenate(padded, axis=1),), (0,))[0]
+
+
+def _collect(induction: _Induction, segment, inputs, outputs, deferred, columns, parts) -> None:
     """A segment's scanned outputs added to `parts` (by kind and regime, one entry per
     segment), with what each solver computes after the loop (`postprocess`)."""
     plan = induction.plan
     dtype = jnp.zeros(()).dtype
-    segment_values, segment_violations, segment_emitted, segment_carried = outputs
+    segment_values, segment_violations, segment_emitted, segment_carried, merged = outputs
+    segment_violations = dict(segment_violations)
+    for name, (start, stop) in columns.items():
+        segment_violations[name] = merged[:, start:stop]
     length = segment.stop - segment.start
     finished = SegmentOutputs(
         plan=plan,

@@ -85,6 +85,7 @@ class Factoring:
     # `check_components`: the axes and the factors of each, maximised over its actions).
     checks: tuple[tuple[tuple[int, ...], ...], ...]
     check_components: tuple[tuple[tuple[str, ...], tuple], ...]
+    value: object  # the jaxpr variable of the objective's value
     # Points times equations per point: of the plan, and of the plain product.
     cost: int
     plain_cost: int
@@ -398,6 +399,7 @@ def plan_factoring(
         final=final,
         checks=checks,
         check_components=check_components,
+        value=value,
         cost=cost,
         plain_cost=plain_cost,
     )
@@ -534,7 +536,10 @@ def combined_checks(
     each alternative the product of its components, each check the maximum of its
     alternatives, reduced over the state axes that are not sharded (the backward
     induction reduces the checks over those anyway, and the sharded ones after the
-    loop). One array: an axis per state, of size 1 where reduced, the checks last."""
+    loop). One array: an axis per state, of size 1 where reduced, the checks last.
+    Where no state is sharded and the checks fit one reduction, they are returned
+    unreduced, on the union of their axes (size 1 elsewhere): the backward induction
+    reduces them with the other regimes' checks (`_backward._merge_checks`)."""
     dtype = jnp.zeros(()).dtype
     sharding = problem.sharding
     sharded = [sharding is not None and sharding.is_sharded(n) for n in factoring.states]
@@ -561,6 +566,10 @@ def combined_checks(
     union = jnp.broadcast_shapes(*(c.shape for c in unreduced))
     if math.prod(union) * len(unreduced) <= _ONE_REDUCTION:
         stacked = jnp.stack([jnp.broadcast_to(c, union) for c in unreduced], axis=-1)
+        if not any(sharded):
+            # Reduced by the backward induction, together with the other regimes'
+            # checks (`_backward._merge_checks`): one kernel for all of them.
+            return jax.lax.stop_gradient(stacked)
         (highest,) = max_each((stacked,), over)
         highest = jnp.expand_dims(highest, over)
         return jax.lax.stop_gradient(jnp.broadcast_to(highest, (*shape, len(unreduced))))

@@ -145,14 +145,25 @@ class GridSearch(AbstractPointwiseSolver):
 
     def _plain_with_checks_apart(self, problem, factoring, evaluate) -> PeriodSolution:
         """The plain product's value array, without the checks (`value(...,
-        checks=False)`), and the checks by `_factored.checks_apart`."""
+        checks=False)`), and the checks by `_factored.checks_apart`.
+
+        The value at each pair is the plan's jaxpr bound again (`evaluate`), not `q`
+        traced a second time: the plan traced it once already, and rebinding its
+        equations skips the user functions' Python."""
+
+        def q(state, action):
+            (value,) = evaluate([factoring.value], {**state, **action})
+            return value, ()
+
         axes = auto_splayed(problem.state_axes, problem.action_axes, jnp.zeros(()).dtype.itemsize)
-        value, _ = lift(lambda state: self.value(problem, state, checks=False), axes)
+        value, _ = lift(lambda state: self.value(problem, state, checks=False, q=q), axes)
         return PeriodSolution(value, _factored.checks_apart(problem, factoring, evaluate), None)
 
-    def value(self, problem, state, checks: bool = True):
+    def value(self, problem, state, checks: bool = True, q=None):
         """The best value at `state` and the checks maximised over the actions (with
-        `checks=False` none: computed apart, `_plain_with_checks_apart`)."""
+        `checks=False` none: computed apart, `_plain_with_checks_apart`; `q`: the
+        objective at a state-action pair, `problem.q` by default)."""
+        q = problem.q if q is None else q
         if self._refines(problem):
             refined = self._refined(problem, state)
             v_d = refined.value.reshape(-1)
@@ -191,7 +202,7 @@ class GridSearch(AbstractPointwiseSolver):
 
         def reduce(action: dict, depth: int):
             if depth == len(axes):
-                value, violations = problem.q(state, action)
+                value, violations = q(state, action)
                 return value, violations if checks else ()
             axis = axes[depth]
             smooth = scale is not None and depth < n_discrete

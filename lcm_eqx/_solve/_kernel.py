@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 from typing import Any, cast
 
 import jax
@@ -33,7 +34,7 @@ from ._continuation import (
     reach,
     settle_masked,
 )
-from ._reduce import merged_axes
+from ._reduce import merged_axes, one_kernel_reduce
 from ._sharding import ShardingPlan, is_identity_transition
 
 # Vectors up to this length are reduced by unrolled elementwise operations, which XLA
@@ -72,6 +73,12 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
     # reduces an order of magnitude faster on the CPU).
     shape, axes = merged_axes(arrays[0].shape, axes)
     arrays = jax.lax.stop_gradient(tuple(a.reshape(shape) for a in arrays))
+    if 0 < math.prod(shape[a] for a in axes) <= _UNROLL:
+        # A few entries (a discrete action's codes): a maximum of slices, which fuses
+        # into the kernel that reads the result instead of being a reduction of its own.
+        for axis in sorted(axes, reverse=True):
+            arrays = tuple(_max_of_slices(a, axis) for a in arrays)
+        return arrays
     single = len(arrays) == 1
     if single:
         arrays = (*arrays, jnp.full_like(arrays[0], -jnp.inf))
@@ -85,6 +92,13 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
     return (jnp.maximum(*reduced),) if single else tuple(reduced)
 
 
+def _max_of_slices(array: Array, axis: int) -> Array:
+    slices = [
+        jax.lax.index_in_dim(array, i, axis, keepdims=False) for i in range(array.shape[axis])
+    ]
+    return functools.reduce(jnp.maximum, slices)
+
+
 def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dtype) -> Array:
     """Check violations (one array per check, of one shape `shape`) maximised over
     `axes` and stacked along a last axis: `(*remaining axes, n_checks)`."""
@@ -94,18 +108,23 @@ def stack_checks(violations: tuple[Array, ...], axes: tuple[int, ...], shape, dt
     return jnp.stack(max_each(violations, axes), axis=-1)
 
 
-def any_nan(arrays: list[Array]) -> Array:
-    # `max` propagates NaN: one reduction per array, without a separate test kernel.
-    # Deliberately not one variadic reduction (`max_each`) of all the arrays, although
-    # that would be one kernel instead of two per array: XLA cannot fuse a prepared
-    # continuation into these reductions, so it materialises it once, in the layout the
-    # Bellman kernel gathers from. Fused into a variadic reduction instead, the
-    # preparation (a transpose) is also fused into the Bellman kernel's gathers, which
-    # then read strided: the unsplayed solve of `benchmarks/splay.py`'s alive model took
-    # 2x as long.
-    if not arrays:
+def any_nan(arrays: list[Array], stacks: tuple[Array, ...] = ()) -> Array:
+    """Whether any of `arrays` or `stacks` has a NaN (`max` propagates it).
+
+    A stack of continuations (materialised by its concatenation anyway) in one kernel
+    (`one_kernel_reduce`). Each other array deliberately by `jnp.max`, two kernels: XLA
+    cannot fuse a prepared continuation into that reduction, so it materialises it once,
+    in the layout the Bellman kernel gathers from. Fused into a variadic reduction
+    instead, the preparation (a transpose) is also fused into the Bellman kernel's
+    gathers, which then read strided: the unsplayed solve of `benchmarks/splay.py`'s
+    alive model took 2-3x as long (also with the prepared array behind an optimization
+    barrier).
+    """
+    highest = [jnp.max(a) for a in arrays]
+    highest += [one_kernel_reduce(jnp.maximum, -jnp.inf, a, tuple(range(a.ndim))) for a in stacks]
+    if not highest:
         return jnp.asarray(False)
-    return jnp.isnan(functools.reduce(jnp.maximum, [jnp.max(a) for a in arrays]))
+    return jnp.isnan(functools.reduce(jnp.maximum, highest))
 
 
 GridPoints = dict[str, dict[str, Array]]
@@ -326,8 +345,18 @@ class RegimeProblem:
             # are tested per state point on their device-local slices instead (see
             # `with_continuations`), so that the test needs no communication.
             carried = set(self.carried())
+            reads = [
+                (members, stacked)
+                for members, stacked in self.groups
+                if not carried.intersection(members)
+            ]
             self.continuation_has_nan = any_nan(
-                [c for t, (c, _) in self.continuations.items() if t not in carried]
+                [
+                    self.continuations[members[0]][0]
+                    for members, stacked in reads
+                    if stacked is None
+                ],
+                tuple(stacked for _, stacked in reads if stacked is not None),
             )
         self._frozen = True
 
