@@ -249,7 +249,8 @@ def euler_errors_at(model, params, solution, period: int, z, m, n):
             c_low, c_high = kc[rows, i, k], kc[rows, i + 1, k]
 
             def slope(s):
-                return u_c(c_low + (s - low) / (high - low) * (c_high - c_low), durable_points[k])
+                desired = c_low + (s - low) / (high - low) * (c_high - c_low)
+                return u_c(np.minimum(desired, s), durable_points[k])
 
             value = _integrated(low, high, kv[rows, i, k], kv[rows, i + 1, k], slope, m)
             return value, kn[rows, i, k] + tx * (kn[rows, i + 1, k] - kn[rows, i, k])
@@ -257,6 +258,7 @@ def euler_errors_at(model, params, solution, period: int, z, m, n):
         v0, s0 = column(j)
         v1, s1 = column(j + 1)
         keep = _cubic(v0, v1, s0, s1, n_high - n_low, (n - n_low) / (n_high - n_low))
+        # The keeper's desired consumption, at most liquid wealth (no borrowing).
         keep_c = (1 - tx) * (
             (1 - (n - n_low) / (n_high - n_low)) * kc[rows, i, j]
             + (n - n_low) / (n_high - n_low) * kc[rows, i, j + 1]
@@ -264,6 +266,7 @@ def euler_errors_at(model, params, solution, period: int, z, m, n):
             (1 - (n - n_low) / (n_high - n_low)) * kc[rows, i + 1, j]
             + (n - n_low) / (n_high - n_low) * kc[rows, i + 1, j + 1]
         )
+        keep_c = np.minimum(keep_c, m)
         av, ac, ad = pol["adjust_value"][z], pol["adjust_consumption"][z], pol["adjust_durable"][z]
         k, x_low, x_high = _locate(total, x)
 
