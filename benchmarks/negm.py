@@ -167,7 +167,7 @@ def main() -> None:
 
     done = [k for k in levels if f"negm L{k}" in rows]
     finest = values[f"negm L{done[-1]}"]
-    print(f"\nmax |difference| at the level-1 interior nodes of period 0 (NEGM L{done[-1]}: finest)")
+    print(f"\nmax |difference| at level-1 interior nodes, period 0 (finest: NEGM L{done[-1]})")
     for a, b in itertools.pairwise(done):
         diff = float(np.max(np.abs(values[f"negm L{b}"] - values[f"negm L{a}"])))
         rows[f"negm L{b}"]["diff_previous_level"] = diff
