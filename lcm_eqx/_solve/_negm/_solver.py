@@ -16,7 +16,10 @@ Each period, for each discrete state:
    `v_keep(x − d, d)` (the keeper's value, read by cubic Hermite through its marginal
    values), by a search over `adjuster_points` candidates and a golden-section
    refinement around the best. The refinement runs without derivatives; the value's
-   derivative is that of `v_keep` at the optimum (the envelope theorem).
+   derivative is that of `v_keep` at the optimum (the envelope theorem). Its
+   consumption is then polished on its own Euler equation `u_c(c, d) = β·E[R·V'_m]`,
+   next period read at the point (Newton steps in `log c` from the keeper's read), and
+   its value is `u(c, d) + β·E[V']` at that choice (`_polished`).
 
 The value on the state grid is the better of keeping and adjusting at each node; the
 period's `NEGMPolicy` keeps both, so that earlier periods, the simulation and the
