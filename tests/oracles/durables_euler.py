@@ -8,9 +8,10 @@ and holds `n`; the adjuster consumes `c` and buys `d` out of `x = m + (1 − τ)
 where `(c', h')` is next period's better choice at `(m', n')`. Policies are read from the
 solution's arrays as NEGM defines them between nodes: consumption bilinearly (keeper, its
 desired consumption capped at what is above the borrowing limit 0, so that the
-constrained region `c = m` is exact) or linearly in `x` (adjuster); values by integrating `u_c` at the interpolated consumption
-over three Gauss–Legendre points from each end of the liquid (resources) interval,
-blended by position, and for the keeper by a cubic through the durable's marginal value
+constrained region `c = m` is exact) or linearly in `x` (adjuster); values by
+integrating `u_c` at the interpolated consumption over three Gauss–Legendre points from
+each end of the liquid (resources) interval, blended by position, and for the keeper by
+a cubic through the durable's marginal value
 between durable nodes. Marginal utility and its inverse are in closed form.
 """
 
