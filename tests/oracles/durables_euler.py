@@ -11,7 +11,8 @@ desired consumption capped at what is above the borrowing limit 0, so that the
 constrained region `c = m` is exact) or linearly in `x` (adjuster); values by
 integrating `u_c` at the interpolated consumption over three Gauss–Legendre points from
 each end of the liquid (resources) interval, blended by position, and for the keeper by
-a cubic through the durable's marginal value between durable nodes. Marginal utility and its inverse are in closed form.
+a cubic through the durable's marginal value between durable nodes. Marginal utility
+and its inverse are in closed form.
 """
 
 from __future__ import annotations
