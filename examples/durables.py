@@ -14,7 +14,11 @@ depreciates at rate `δ`; liquid wealth earns `R` and no borrowing is allowed:
 
 `build(...)` returns the model and its parameters; `solver="negm"` solves it with
 `lcm.NEGM` (no consumption or durable grid: consumption from the Euler equation, the
-new stock by golden section), `solver="grid"` with `lcm.GridSearch` on the action grids.
+new stock by golden section), `solver="grid"` with `lcm.GridSearch` on grids of
+consumption and the new stock, `solver="grid-shares"` with `lcm.GridSearch` on grids of
+shares: the new stock a share of total resources (at most the durable grid's top) and
+consumption a share of what is left (liquid wealth for a keeper), so that every action
+point is feasible and the grids follow the budget.
 `euler_errors(...)` measures the liquid margin's Euler errors of an `NEGM` solution,
 written apart from the solver in numpy.
 
@@ -82,6 +86,14 @@ def no_borrowing(saved):
     return saved >= 0.0
 
 
+def budget(wealth, new_durable, adjust, resources):
+    return jnp.where(adjust == Adjust.adjust, resources - new_durable, wealth)
+
+
+def consumption_of_share(consumption_share, budget):
+    return consumption_share * budget
+
+
 def build(
     n_periods: int = 20,
     *,
@@ -96,23 +108,71 @@ def build(
     adjuster_points: int = 64,
     n_consumption: int = 100,
     n_new_durable: int = 60,
+    wealth_power: float = 3.0,
+    durable_power: float = 3.0,
+    refine: bool = False,
+    action_batch_size: int = 0,
 ):
     """The durable-goods model and its parameters.
 
     `solver`: `"negm"` (`lcm.NEGM` on `n_savings` savings points, `n_resources` points
-    of total resources and `adjuster_points` candidates of the new stock) or `"grid"`
-    (`lcm.GridSearch` on `n_consumption × n_new_durable` action points).
+    of total resources and `adjuster_points` candidates of the new stock), `"grid"`
+    (`lcm.GridSearch` on `n_consumption × n_new_durable` action points) or
+    `"grid-shares"` (`lcm.GridSearch` on `n_consumption` consumption shares, spaced
+    geometrically from 0.01 to 1, × `n_new_durable` shares of the new stock from 0 to 1;
+    `refine=True` polishes both off the grid, `lcm.GridSearch(refine=True)`).
+
+    The liquid grid (and NEGM's savings and resources grids) is `u ** wealth_power`
+    of evenly spaced `u`, the durable grid `u ** durable_power`: dense near the
+    borrowing limit and a zero stock, where utility bends most. With the same powers,
+    the nodes of `n` points are nodes of `k·(n − 1) + 1` points. `action_batch_size`
+    splays the grid search's first action grid (bounded memory on large grids).
     """
     wealth = lcm.IrregSpacedGrid(
-        points=list(0.1 + (wealth_max - 0.1) * np.linspace(0.0, 1.0, n_wealth) ** 3)
+        points=list(0.1 + (wealth_max - 0.1) * np.linspace(0.0, 1.0, n_wealth) ** wealth_power)
     )
-    durable = lcm.IrregSpacedGrid(points=list(durable_max * np.linspace(0.0, 1.0, n_durable) ** 3))
+    durable = lcm.IrregSpacedGrid(
+        points=list(durable_max * np.linspace(0.0, 1.0, n_durable) ** durable_power)
+    )
     consumption = lcm.IrregSpacedGrid(
-        points=list(1e-3 + (wealth_max + durable_max) * np.linspace(0, 1, n_consumption) ** 2)
+        points=list(1e-3 + (wealth_max + durable_max) * np.linspace(0, 1, n_consumption) ** 2),
+        batch_size=action_batch_size,
     )
     new_durable = lcm.LinSpacedGrid(start=0.0, stop=durable_max, n_points=n_new_durable)
+    actions = {
+        "adjust": lcm.DiscreteGrid(Adjust),
+        "consumption": consumption,
+        "new_durable": new_durable,
+    }
+    functions = {
+        "utility": utility,
+        "held": held,
+        "resources": resources,
+        "saved": saved,
+        "income": income,
+    }
     regime_solver = None
-    if solver == "negm":
+    if solver in ("grid", "grid-shares") and refine:
+        regime_solver = lcm.GridSearch(refine=True)
+    if solver == "grid-shares":
+
+        def new_durable_of_share(durable_share, resources):
+            return durable_share * jnp.minimum(resources, durable_max)
+
+        actions = {
+            "adjust": lcm.DiscreteGrid(Adjust),
+            "consumption_share": lcm.IrregSpacedGrid(
+                points=list(np.geomspace(0.01, 1.0, n_consumption)), batch_size=action_batch_size
+            ),
+            "durable_share": lcm.LinSpacedGrid(start=0.0, stop=1.0, n_points=n_new_durable),
+        }
+        functions = {
+            **functions,
+            "budget": budget,
+            "consumption": consumption_of_share,
+            "new_durable": new_durable_of_share,
+        }
+    elif solver == "negm":
         # The keeper is solved on the liquid grid, so an adjuster's resources stay
         # within it (x − d ≤ wealth_max for every new stock d).
         top = wealth_max
@@ -122,32 +182,24 @@ def build(
             consumption="consumption",
             durable_choice="new_durable",
             adjust="adjust",
-            savings=lcm.IrregSpacedGrid(points=list(top * np.linspace(0.0, 1.0, n_savings) ** 3)),
+            savings=lcm.IrregSpacedGrid(
+                points=list(top * np.linspace(0.0, 1.0, n_savings) ** wealth_power)
+            ),
             resources=lcm.IrregSpacedGrid(
-                points=list(0.1 + (top - 0.1) * np.linspace(0.0, 1.0, n_resources) ** 3)
+                points=list(0.1 + (top - 0.1) * np.linspace(0.0, 1.0, n_resources) ** wealth_power)
             ),
             adjuster_points=adjuster_points,
         )
     elif solver != "grid":
-        raise ValueError(f"solver must be 'negm' or 'grid', got {solver!r}")
+        raise ValueError(f"solver must be 'negm', 'grid' or 'grid-shares', got {solver!r}")
     regime = lcm.Regime(
         states={
             "wealth": wealth,
             "durable": durable,
             "log_income": lcm.RouwenhorstGrid(n_points=n_income, **INCOME),
         },
-        actions={
-            "adjust": lcm.DiscreteGrid(Adjust),
-            "consumption": consumption,
-            "new_durable": new_durable,
-        },
-        functions={
-            "utility": utility,
-            "held": held,
-            "resources": resources,
-            "saved": saved,
-            "income": income,
-        },
+        actions=actions,
+        functions=functions,
         state_transitions={"wealth": next_wealth, "durable": next_durable},
         transition=lambda: 0,
         constraints={"no_borrowing": no_borrowing},
@@ -249,7 +301,8 @@ def euler_errors_at(model, params, solution, period: int, z, m, n):
             c_low, c_high = kc[rows, i, k], kc[rows, i + 1, k]
 
             def slope(s):
-                return u_c(c_low + (s - low) / (high - low) * (c_high - c_low), durable_points[k])
+                desired = c_low + (s - low) / (high - low) * (c_high - c_low)
+                return u_c(np.minimum(desired, s), durable_points[k])
 
             value = _integrated(low, high, kv[rows, i, k], kv[rows, i + 1, k], slope, m)
             return value, kn[rows, i, k] + tx * (kn[rows, i + 1, k] - kn[rows, i, k])
@@ -257,6 +310,7 @@ def euler_errors_at(model, params, solution, period: int, z, m, n):
         v0, s0 = column(j)
         v1, s1 = column(j + 1)
         keep = _cubic(v0, v1, s0, s1, n_high - n_low, (n - n_low) / (n_high - n_low))
+        # The keeper's desired consumption, at most liquid wealth (no borrowing).
         keep_c = (1 - tx) * (
             (1 - (n - n_low) / (n_high - n_low)) * kc[rows, i, j]
             + (n - n_low) / (n_high - n_low) * kc[rows, i, j + 1]
@@ -264,6 +318,7 @@ def euler_errors_at(model, params, solution, period: int, z, m, n):
             (1 - (n - n_low) / (n_high - n_low)) * kc[rows, i + 1, j]
             + (n - n_low) / (n_high - n_low) * kc[rows, i + 1, j + 1]
         )
+        keep_c = np.minimum(keep_c, m)
         av, ac, ad = pol["adjust_value"][z], pol["adjust_consumption"][z], pol["adjust_durable"][z]
         k, x_low, x_high = _locate(total, x)
 

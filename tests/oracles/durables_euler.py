@@ -6,11 +6,13 @@ and holds `n`; the adjuster consumes `c` and buys `d` out of `x = m + (1 − τ)
 `h` the stock held and `a` what is saved, the Euler equation is
 `u_c(c, h) = β·R·Σ_z' P(z, z')·u_c(c', h')` at `m' = R·a + exp(y_z)`, `n' = (1 − δ)·h`,
 where `(c', h')` is next period's better choice at `(m', n')`. Policies are read from the
-solution's arrays as NEGM defines them between nodes: consumption bilinearly (keeper) or
-linearly in `x` (adjuster); values by integrating `u_c` at the interpolated consumption
-over three Gauss–Legendre points from each end of the liquid (resources) interval,
-blended by position, and for the keeper by a cubic through the durable's marginal value
-between durable nodes. Marginal utility and its inverse are in closed form.
+solution's arrays as NEGM defines them between nodes: consumption bilinearly (keeper, its
+desired consumption capped at what is above the borrowing limit 0, so that the
+constrained region `c = m` is exact) or linearly in `x` (adjuster); values by
+integrating `u_c` at the interpolated consumption over three Gauss–Legendre points from
+each end of the liquid (resources) interval, blended by position, and for the keeper by
+a cubic through the durable's marginal value between durable nodes. Marginal utility
+and its inverse are in closed form.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import numpy as np
 
 _GAUSS_NODES = np.array([0.5 - 0.5 * np.sqrt(0.6), 0.5, 0.5 + 0.5 * np.sqrt(0.6)])
 _GAUSS_WEIGHTS = np.array([5.0, 8.0, 5.0]) / 18.0
+
+# The model's `no_borrowing` constraint: saving at least 0.
+BORROWING_LIMIT = 0.0
 
 
 def marginal_utility(c, h, p):
@@ -70,14 +75,15 @@ def keeper(policy, z, m, n, grids, p):
     kc = policy["keep_consumption"]
     kv = policy["keep_value"]
     kn = policy["keep_marginal_durable"]
-    consumption = (1 - t) * ((1 - s) * kc[z, i, j] + s * kc[z, i + 1, j]) + t * (
+    desired = (1 - t) * ((1 - s) * kc[z, i, j] + s * kc[z, i + 1, j]) + t * (
         (1 - s) * kc[z, i, j + 1] + s * kc[z, i + 1, j + 1]
     )
+    consumption = np.minimum(desired, m - BORROWING_LIMIT)
 
     def on_node(k):
         def slope(w):
             c = kc[z, i, k] + (w - m_low) / (m_high - m_low) * (kc[z, i + 1, k] - kc[z, i, k])
-            return marginal_utility(c, durable[k], p)
+            return marginal_utility(np.minimum(c, w - BORROWING_LIMIT), durable[k], p)
 
         value = _through_slopes(m_low, m_high, kv[z, i, k], kv[z, i + 1, k], slope, m)
         return value, (1 - s) * kn[z, i, k] + s * kn[z, i + 1, k]

@@ -20,6 +20,13 @@ class NEGMPolicy(eqx.Module):
     adjuster's on the grid of total resources, of which its solution is a function
     alone. Values come with their partial derivatives (the envelope theorem), which
     `hermite_2d` and `hermite_1d` interpolate through.
+
+    `keep_consumption` is the keeper's *desired* consumption: where the borrowing limit
+    binds (consumption `m − a̲`, saving the limit `a̲`), the unconstrained Euler
+    solution continued below the endogenous threshold, which exceeds `m − a̲`. It is
+    read as `min(m − a̲, ·)` (`keep_consumption_at`), so that the constrained region
+    stays exact between nodes and the kink where the limit starts to bind is kept
+    rather than cut by a chord.
     """
 
     keep_value: Float[Array, "*z m n"]
@@ -33,12 +40,12 @@ class NEGMPolicy(eqx.Module):
 
 
 def keep_value_at(
-    policy: NEGMPolicy, liquid: Array, durable: Array, m, n, marginal: Callable
+    policy: NEGMPolicy, liquid: Array, durable: Array, limit, m, n, marginal: Callable
 ) -> Array:
-    """The keeper's value at `(m, n)` (one discrete state's `policy`): along liquid
-    wealth, on the two durable nodes around `n`, by integrating marginal utility at the
-    interpolated consumption (`integrated`); between them by cubic Hermite through
-    the marginal value of the durable."""
+    """The keeper's value at `(m, n)` (one discrete state's `policy`, borrowing limit
+    `limit`): along liquid wealth, on the two durable nodes around `n`, by integrating
+    marginal utility at the interpolated consumption (`integrated`); between them by
+    cubic Hermite through the marginal value of the durable."""
     i, _, _ = locate(liquid, m)
     j, ty, hy = locate(durable, n)
     low, high = liquid[i], liquid[i + 1]
@@ -48,7 +55,8 @@ def keep_value_at(
         c_low, c_high = policy.keep_consumption[i, k], policy.keep_consumption[i + 1, k]
 
         def slope(s):
-            return marginal(c_low + (s - low) / (high - low) * (c_high - c_low), durable[k])
+            desired = c_low + (s - low) / (high - low) * (c_high - c_low)
+            return marginal(jnp.minimum(desired, s - limit), durable[k])
 
         value = integrated(
             low, high, policy.keep_value[i, k], policy.keep_value[i + 1, k], slope, m
@@ -61,9 +69,10 @@ def keep_value_at(
     return hermite(v0, v1, s0, s1, hy, ty)
 
 
-def keep_consumption_at(policy: NEGMPolicy, liquid: Array, durable: Array, m, n) -> Array:
-    """The keeper's consumption at `(m, n)`."""
-    return bilinear(liquid, durable, policy.keep_consumption, m, n)
+def keep_consumption_at(policy: NEGMPolicy, liquid: Array, durable: Array, limit, m, n) -> Array:
+    """The keeper's consumption at `(m, n)`: the desired consumption read bilinearly,
+    at most what is above the borrowing limit `limit`."""
+    return jnp.minimum(bilinear(liquid, durable, policy.keep_consumption, m, n), m - limit)
 
 
 def adjust_value_at(policy: NEGMPolicy, resources: Array, x, marginal: Callable) -> Array:
@@ -94,6 +103,7 @@ def adjust_choice_at(policy: NEGMPolicy, resources: Array, x) -> tuple[Array, Ar
 def read(
     policy: NEGMPolicy,
     grids: tuple[Array, Array, Array],
+    limit,
     m,
     n,
     resources: Callable,
@@ -103,13 +113,14 @@ def read(
     the better of keeping and adjusting (the envelope taken at the point read, not on
     the grid, so that the kink where the choice switches is not smoothed over).
 
-    `resources(m, n)` gives total resources and their derivatives `(x, x_m, x_n)`;
+    `limit` is the borrowing limit; `resources(m, n)` gives total resources and their
+    derivatives `(x, x_m, x_n)`;
     `marginal(c, h)` the marginal utility of consumption at durable services `h`
     (the marginal value is `u_c` at the interpolated consumption: consumption is nearly
     linear where the marginal value is not)."""
     liquid, durable, total = grids
-    keep = keep_value_at(policy, liquid, durable, m, n, marginal)
-    keep_m = marginal(keep_consumption_at(policy, liquid, durable, m, n), n)
+    keep = keep_value_at(policy, liquid, durable, limit, m, n, marginal)
+    keep_m = marginal(keep_consumption_at(policy, liquid, durable, limit, m, n), n)
     keep_n = bilinear(liquid, durable, policy.keep_marginal_durable, m, n)
     x, x_m, x_n = resources(m, n)
     adjust = adjust_value_at(policy, total, x, marginal)

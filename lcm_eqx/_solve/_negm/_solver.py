@@ -16,7 +16,10 @@ Each period, for each discrete state:
    `v_keep(x − d, d)` (the keeper's value, read by cubic Hermite through its marginal
    values), by a search over `adjuster_points` candidates and a golden-section
    refinement around the best. The refinement runs without derivatives; the value's
-   derivative is that of `v_keep` at the optimum (the envelope theorem).
+   derivative is that of `v_keep` at the optimum (the envelope theorem). Its
+   consumption is then polished on its own Euler equation `u_c(c, d) = β·E[R·V'_m]`,
+   next period read at the point (Newton steps in `log c` from the keeper's read), and
+   its value is `u(c, d) + β·E[V']` at that choice (`_polished`).
 
 The value on the state grid is the better of keeping and adjusting at each node; the
 period's `NEGMPolicy` keeps both, so that earlier periods, the simulation and the
@@ -25,6 +28,7 @@ queries take the envelope exactly at the point they read.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, ClassVar
 
@@ -400,6 +404,7 @@ class NEGM(AbstractSolver):
         at their codes `fixed`), from its policy `following` (leading axis: that flat
         product)."""
         grids = self._grids(next_problem)
+        limit = self.savings.to_jax()[0]
         codes = self._flat_codes(next_problem.regime, names)
 
         def next_read(m, n):
@@ -407,7 +412,7 @@ class NEGM(AbstractSolver):
                 zc = {**fixed, **zc}
                 _, marginal, _ = self._utility(next_problem, zc)
                 resources = self._resources(next_problem, zc)
-                return read(policy, grids, m, n, resources, marginal)
+                return read(policy, grids, limit, m, n, resources, marginal)
 
             return jax.vmap(at)(codes, following)
 
@@ -492,6 +497,7 @@ class NEGM(AbstractSolver):
             vu = jnp.vectorize(utility)
             vu_c = jnp.vectorize(u_c)
             vu_h = jnp.vectorize(u_h)
+            polish = None
             if following is None:
                 c = jnp.maximum(liquid[:, None] - savings[0], 0.0) * jnp.ones_like(durable)
                 h = jnp.broadcast_to(durable, c.shape)
@@ -524,9 +530,21 @@ class NEGM(AbstractSolver):
                 # (durable, m) -> (m, durable)
                 keep = map_axis(keeper, durable, regime.grids[self.durable].batch_size)
                 keep = tuple(jnp.moveaxis(a, 0, 1) for a in keep)
+
+                def continuation(c, d, x):
+                    """Next period's expected value and `β·E[R·V'_m]` of an adjuster
+                    who buys `d` and consumes `c` out of `x`, read at the point."""
+                    m_next, gross = next_liquid(x - d - c, d)
+                    n_next, _ = next_durable(d)
+                    v, v_m, _ = next_read(m_next, n_next)
+                    return beta * jnp.sum(weights * v), beta * gross * jnp.sum(weights * v_m)
+
+                polish = functools.partial(
+                    self._polished, utility=utility, u_c=u_c, continuation=continuation
+                )
             kv, kc, km, kn = keep
             adjust = map_axis(
-                lambda x: self._adjuster(liquid, durable, keep, x, u_c),
+                lambda x: self._adjuster(liquid, durable, keep, x, u_c, polish),
                 total,
                 self.resources.batch_size,
             )
@@ -548,7 +566,8 @@ class NEGM(AbstractSolver):
         points, read onto the liquid grid by an upper envelope over every segment of the
         endogenous points and the credit-constrained choice (the liquid points in chunks
         of `batch_size`: the splay knob of the liquid state). Returns `(v, c, v_m, v_n)`
-        on the liquid grid."""
+        on the liquid grid, `c` the desired consumption (`NEGMPolicy`): where the limit
+        binds, the first segment continued below its threshold."""
         q = beta * w_a
         c_end = invert_marginal(lambda c: vu_c(c, n), q, self.newton_steps)
         m_end = savings + c_end
@@ -557,6 +576,7 @@ class NEGM(AbstractSolver):
         last = jnp.arange(m0.shape[0]) == m0.shape[0] - 1
         low, high = jnp.minimum(m0, m1), jnp.maximum(m0, m1)
         width = m1 - m0
+        first_slope = (c1[0] - c0[0]) / jnp.where(width[0] == 0, 1.0, width[0])
 
         def at_liquid(x):
             inside = ((x >= low) & (x <= high)) | (last & (x > high))
@@ -576,23 +596,28 @@ class NEGM(AbstractSolver):
             candidates = jnp.concatenate([bound_value[None], segment_values])
             all_c = jnp.concatenate([bound_c[None], safe_c])
             best = jnp.argmax(jax.lax.stop_gradient(candidates))
-            return candidates[best], all_c[best]
+            # Where the limit binds, never below what it allows (so the node reads exact).
+            desired = jnp.maximum(c0[0] + (x - m0[0]) * first_slope, bound_c)
+            return candidates[best], all_c[best], jnp.where(best == 0, desired, all_c[best])
 
-        value, consumption = map_axis(at_liquid, liquid, batch_size)
+        value, consumption, desired = map_axis(at_liquid, liquid, batch_size)
         saved = liquid - consumption
         marginal = vu_c(consumption, n)
         marginal_durable = vu_h(consumption, n) + beta * linear_1d(savings, w_n, saved)
-        return value, consumption, marginal, marginal_durable
+        return value, desired, marginal, marginal_durable
 
-    def _adjuster(self, liquid, durable, keep, x, u_c):
+    def _adjuster(self, liquid, durable, keep, x, u_c, polish):
         """The adjuster at total resources `x`: the best new stock `d` of
         `v_keep(x − d, d)`, by candidates, golden section and bisection on the sign of
-        its derivative. Returns `(v, c, d, v_x)`."""
+        its derivative; its consumption read off the keeper at `(x − d, d)` and, before
+        the last period, polished on its own Euler equation (`polish`, `_polished`).
+        Returns `(v, c, d, v_x)`."""
         kv, kc, km, kn = keep
         policy = NEGMPolicy(kv, kc, km, kn, kv[:, 0], kv[:, 0], kv[:, 0], kv[:, 0])
+        limit = self.savings.to_jax()[0]
 
         def objective(d):
-            return keep_value_at(policy, liquid, durable, x - d, d, u_c)
+            return keep_value_at(policy, liquid, durable, limit, x - d, d, u_c)
 
         low = durable[0]
         high = jnp.clip(x - liquid[0], low, durable[-1])
@@ -603,7 +628,7 @@ class NEGM(AbstractSolver):
             return jax.lax.stop_gradient(u_c(c, h))
 
         def frozen_objective(d):
-            return keep_value_at(fixed_policy, liquid, durable, x - d, d, frozen_marginal)
+            return keep_value_at(fixed_policy, liquid, durable, limit, x - d, d, frozen_marginal)
 
         steps = jnp.linspace(0.0, 1.0, self.adjuster_points)
         candidates = frozen[0] + (frozen[1] - frozen[0]) * steps
@@ -634,9 +659,67 @@ class NEGM(AbstractSolver):
         middle = 0.5 * (a + b)
         d = jnp.where(frozen_objective(middle) >= values[k], middle, candidates[k])
         d = jax.lax.stop_gradient(d)
-        value = objective(d)
-        consumption = keep_consumption_at(policy, liquid, durable, x - d, d)
+        consumption = keep_consumption_at(policy, liquid, durable, limit, x - d, d)
+        if polish is None:
+            value = objective(d)
+        else:
+            consumption, value = polish(x, d, consumption, x - d - limit)
         return value, consumption, d, u_c(consumption, d)
+
+    def _polished(self, x, d, read_c, budget, *, utility, u_c, continuation):
+        """The adjuster's consumption at resources `x` and new stock `d` from its own
+        Euler equation `u_c(c, d) = β·E[R·V'_m]`, next period's marginal value read at
+        the point (not the keeper's consumption read between its nodes): Newton steps
+        in `log c` from the keeper's read `read_c`, kept within 10 % of it and below
+        `budget` (what is above the borrowing limit). The read is kept where the limit
+        binds there, where Newton lands more than 5 % from it or does not reduce the
+        residual. Returns the consumption and the adjuster's value
+        `u(c, d) + β·E[V']` at it.
+
+        The steps run without derivatives; one more step taken with them gives the
+        consumption's derivative by the implicit function theorem (`−g_θ / g_c`)."""
+
+        def residual(log_c):
+            c = jnp.exp(log_c)
+            _, q = continuation(c, d, x)
+            return jnp.log(u_c(c, d)) - jnp.log(jnp.maximum(q, jnp.finfo(q.dtype).tiny))
+
+        def frozen_newton(log_c):
+            g, slope = jax.jvp(residual, (log_c,), (jnp.ones_like(log_c),))
+            g, slope = jax.lax.stop_gradient((g, slope))
+            # u_c falls and E[V'_m] rises with c: the slope is negative where the
+            # equation is regular (elsewhere the step is 0 and the read is kept).
+            safe = jnp.where(slope < 0, slope, -1.0)
+            return g, jnp.where(slope < 0, g / safe, 0.0)
+
+        start_c = jax.lax.stop_gradient(jnp.clip(read_c, 1e-12, budget))
+        low = jnp.log(0.9 * start_c)
+        high = jnp.log(jnp.minimum(1.1 * start_c, budget))
+        start = jnp.log(start_c)
+
+        def step(_, log_c):
+            _, move = frozen_newton(log_c)
+            return jnp.clip(log_c - move, low, high)
+
+        log_c = jax.lax.fori_loop(0, self.newton_steps, step, start)
+        g_start, _ = frozen_newton(start)
+        g_end, _ = frozen_newton(log_c)
+        binds = jax.lax.stop_gradient(read_c >= budget * (1.0 - 1e-9))
+        ok = (
+            ~binds
+            & (jnp.abs(jnp.exp(log_c - start) - 1.0) <= 0.05)
+            & jnp.isfinite(g_end)
+            & (jnp.abs(g_end) <= jnp.abs(g_start))
+        )
+        # The implicit-function step, taken at a finite point in every cell (the
+        # derivatives of the branch not taken must be finite too).
+        at = jnp.where(ok, log_c, start)
+        g, slope = jax.jvp(residual, (at,), (jnp.ones_like(at),))
+        slope = jax.lax.stop_gradient(jnp.where(slope < 0, slope, -1.0))
+        polished = jnp.exp(at - g / slope)
+        consumption = jnp.where(ok, polished, read_c)
+        future, _ = continuation(consumption, d, x)
+        return consumption, utility(consumption, d) + future
 
     # ------------------------------------------------------------------ the period loop
     def init(self, plan: ModelPlan, names: tuple[str, ...], dtype) -> Any:
@@ -674,8 +757,9 @@ class NEGM(AbstractSolver):
         z = {s: state[s] for s in self._discrete_states(problem.regime)}
         x, _, _ = self._resources(problem, z)(m, n)
         _, marginal, _ = self._utility(problem, z)
-        keep = keep_value_at(policy, liquid, durable, m, n, marginal)
-        keep_c = keep_consumption_at(policy, liquid, durable, m, n)
+        limit = self.savings.to_jax()[0]
+        keep = keep_value_at(policy, liquid, durable, limit, m, n, marginal)
+        keep_c = keep_consumption_at(policy, liquid, durable, limit, m, n)
         adjust = adjust_value_at(policy, total, x, marginal)
         adjust_c, adjust_d = adjust_choice_at(policy, total, x)
         return (
@@ -732,7 +816,8 @@ class NEGM(AbstractSolver):
         states = self._discrete_states(problem.regime)
         following_flat = self._flattened(problem.regime, next_problem.policy, states)
         next_read = self._next_reader(next_problem, following_flat, {}, states)
-        limit = self.borrowing_limit(problem, {}) + self.action_step(problem, action)
+        savings_limit = self.savings.to_jax()[0]
+        limit = savings_limit + self.action_step(problem, action)
         others = [a for a in problem.state_axes if a.name != self.liquid]
 
         def at(state: dict, m):
@@ -743,7 +828,7 @@ class NEGM(AbstractSolver):
             weights, beta = self._next_weights(problem, z, states)
             next_liquid, next_durable = self._laws(problem, z)
             x, _, _ = self._resources(problem, z)(m, n)
-            keep_c = keep_consumption_at(policy, liquid, durable, m, n)
+            keep_c = keep_consumption_at(policy, liquid, durable, savings_limit, m, n)
             adjust_c, adjust_d = adjust_choice_at(policy, total, x)
 
             def error(code, c, h, saved):
