@@ -54,11 +54,12 @@ def iid_model(solver=None):
 
 def long_way_model(mean, sigma, solver=None):
     x, w = np.polynomial.hermite.hermgauss(N_NODES)
-    nodes = jnp.asarray(mean + np.sqrt(2.0) * sigma * x)
-    weights = jnp.asarray(w / np.sqrt(np.pi))
+    # Host (NumPy) constants, as the library advises for closed-over arrays.
+    nodes = np.asarray(mean + np.sqrt(2.0) * sigma * x)
+    weights = np.asarray(w / np.sqrt(np.pi))
 
     def shock_value(shock):
-        return nodes[shock]
+        return jnp.asarray(nodes)[shock]
 
     def next_wealth_coded(wealth, consumption, shock_value, interest_rate):
         return (1 + interest_rate) * (wealth - consumption) + jnp.exp(shock_value)
@@ -67,7 +68,7 @@ def long_way_model(mean, sigma, solver=None):
         lcm.DiscreteGrid([f"node{i}" for i in range(N_NODES)]),
         {
             "wealth": next_wealth_coded,
-            "shock": lcm.MarkovTransition(lambda shock: weights),
+            "shock": lcm.MarkovTransition(lambda shock: jnp.asarray(weights)),
         },
         functions={"shock_value": shock_value},
         solver=solver,

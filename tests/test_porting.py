@@ -296,7 +296,10 @@ def test_partial_keyword_is_not_a_parameter():
 
 
 def test_partial_bound_array_is_a_constant():
-    model = mortality_model(survival_argument=jnp.asarray(SURVIVAL[:4]))
+    # A device array bound by partial is a constant of the solve, with a warning that
+    # says so (a sharded or multi-process solve would have to copy it).
+    with pytest.warns(lcm.LcmWarning, match="functools.partial argument 'survival_prob'"):
+        model = mortality_model(survival_argument=jnp.asarray(SURVIVAL[:4]))
     assert "next_regime" not in model.params_template()["alive"]
     solution = model.solve({"discount_factor": BETA, "income": INCOME})
     np.testing.assert_allclose(solution.value("alive", 0), oracle(SURVIVAL, 4)[0], rtol=1e-12)

@@ -692,9 +692,12 @@ class NEGM(AbstractSolver):
             safe = jnp.where(slope < 0, slope, -1.0)
             return g, jnp.where(slope < 0, g / safe, 0.0)
 
-        start_c = jax.lax.stop_gradient(jnp.clip(read_c, 1e-12, budget))
+        # At least a tiny positive budget, so that every log below is finite (where the
+        # budget is 0 the read binds and is kept, but its derivatives are still taken).
+        room = jax.lax.stop_gradient(jnp.maximum(budget, 1e-12))
+        start_c = jax.lax.stop_gradient(jnp.clip(read_c, 1e-12, room))
         low = jnp.log(0.9 * start_c)
-        high = jnp.log(jnp.minimum(1.1 * start_c, budget))
+        high = jnp.log(jnp.minimum(1.1 * start_c, room))
         start = jnp.log(start_c)
 
         def step(_, log_c):
