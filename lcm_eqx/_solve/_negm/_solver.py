@@ -404,7 +404,7 @@ class NEGM(AbstractSolver):
         at their codes `fixed`), from its policy `following` (leading axis: that flat
         product)."""
         grids = self._grids(next_problem)
-        limit = self.savings.to_jax()[0]
+        limit = self._limit()
         codes = self._flat_codes(next_problem.regime, names)
 
         def next_read(m, n):
@@ -614,7 +614,7 @@ class NEGM(AbstractSolver):
         Returns `(v, c, d, v_x)`."""
         kv, kc, km, kn = keep
         policy = NEGMPolicy(kv, kc, km, kn, kv[:, 0], kv[:, 0], kv[:, 0], kv[:, 0])
-        limit = self.savings.to_jax()[0]
+        limit = self._limit()
 
         def objective(d):
             return keep_value_at(policy, liquid, durable, limit, x - d, d, u_c)
@@ -760,7 +760,7 @@ class NEGM(AbstractSolver):
         z = {s: state[s] for s in self._discrete_states(problem.regime)}
         x, _, _ = self._resources(problem, z)(m, n)
         _, marginal, _ = self._utility(problem, z)
-        limit = self.savings.to_jax()[0]
+        limit = self._limit()
         keep = keep_value_at(policy, liquid, durable, limit, m, n, marginal)
         keep_c = keep_consumption_at(policy, liquid, durable, limit, m, n)
         adjust = adjust_value_at(policy, total, x, marginal)
@@ -819,7 +819,7 @@ class NEGM(AbstractSolver):
         states = self._discrete_states(problem.regime)
         following_flat = self._flattened(problem.regime, next_problem.policy, states)
         next_read = self._next_reader(next_problem, following_flat, {}, states)
-        savings_limit = self.savings.to_jax()[0]
+        savings_limit = self._limit()
         limit = savings_limit + self.action_step(problem, action)
         others = [a for a in problem.state_axes if a.name != self.liquid]
 
@@ -871,6 +871,10 @@ class NEGM(AbstractSolver):
         return jnp.asarray(1e-9)
 
     def borrowing_limit(self, problem, discrete) -> Array:
+        return self._limit()
+
+    def _limit(self) -> Array:
+        """The borrowing limit: the lowest saving, the first point of `savings`."""
         return self.savings.to_jax()[0]
 
     def work(self, problem: RegimeProblem) -> tuple[tuple[str, int], ...]:
