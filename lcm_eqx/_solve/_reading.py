@@ -48,7 +48,8 @@ class ContinuationReader(eqx.Module):
     `kinks_fn(data, fixed)`, where the regime read has one: the kinks and jumps of its
     consumption functions over the discrete states and choices left in `data`, as
     next-period cash on hand and the change of slope there (-1: none; see
-    `BudgetKinks`).
+    `BudgetKinks`), each with the leading axes of `data` (`axes`, then the regime's
+    discrete actions) and one row of its endogenous grid last.
     """
 
     continuous: str | None = eqx.field(static=True)

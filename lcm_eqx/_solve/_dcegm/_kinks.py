@@ -221,24 +221,27 @@ def next_levels(
     count)` (next-period cash on hand; NaN where fewer): those of every regime in
     `targets` whose reader knows them, at the next discrete states the choice moves to
     (the node's drawn states, the deterministic ones), over the stochastic ones and the
-    next period's discrete choices."""
+    next period's discrete choices.
+
+    Next period's kinks are the same for every choice of this period: each target's
+    are found over all its rows, depending on no choice (under the `vmap` over the
+    choices, found once), and each choice and node only takes the rows it reaches."""
     tolerance = relative(KINK_TOLERANCE, 64, dtype)
     reference = jnp.asarray(REFERENCE_ACTION, dtype)
     # The discrete transitions do not depend on the continuous state or action.
     evaluate = problem.evaluator({**discrete, state: reference, action: reference})
     deterministic, _ = problem.next_states(evaluate)
+    found = {target: readers[target].kinks() for target in targets}
+    known = {target: kinks for target, kinks in found.items() if kinks is not None}
 
     def at(node):
+        codes = {**deterministic, **node}
         points, change = [], []
-        for target in targets:
-            reader = readers[target]
-            for s, k in {**deterministic, **node}.items():
-                if s in reader.axes:
-                    reader = reader.sliced(s, k, tuple(d[k] for d in reader.leading(s)))
-            found = reader.kinks()
-            if found is not None:
-                points.append(found[0])
-                change.append(found[1])
+        for target, kinks in known.items():
+            # The codes of the states the choice moves to, every row of the others.
+            rows = tuple(codes.get(s, slice(None)) for s in readers[target].axes)
+            points.append(kinks[0][rows].reshape(-1))
+            change.append(kinks[1][rows].reshape(-1))
         if not points:
             return jnp.full((count,), jnp.nan, dtype)
         return largest(jnp.concatenate(points), jnp.concatenate(change), count, tolerance)

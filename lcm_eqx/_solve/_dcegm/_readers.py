@@ -98,7 +98,7 @@ def endogenous_reader(
         jumps = nodes.dtype == jnp.float64
         points, change = jax.vmap(lambda *a: consumption_kinks(*a, jumps=jumps))(*flat)
         usable = (jnp.broadcast_to(feasible, lead).reshape(-1) & (status == ORDINARY))[:, None]
-        return points.reshape(-1), jnp.where(usable, change, -1.0).reshape(-1)
+        return points.reshape((*lead, k)), jnp.where(usable, change, -1.0).reshape((*lead, k))
 
     return ContinuationReader(
         continuous=solver.state,
