@@ -26,8 +26,8 @@ def locate(points: Array, x: Array) -> tuple[Array, Array, Array]:
 
     The interval is found by counting (`count_at_or_below`, as DC-EGM's reads do), not
     by `jnp.searchsorted`, whose binary search is a while loop of its own in the XLA
-    program: the durable model's 20-period NEGM solve had 1410 kernels with it and has
-    1202 without (same values, bitwise), and XLA:CPU compiles each kernel apart."""
+    program: the durable model's NEGM solve had 1410 kernels with it and 1202 without
+    (same values, bitwise), and XLA:CPU compiles each kernel apart."""
     n = points.shape[0]
     count = jnp.vectorize(lambda q: count_at_or_below(points, q))(x)
     lo = jnp.clip(count - 1, 0, n - 2)

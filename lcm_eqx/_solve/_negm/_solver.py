@@ -641,7 +641,10 @@ class NEGM(AbstractSolver):
             a, b = bracket
             left = b - GOLDEN * (b - a)
             right = a + GOLDEN * (b - a)
-            better_left = frozen_objective(left) >= frozen_objective(right)
+            # Both points in one batched evaluation: one copy of the read in the loop's
+            # body (XLA:CPU compiles each copy's kernels apart), the same arithmetic.
+            at_left, at_right = jax.vmap(frozen_objective)(jnp.stack([left, right]))
+            better_left = at_left >= at_right
             return jnp.where(better_left, a, left), jnp.where(better_left, right, b)
 
         a, b = jax.lax.fori_loop(0, self.golden_steps, golden, (a, b))
@@ -705,8 +708,9 @@ class NEGM(AbstractSolver):
             return jnp.clip(log_c - move, low, high)
 
         log_c = jax.lax.fori_loop(0, self.newton_steps, step, start)
-        g_start, _ = frozen_newton(start)
-        g_end, _ = frozen_newton(log_c)
+        # The residual at the start and at the end in one batched evaluation (one copy
+        # of next period's read in the program instead of two).
+        (g_start, g_end), _ = jax.vmap(frozen_newton)(jnp.stack([start, log_c]))
         binds = jax.lax.stop_gradient(read_c >= budget * (1.0 - 1e-9))
         ok = (
             ~binds
