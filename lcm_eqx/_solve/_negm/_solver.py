@@ -544,7 +544,7 @@ class NEGM(AbstractSolver):
                 )
             kv, kc, km, kn = keep
             adjust = map_axis(
-                lambda x: self._adjuster(liquid, durable, keep, x, u_c, polish),
+                lambda x: self._adjuster(liquid, durable, keep, x, utility, u_c, u_h, polish),
                 total,
                 self.resources.batch_size,
             )
@@ -606,7 +606,7 @@ class NEGM(AbstractSolver):
         marginal_durable = vu_h(consumption, n) + beta * linear_1d(savings, w_n, saved)
         return value, desired, marginal, marginal_durable
 
-    def _adjuster(self, liquid, durable, keep, x, u_c, polish):
+    def _adjuster(self, liquid, durable, keep, x, utility, u_c, u_h, polish):
         """The adjuster at total resources `x`: the best new stock `d` of
         `v_keep(x − d, d)`, by candidates, golden section and bisection on the sign of
         its derivative; its consumption read off the keeper at `(x − d, d)` and, before
@@ -616,19 +616,44 @@ class NEGM(AbstractSolver):
         policy = NEGMPolicy(kv, kc, km, kn, kv[:, 0], kv[:, 0], kv[:, 0], kv[:, 0])
         limit = self._limit()
 
-        def objective(d):
-            return keep_value_at(policy, liquid, durable, limit, x - d, d, u_c)
-
         low = durable[0]
         high = jnp.clip(x - liquid[0], low, durable[-1])
         frozen = jax.lax.stop_gradient((low, high, policy))
         fixed_policy = frozen[2]
 
-        def frozen_marginal(c, h):
-            return jax.lax.stop_gradient(u_c(c, h))
+        if polish is None:
+            # The model's last period: a keeper consumes all it has above the limit, so
+            # keeping `x − d` with stock `d` is worth `u(x − d − a̲, d)` exactly. Evaluated
+            # as such rather than read off the keeper's grid: exact (the read integrates
+            # marginal utility by quadrature) and a far smaller program (this search is
+            # the last period's own copy of the adjuster).
+            def objective(d):
+                c = x - d - limit
+                positive = c > 0
+                return jnp.where(positive, utility(jnp.where(positive, c, 1.0), d), NEG_INF)
 
-        def frozen_objective(d):
-            return keep_value_at(fixed_policy, liquid, durable, limit, x - d, d, frozen_marginal)
+            def frozen_objective(d):
+                return jax.lax.stop_gradient(objective(d))
+
+            def slope(d):
+                c = jnp.maximum(x - d - limit, jnp.finfo(x.dtype).tiny)
+                return jax.lax.stop_gradient(u_h(c, d) - u_c(c, d))
+
+        else:
+
+            def objective(d):
+                return keep_value_at(policy, liquid, durable, limit, x - d, d, u_c)
+
+            def frozen_marginal(c, h):
+                return jax.lax.stop_gradient(u_c(c, h))
+
+            def frozen_objective(d):
+                return keep_value_at(
+                    fixed_policy, liquid, durable, limit, x - d, d, frozen_marginal
+                )
+
+            def slope(d):
+                return jax.jvp(frozen_objective, (d,), (jnp.ones_like(d),))[1]
 
         steps = jnp.linspace(0.0, 1.0, self.adjuster_points)
         candidates = frozen[0] + (frozen[1] - frozen[0]) * steps
@@ -648,9 +673,6 @@ class NEGM(AbstractSolver):
             return jnp.where(better_left, a, left), jnp.where(better_left, right, b)
 
         a, b = jax.lax.fori_loop(0, self.golden_steps, golden, (a, b))
-
-        def slope(d):
-            return jax.jvp(frozen_objective, (d,), (jnp.ones_like(d),))[1]
 
         def bisection(_, bracket):
             a, b = bracket
