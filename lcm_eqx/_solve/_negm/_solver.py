@@ -618,8 +618,7 @@ class NEGM(AbstractSolver):
 
         low = durable[0]
         high = jnp.clip(x - liquid[0], low, durable[-1])
-        frozen = jax.lax.stop_gradient((low, high, policy))
-        fixed_policy = frozen[2]
+        frozen = jax.lax.stop_gradient((low, high))
 
         if polish is None:
             # The model's last period: a keeper consumes all it has above the limit, so
@@ -643,6 +642,8 @@ class NEGM(AbstractSolver):
 
             def objective(d):
                 return keep_value_at(policy, liquid, durable, limit, x - d, d, u_c)
+
+            fixed_policy = jax.lax.stop_gradient(policy)
 
             def frozen_marginal(c, h):
                 return jax.lax.stop_gradient(u_c(c, h))
