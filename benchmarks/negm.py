@@ -23,6 +23,12 @@ agent's choice) complete each row.
     python benchmarks/negm.py                    # 20 periods, levels 1, 2, 4
     python benchmarks/negm.py --budget 1800      # add no level after 30 minutes
     python benchmarks/negm.py --refine 2         # and the refined grid search, levels 1-2
+    python benchmarks/negm.py --stock 8,16,32 --levels 8   # NEGM alone, the stock refined
+
+With `--stock`, only NEGM is solved, at the one level of `--levels` with the durable
+stock at each of the given levels (`20D + 1` nodes; the other grids at the level), and
+the distances between consecutive stock levels are printed: how far NEGM is from its
+limit along the stock, the grid that carries its first-order error (docs/solvers.md).
 
 Prints one line per solve and a summary, and writes `benchmarks/results/negm.json`.
 """
@@ -83,6 +89,40 @@ def variants(level: int, n_periods: int, refine: bool) -> dict:
     return out
 
 
+def stock_study(level: int, stocks: list[int], n_periods: int) -> None:
+    """NEGM at `level` with the durable stock at each level of `stocks`, compared at
+    the level-1 nodes (largest and median |difference| of period 0's values)."""
+    values = {}
+    for stock in stocks:
+        model, params = durables.build(
+            n_periods,
+            solver="negm",
+            n_savings=60 * level + 1,
+            n_resources=80 * level + 1,
+            **{**states(level), "n_durable": 20 * stock + 1},
+        )
+        program, compile_s = compiled(model, params)
+        start = time.perf_counter()
+        solution = jax.block_until_ready(program(params))
+        solve_s = time.perf_counter() - start
+        regime = model.regimes["alive"]
+        wealth = np.asarray(regime.states["wealth"].to_jax())[::level]
+        durable = np.asarray(regime.states["durable"].to_jax())[::stock]
+        i = np.flatnonzero((wealth >= 1.0) & (wealth <= 10.0)) * level
+        j = np.flatnonzero((durable >= 0.2) & (durable <= 3.0)) * stock
+        values[stock] = np.asarray(solution.values["alive"][0])[np.ix_(i, j)]
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        print(
+            f"  NEGM L{level}, stock L{stock}: compile {compile_s:.1f} s, first solve"
+            f" {solve_s:.1f} s  load {load}",
+            flush=True,
+        )
+        del program, solution
+    for a, b in itertools.pairwise(stocks):
+        diff = np.abs(values[b] - values[a])
+        print(f"  stock L{a} -> L{b}: max {diff.max():.2e}, median {np.median(diff):.1e}")
+
+
 def compiled(model, params):
     """The solve as one compiled program, and its compile time."""
     start = time.perf_counter()
@@ -124,10 +164,17 @@ def main() -> None:
     parser.add_argument(
         "--refine", type=int, default=0, help="add the refined grid search up to this level"
     )
+    parser.add_argument(
+        "--stock", default=None, help="NEGM alone with the stock at these levels, e.g. 8,16,32"
+    )
     args = parser.parse_args()
     n_periods = args.periods or (6 if args.quick else 20)
     default_levels = "1,2" if args.quick else "1,2,4"
     levels = [int(k) for k in (args.levels or default_levels).split(",")]
+    if args.stock:
+        print(f"durables, {n_periods} periods, NEGM at level {levels[-1]}, stock refined")
+        stock_study(levels[-1], [int(k) for k in args.stock.split(",")], n_periods)
+        return
 
     start = time.perf_counter()
     rows: dict[str, dict] = {}
