@@ -105,12 +105,8 @@ def stock_study(level: int, stocks: list[int], n_periods: int) -> None:
         start = time.perf_counter()
         solution = jax.block_until_ready(program(params))
         solve_s = time.perf_counter() - start
-        regime = model.regimes["alive"]
-        wealth = np.asarray(regime.states["wealth"].to_jax())[::level]
-        durable = np.asarray(regime.states["durable"].to_jax())[::stock]
-        i = np.flatnonzero((wealth >= 1.0) & (wealth <= 10.0)) * level
-        j = np.flatnonzero((durable >= 0.2) & (durable <= 3.0)) * stock
-        values[stock] = np.asarray(solution.values["alive"][0])[np.ix_(i, j)]
+        region = common_nodes(model, level, stock)
+        values[stock] = np.asarray(solution.values["alive"][0])[region]
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         print(
             f"  NEGM L{level}, stock L{stock}: compile {compile_s:.1f} s, first solve"
@@ -130,14 +126,15 @@ def compiled(model, params):
     return program, time.perf_counter() - start
 
 
-def common_nodes(model, level: int) -> tuple[np.ndarray, np.ndarray]:
+def common_nodes(model, level: int, stock: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The level-1 nodes inside `1 <= m <= 10`, `0.2 <= n <= 3`, as indices of this
-    level's grid."""
+    level's grid (the durable stock's at level `stock`, default `level`)."""
+    stock = level if stock is None else stock
     regime = model.regimes["alive"]
     wealth = np.asarray(regime.states["wealth"].to_jax())[::level]
-    durable = np.asarray(regime.states["durable"].to_jax())[::level]
+    durable = np.asarray(regime.states["durable"].to_jax())[::stock]
     i = np.flatnonzero((wealth >= 1.0) & (wealth <= 10.0)) * level
-    j = np.flatnonzero((durable >= 0.2) & (durable <= 3.0)) * level
+    j = np.flatnonzero((durable >= 0.2) & (durable <= 3.0)) * stock
     return np.ix_(i, j)
 
 

@@ -685,10 +685,10 @@ class NEGM(AbstractSolver):
         middle = 0.5 * (a + b)
         d = jnp.where(frozen_objective(middle) >= values[k], middle, candidates[k])
         d = jax.lax.stop_gradient(d)
-        consumption = keep_consumption_at(policy, liquid, durable, limit, x - d, d)
-        if polish is None:
-            value = objective(d)
+        if polish is None:  # the last period: what a keeper of `x − d` consumes, exactly
+            consumption, value = x - d - limit, objective(d)
         else:
+            consumption = keep_consumption_at(policy, liquid, durable, limit, x - d, d)
             consumption, value = polish(x, d, consumption, x - d - limit)
         return value, consumption, d, u_c(consumption, d)
 
