@@ -24,6 +24,8 @@ agent's choice) complete each row.
     python benchmarks/negm.py --budget 1800      # add no level after 30 minutes
     python benchmarks/negm.py --refine 2         # and the refined grid search, levels 1-2
     python benchmarks/negm.py --stock 8,16,32 --levels 8   # NEGM alone, the stock refined
+    python benchmarks/negm.py --levels 4,8 --refine 8 --shares 40x20 --rounds 1
+                                                 # one share grid at every level
 
 With `--stock`, only NEGM is solved, at the one level of `--levels` with the durable
 stock at each of the given levels (`20D + 1` nodes; the other grids at the level), and
@@ -63,13 +65,19 @@ def states(level: int) -> dict:
     return {"n_wealth": 40 * level + 1, "n_durable": 20 * level + 1, "n_income": 3}
 
 
-def variants(level: int, n_periods: int, refine: bool) -> dict:
-    """The solves of one level: name -> (model, params)."""
+def variants(
+    level: int, n_periods: int, refine: bool, shares: tuple[int, int] | None = None
+) -> dict:
+    """The solves of one level: name -> (model, params). `shares`: the grid search's
+    consumption × new-stock shares at every level (default `20k × 10k`)."""
     grids = states(level)
-    shares = {"n_consumption": 20 * level, "n_new_durable": 10 * level}
-    # Bounded memory: from level 4 on, the grid search's consumption shares in chunks
-    # (the scan over chunks costs time: at level 2 it took 6x the unchunked solve).
-    batch = {"action_batch_size": 20} if level >= 4 else {}
+    n_c, n_d = (20 * level, 10 * level) if shares is None else shares
+    shares_of = {"n_consumption": n_c, "n_new_durable": n_d}
+    # Bounded memory: from level 4 on, the grid search's default consumption shares in
+    # chunks (the scan over chunks costs time: at level 2 it took 6x the unchunked
+    # solve; splayed, XLA cannot hoist the next states' interpolation weights out of
+    # the period loop, docs/performance.md). A fixed share grid is not chunked.
+    batch = {"action_batch_size": 20} if level >= 4 and shares is None else {}
     out = {
         f"negm L{level}": durables.build(
             n_periods,
@@ -79,12 +87,12 @@ def variants(level: int, n_periods: int, refine: bool) -> dict:
             **grids,
         ),
         f"grid-shares L{level}": durables.build(
-            n_periods, solver="grid-shares", **grids, **shares, **batch
+            n_periods, solver="grid-shares", **grids, **shares_of, **batch
         ),
     }
     if refine:
         out[f"grid-shares-refined L{level}"] = durables.build(
-            n_periods, solver="grid-shares", refine=True, **grids, **shares, **batch
+            n_periods, solver="grid-shares", refine=True, **grids, **shares_of, **batch
         )
     return out
 
@@ -164,6 +172,11 @@ def main() -> None:
     parser.add_argument(
         "--stock", default=None, help="NEGM alone with the stock at these levels, e.g. 8,16,32"
     )
+    parser.add_argument(
+        "--shares",
+        default=None,
+        help="the grid search's shares at every level, e.g. 40x20 (default 20k x 10k)",
+    )
     args = parser.parse_args()
     n_periods = args.periods or (6 if args.quick else 20)
     default_levels = "1,2" if args.quick else "1,2,4"
@@ -182,7 +195,8 @@ def main() -> None:
         if time.perf_counter() - start > args.budget:
             print(f"  budget of {args.budget:.0f} s spent: no level {level}")
             break
-        solves = variants(level, n_periods, level <= args.refine)
+        shares = None if args.shares is None else tuple(map(int, args.shares.split("x")))
+        solves = variants(level, n_periods, level <= args.refine, shares)
         programs, solutions = {}, {}
         for name, (model, params) in solves.items():
             programs[name], compile_s = compiled(model, params)
@@ -248,7 +262,8 @@ def main() -> None:
             print(f"  {family} Richardson limit (order {order:.2f}) vs finest NEGM {diff:.2e}")
     write_results(
         ROOT / "benchmarks" / "results" / "negm.json",
-        "quick" if args.quick else "full",
+        ("quick" if args.quick else "full")
+        + ("" if args.shares is None else f" shares {args.shares}"),
         args.rounds,
         {"periods": n_periods, "levels": done, "rows": rows},
     )

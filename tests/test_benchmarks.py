@@ -125,3 +125,27 @@ def test_compile_regimes_quick(tmp_path):
             assert row[key] > 0, key
         assert row["kernels"] >= 1
     assert "n_regimes" in stdout and "n_functions" in stdout
+
+
+def test_kernel_map_names_the_kernels():
+    """`benchmarks/kernel_map.py`: every kernel of the compiled first solve is listed
+    once, and the functions it was traced in survive the library's replay of traced
+    equations (else every kernel would be unattributed, `-`)."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "kernel_map.py"), "--solver", "grid", "--list"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    lines = completed.stdout.splitlines()
+    total = int(lines[0].split(": ")[1].split()[0])
+    listed = lines[-total:]
+    assert len(listed) == total and all(len(line.split()) >= 3 for line in listed)
+    scopes = [line.split()[-1] for line in listed]
+    # The period loop's kernels are named too, not only those outside it.
+    in_loop = [line.split()[-1] for line in listed if line.startswith("loop body")]
+    assert any(s.startswith("solve_period/value") for s in in_loop)
+    assert sum(s != "-" for s in scopes) >= total // 2
