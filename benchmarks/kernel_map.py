@@ -18,7 +18,7 @@ How the names are kept (diagnostic only, not the library's behaviour): each func
 below is wrapped in a `jax.named_scope`, and the library's replay of traced equations
 (`_axes.bind_equation`, used by every `map_axis`) is made to carry each equation's
 name stack as `jax.core.eval_jaxpr` does. The library's own replay drops them: keeping
-them cost 0.04 s of the quick start's 0.22-0.24 s trace with `GridSearch` (three fresh
+them cost 0.03-0.05 s of the quick start's 0.22-0.24 s trace with `GridSearch` (three fresh
 processes each, 2026-12-05), for names that only a profile reads. The compilation
 cache is a fresh temporary folder: a cached executable keeps the names of the
 program that was compiled first (the cache key ignores them).

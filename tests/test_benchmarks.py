@@ -19,15 +19,7 @@ TIMEOUT_S = float(os.environ.get("LCM_TEST_SUBPROCESS_TIMEOUT_S", 3600))
 @pytest.mark.slow
 def test_quick_benchmark_run(tmp_path):
     output = tmp_path / "quick.json"
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--json", str(output)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
+    completed = _run("run.py", "--quick", "--json", str(output))
     rows = {row["model"]: row for row in json.loads(output.read_text())["rows"]}
     assert set(rows) == {"retirement", "precautionary", "large"}
     for row in rows.values():
@@ -68,10 +60,11 @@ def test_asv_suite_builds_every_benchmark_model():
         assert params
 
 
-def _run_script(tmp_path, script: str, *options: str) -> tuple[dict, str]:
-    output = tmp_path / "out.json"
+def _run(script: str, *options: str) -> subprocess.CompletedProcess:
+    """`benchmarks/<script> <options>` in a subprocess from the repository root; it must
+    exit 0."""
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *options, "--json", str(output)],
+        [sys.executable, str(ROOT / "benchmarks" / script), *options],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -79,6 +72,12 @@ def _run_script(tmp_path, script: str, *options: str) -> tuple[dict, str]:
         timeout=TIMEOUT_S,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
+    return completed
+
+
+def _run_script(tmp_path, script: str, *options: str) -> tuple[dict, str]:
+    output = tmp_path / "out.json"
+    completed = _run(script, *options, "--json", str(output))
     return json.loads(output.read_text()), completed.stdout
 
 
@@ -131,15 +130,7 @@ def test_kernel_map_names_the_kernels():
     """`benchmarks/kernel_map.py`: every kernel of the compiled first solve is listed
     once, and the functions it was traced in survive the library's replay of traced
     equations (else every kernel would be unattributed, `-`)."""
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kernel_map.py"), "--solver", "grid", "--list"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
+    completed = _run("kernel_map.py", "--solver", "grid", "--list")
     lines = completed.stdout.splitlines()
     total = int(lines[0].split(": ")[1].split()[0])
     listed = lines[-total:]
