@@ -269,6 +269,56 @@ def test_the_keepers_borrowing_kink_is_kept_between_nodes():
     assert np.mean(above_errors) < -3.5
 
 
+def test_the_quadrature_read_is_exact_for_a_quintic_value():
+    """`integrated` reads a value from its two ends by three-point Gauss–Legendre
+    integration of the slope from each: exact for a value of degree five (slope of
+    degree four), inside the interval and beyond it, against the closed form."""
+    from lcm_eqx._solve._negm._interpolate import integrated
+
+    def value(x):
+        return x**5 - 2.0 * x**3 + x
+
+    def slope(x):
+        return 5.0 * x**4 - 6.0 * x**2 + 1.0
+
+    low, high = 0.3, 1.7
+    x = np.array([0.3, 0.31, 0.9, 1.69, 1.7, 0.1, 2.2])
+    got = jax.jit(integrated, static_argnums=4)(low, high, value(low), value(high), slope, x)
+    np.testing.assert_allclose(np.asarray(got), value(x), rtol=0, atol=1e-13)
+
+
+def test_a_read_of_next_period_traces_marginal_utility_once_per_interpolant():
+    """The read of an NEGM period (`_policy.read`) evaluates the user's marginal
+    utility in four places (the keeper's value integral, over both durable columns and
+    six quadrature points at once; the keeper's and the adjuster's marginal value; the
+    adjuster's value integral): each a single traced copy, batched, not one per point.
+    Every copy is XLA code of its own, and unrolled copies were most of NEGM's compile
+    time (docs/solvers.md)."""
+    from lcm_eqx._solve._negm._policy import NEGMPolicy, read
+
+    liquid, durable, total = (
+        jnp.linspace(0.1, 5.0, 6),
+        jnp.linspace(0.0, 2.0, 4),
+        jnp.linspace(0.1, 7.0, 8),
+    )
+    keep = jnp.ones((6, 4))
+    adjust = jnp.ones(8)
+    policy = NEGMPolicy(keep, keep, keep, keep, adjust, adjust, adjust, adjust)
+    calls = []
+
+    def marginal(c, h):
+        calls.append(jnp.shape(c))
+        return 1.0 / (c * (1.0 + h))
+
+    def resources(m, n):
+        return m + n, jnp.ones_like(m), jnp.ones_like(n)
+
+    jax.make_jaxpr(
+        lambda m, n: read(policy, (liquid, durable, total), 0.0, m, n, resources, marginal)
+    )(1.3, 0.7)
+    assert len(calls) == 4, calls
+
+
 def test_euler_errors_name_the_liquid_margin():
     model, params, solution = solved(3)
     with pytest.raises(lcm.LcmError, match="NEGM"):

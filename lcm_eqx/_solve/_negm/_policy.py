@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._interpolate import bilinear, hermite, integrated, linear_1d, locate
+from ._interpolate import bilinear, hermite, integrated, locate
 
 
 class NEGMPolicy(eqx.Module):
@@ -64,8 +65,8 @@ def keep_value_at(
         d_low, d_high = policy.keep_marginal_durable[i, k], policy.keep_marginal_durable[i + 1, k]
         return value, d_low + tx * (d_high - d_low)
 
-    v0, s0 = column(j)
-    v1, s1 = column(j + 1)
+    # Both columns in one batched evaluation (one traced copy of the integral, not two).
+    (v0, v1), (s0, s1) = jax.vmap(column)(jnp.stack([j, j + 1]))
     return hermite(v0, v1, s0, s1, hy, ty)
 
 
@@ -93,11 +94,14 @@ def adjust_value_at(policy: NEGMPolicy, resources: Array, x, marginal: Callable)
 
 
 def adjust_choice_at(policy: NEGMPolicy, resources: Array, x) -> tuple[Array, Array]:
-    """The adjuster's consumption and new durable stock at total resources `x`."""
-    return (
-        linear_1d(resources, policy.adjust_consumption, x),
-        linear_1d(resources, policy.adjust_durable, x),
-    )
+    """The adjuster's consumption and new durable stock at total resources `x` (linear
+    between the nodes, one interval search for both)."""
+    lo, t, _ = locate(resources, x)
+
+    def at(values):
+        return values[lo] + t * (values[lo + 1] - values[lo])
+
+    return at(policy.adjust_consumption), at(policy.adjust_durable)
 
 
 def read(

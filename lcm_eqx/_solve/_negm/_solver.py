@@ -634,9 +634,9 @@ class NEGM(AbstractSolver):
             def frozen_objective(d):
                 return jax.lax.stop_gradient(objective(d))
 
-            def slope(d):
+            def value_and_slope(d):
                 c = jnp.maximum(x - d - limit, jnp.finfo(x.dtype).tiny)
-                return jax.lax.stop_gradient(u_h(c, d) - u_c(c, d))
+                return frozen_objective(d), jax.lax.stop_gradient(u_h(c, d) - u_c(c, d))
 
         else:
 
@@ -653,8 +653,8 @@ class NEGM(AbstractSolver):
                     fixed_policy, liquid, durable, limit, x - d, d, frozen_marginal
                 )
 
-            def slope(d):
-                return jax.jvp(frozen_objective, (d,), (jnp.ones_like(d),))[1]
+            def value_and_slope(d):
+                return jax.jvp(frozen_objective, (d,), (jnp.ones_like(d),))
 
         steps = jnp.linspace(0.0, 1.0, self.adjuster_points)
         candidates = frozen[0] + (frozen[1] - frozen[0]) * steps
@@ -675,15 +675,21 @@ class NEGM(AbstractSolver):
 
         a, b = jax.lax.fori_loop(0, self.golden_steps, golden, (a, b))
 
-        def bisection(_, bracket):
-            a, b = bracket
+        def bisection(_, state):
+            a, b, _, _ = state
             middle = 0.5 * (a + b)
-            rising = slope(middle) > 0
-            return jnp.where(rising, middle, a), jnp.where(rising, b, middle)
+            value, rising = value_and_slope(middle)
+            rising = rising > 0
+            return jnp.where(rising, middle, a), jnp.where(rising, b, middle), middle, value
 
-        a, b = jax.lax.fori_loop(0, self.bisection_steps, bisection, (a, b))
-        middle = 0.5 * (a + b)
-        d = jnp.where(frozen_objective(middle) >= values[k], middle, candidates[k])
+        # One step more than the bisection's: its midpoint is the bracket's last, and its
+        # value (the primal of the slope's JVP) is the one compared with the best
+        # candidate's below; a separate evaluation would be one more copy of the read in
+        # the program (XLA:CPU compiles each copy's kernels apart).
+        _, _, middle, at_middle = jax.lax.fori_loop(
+            0, self.bisection_steps + 1, bisection, (a, b, a, values[k])
+        )
+        d = jnp.where(at_middle >= values[k], middle, candidates[k])
         d = jax.lax.stop_gradient(d)
         if polish is None:  # the last period: what a keeper of `x − d` consumes, exactly
             consumption, value = x - d - limit, objective(d)
@@ -726,14 +732,18 @@ class NEGM(AbstractSolver):
         high = jnp.log(jnp.minimum(1.1 * start_c, room))
         start = jnp.log(start_c)
 
-        def step(_, log_c):
-            _, move = frozen_newton(log_c)
-            return jnp.clip(log_c - move, low, high)
+        def step(i, state):
+            log_c, _, g_start, _ = state
+            g, move = frozen_newton(log_c)
+            g_start = jnp.where(i == 0, g, g_start)
+            return jnp.clip(log_c - move, low, high), log_c, g_start, g
 
-        log_c = jax.lax.fori_loop(0, self.newton_steps, step, start)
-        # The residual at the start and at the end in one batched evaluation (one copy
-        # of next period's read in the program instead of two).
-        (g_start, g_end), _ = jax.vmap(frozen_newton)(jnp.stack([start, log_c]))
+        # One step more than Newton's: the residual at the start is the first step's,
+        # the one at the end (after `newton_steps` steps) the extra step's, whose own
+        # move is dropped. One copy of next period's read in the program, not two.
+        _, log_c, g_start, g_end = jax.lax.fori_loop(
+            0, self.newton_steps + 1, step, (start, start, start, start)
+        )
         binds = jax.lax.stop_gradient(read_c >= budget * (1.0 - 1e-9))
         ok = (
             ~binds
