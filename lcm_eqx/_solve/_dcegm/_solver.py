@@ -745,18 +745,34 @@ class DCEGM(AbstractSolver):
                     read, consumptions, strict=True
                 )
             ]
+            rows = materialized(
+                {
+                    key: jnp.concatenate([raw[key] for raw in raws])
+                    for key in raws[0]
+                    if key not in ("euler", "target")
+                }
+            )
+            # The Euler check on the stored marginal utilities (`materialized`), not on
+            # the inversion's own: a second consumer of `c = exp(x)` made XLA compile the
+            # exponential as a kernel of its own (two kernels, each ~2,600 lines of
+            # vectorised LLVM IR: a fifth of the validated program's code).
+            offsets = np.cumsum([0, *(block.size for block in blocks)])
             violations = [
                 self._with_euler_check(
                     problem,
                     violation,
-                    one_kernel_reduce(jax.lax.max, 0.0, raw["euler"], 1).reshape(shape),
+                    one_kernel_reduce(
+                        jax.lax.max,
+                        0.0,
+                        euler_miss(rows["mu"][start:stop], raw["target"], continuation["expected"]),
+                        1,
+                    ).reshape(shape),
                 )
-                for problem, violation, raw, shape in zip(
-                    problems, violations, raws, shapes, strict=True
+                for problem, violation, raw, (_, continuation, _), shape, start, stop in zip(
+                    problems, violations, raws, read, shapes, offsets[:-1], offsets[1:], strict=True
                 )
             ]
-            rows = {key: jnp.concatenate([raw[key] for raw in raws]) for key in raws[0]}
-            refined = self._refine_rows(blocks, row_codes, materialized(rows))
+            refined = self._refine_rows(blocks, row_codes, rows)
         choice_values = (
             self._choice_values_rows(problems, shapes, blocks, row_codes, refined)
             if with_values
@@ -1086,6 +1102,7 @@ class DCEGM(AbstractSolver):
             "feasible": continuation["feasible"],
             "limit": continuation["limit"],
             "euler": euler_miss(mu, target, expected),
+            "target": target,
         }
         return raw
 
