@@ -381,10 +381,11 @@ class DCEGM(AbstractSolver):
         def at_choice(continuation, discrete):
             if problem.last_period:
                 return self._last_period_grid(problem, continuation)
-            raw = self._inverted(problem, discrete, continuation)
+            raw = materialized(self._inverted(problem, discrete, continuation))
             utility, marginal = self._utility(problem, discrete)
-            refined = self._refine(utility, marginal, materialized(raw))
-            return {**refined, "euler": jnp.max(raw["euler"])}
+            refined = self._refine(utility, marginal, raw)
+            miss = euler_miss(raw["mu"], raw["target"], continuation["expected"])
+            return {**refined, "euler": jnp.max(miss)}
 
         # Where every choice can move to the same subset of the targets, only those
         # are read (the choices of a splayed or sharded axis are not grouped).
@@ -749,7 +750,7 @@ class DCEGM(AbstractSolver):
                 {
                     key: jnp.concatenate([raw[key] for raw in raws])
                     for key in raws[0]
-                    if key not in ("euler", "target")
+                    if key != "target"
                 }
             )
             # The Euler check on the stored marginal utilities (`materialized`), not on
@@ -1072,10 +1073,10 @@ class DCEGM(AbstractSolver):
         continuation: dict[str, Array],
         consumption: Array | None = None,
     ) -> dict[str, Array]:
-        """The raw endogenous points `(m, c, v, mu)`, `continuation0` and feasibility
-        of one discrete state and action: the Euler equation inverted at the savings
-        points, given `_continuation`'s result (and the consumption that solves it,
-        where the caller found it)."""
+        """The raw endogenous points `(m, c, v, mu)`, `continuation0`, feasibility and
+        the Euler equation's target `u'(c)` of one discrete state and action: the Euler
+        equation inverted at the savings points, given `_continuation`'s result (and
+        the consumption that solves it, where the caller found it)."""
         expected = continuation["expected"]
         marginal_expected = continuation["marginal_expected"]
         beta = problem.discount_factor(problem.evaluator(discrete))
@@ -1101,7 +1102,8 @@ class DCEGM(AbstractSolver):
             "continuation0": plus_discounted(0.0, beta, expected[0]),
             "feasible": continuation["feasible"],
             "limit": continuation["limit"],
-            "euler": euler_miss(mu, target, expected),
+            # The Euler equation's right-hand side: the check `utility:euler` compares
+            # the stored (`materialized`) `mu` with it (`euler_miss`).
             "target": target,
         }
         return raw

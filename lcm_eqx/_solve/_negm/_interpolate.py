@@ -62,6 +62,12 @@ def hermite_1d(points: Array, values: Array, slopes: Array, x: Array) -> Array:
 def linear_1d(points: Array, values: Array, x: Array) -> Array:
     """`values` on `points` at `x`, linearly (extrapolated from the end intervals)."""
     lo, t, _ = locate(points, x)
+    return linear_at(values, lo, t)
+
+
+def linear_at(values: Array, lo: Array, t: Array) -> Array:
+    """`values` read linearly at position `t` of interval `lo` (`locate`'s), so that
+    several arrays on one grid share one interval search."""
     return values[lo] + t * (values[lo + 1] - values[lo])
 
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._interpolate import bilinear, hermite, integrated, locate
+from ._interpolate import bilinear, hermite, integrated, linear_at, locate
 
 
 class NEGMPolicy(eqx.Module):
@@ -97,11 +97,7 @@ def adjust_choice_at(policy: NEGMPolicy, resources: Array, x) -> tuple[Array, Ar
     """The adjuster's consumption and new durable stock at total resources `x` (linear
     between the nodes, one interval search for both)."""
     lo, t, _ = locate(resources, x)
-
-    def at(values):
-        return values[lo] + t * (values[lo + 1] - values[lo])
-
-    return at(policy.adjust_consumption), at(policy.adjust_durable)
+    return linear_at(policy.adjust_consumption, lo, t), linear_at(policy.adjust_durable, lo, t)
 
 
 def read(

@@ -678,8 +678,8 @@ class NEGM(AbstractSolver):
         def bisection(_, state):
             a, b, _, _ = state
             middle = 0.5 * (a + b)
-            value, rising = value_and_slope(middle)
-            rising = rising > 0
+            value, slope = value_and_slope(middle)
+            rising = slope > 0
             return jnp.where(rising, middle, a), jnp.where(rising, b, middle), middle, value
 
         # One step more than the bisection's: its midpoint is the bracket's last, and its
