@@ -140,3 +140,21 @@ def test_kernel_map_names_the_kernels():
     in_loop = [line.split()[-1] for line in listed if line.startswith("loop body")]
     assert any(s.startswith("solve_period/value") for s in in_loop)
     assert sum(s != "-" for s in scopes) >= total // 2
+
+
+def test_kernel_costs_counts_each_kind():
+    """`benchmarks/kernel_costs.py kinds`: a line per kind of kernel and emitter, each
+    program of copies holding one fusion per copy under DC-EGM's loop emitters (the
+    copies were not merged by XLA, so the difference per copy is one kernel's compile),
+    except the lone broadcasts (no fusion)."""
+    completed = _run("kernel_costs.py", "kinds", "--copies", "2", "--rounds", "1")
+    sections = completed.stdout.split("MLIR fusion emitters")
+    assert len(sections) == 2
+    for section, exact in zip(sections, (True, False), strict=True):
+        lines = [line for line in section.splitlines() if line.startswith("  ")]
+        assert len(lines) == 10
+        for line in lines:
+            if line.strip().startswith("broadcast of a constant"):
+                continue
+            fusions = int(line.split("(")[-1].split()[0])
+            assert fusions == 2 if exact else fusions >= 2, line

@@ -1,0 +1,160 @@
+"""What one XLA:CPU kernel of each kind costs to compile, and what LLVM's optimisation
+level would give the DC-EGM first solve.
+
+A first solve's XLA compile is a cost per kernel (docs/performance.md, "Where DC-EGM's
+XLA compile goes"), but not the same cost for every kernel. `kinds` compiles programs of
+1 and of `--copies` independent kernels of one kind (each copy a different constant, so
+that XLA cannot merge them) and prints the difference per copy: the compile time one
+more such kernel adds. The kinds are those of the DC-EGM program: elementwise fusions,
+a lone broadcast of a constant (what XLA leaves of a constant output or a loop's
+initial value), plain reductions of a few lengths, and the variadic reductions that
+the solvers use to end a kernel (`one_kernel_reduce`, `materialize`), under DC-EGM's
+compiler options and, for comparison, with XLA:CPU's MLIR fusion emitters. (A lone
+broadcast is an instruction outside any fusion: compiled on its own, but not among the
+fusions counted; a plain reduction over more than 32 entries is split by XLA:CPU into
+a reduce-window and a reduce, two more such instructions.)
+
+`levels` compiles the quick start's model with `DCEGM` (the program of
+`benchmarks/cold_start.py`) at LLVM optimisation levels 0-3
+(`xla_backend_optimization_level`; 3 is the default), and prints the compile time,
+the fastest of 20 solves, and how far each level's results are from the default's.
+
+    python benchmarks/kernel_costs.py [kinds|levels] [--copies 11] [--rounds 3]
+
+Fresh compiles (the persistent cache off); the fastest of `--rounds`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lcm_eqx._solve._dcegm._envelope import materialize
+from lcm_eqx._solve._reduce import one_kernel_reduce
+
+DCEGM_OPTIONS = {
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
+}
+
+# name: (the i-th copy of the kernel, the input's shape)
+KINDS = {
+    "elementwise": (lambda x, i: x * (i + 2.0) + i, (3, 200)),
+    "broadcast of a constant": (lambda x, i: jnp.full((5 + i,), i, jnp.int32), (3, 200)),
+    "max over 2 (plain)": (lambda x, i: jnp.max(x * (i + 2.0), axis=1), (300, 2)),
+    "max over 16 (plain)": (lambda x, i: jnp.max(x * (i + 2.0), axis=1), (40, 16)),
+    "max over 20 (plain)": (lambda x, i: jnp.max(x * (i + 2.0), axis=1), (30, 20)),
+    "max over 200 (plain)": (lambda x, i: jnp.max(x * (i + 2.0), axis=1), (3, 200)),
+    "max over 2 (one_kernel_reduce)": (
+        lambda x, i: one_kernel_reduce(jax.lax.max, -jnp.inf, x * (i + 2.0), 1),
+        (300, 2),
+    ),
+    "max over 20 (one_kernel_reduce)": (
+        lambda x, i: one_kernel_reduce(jax.lax.max, -jnp.inf, x * (i + 2.0), 1),
+        (30, 20),
+    ),
+    "max over 200 (one_kernel_reduce)": (
+        lambda x, i: one_kernel_reduce(jax.lax.max, -jnp.inf, x * (i + 2.0), 1),
+        (3, 200),
+    ),
+    "two arrays stored (materialize)": (
+        lambda x, i: materialize(jnp.log(x + i + 2.0), x * (i + 2.0)),
+        (3, 200),
+    ),
+}
+
+
+def compile_seconds(fn, shape, options) -> tuple[float, int]:
+    start = time.perf_counter()
+    compiled = jax.jit(fn, compiler_options=options).lower(jnp.ones(shape)).compile()
+    return time.perf_counter() - start, compiled.as_text().count("calls=%")
+
+
+def kinds(copies: int, rounds: int) -> None:
+    # JAX's and XLA's start-up, which the first compile of a process would pay.
+    compile_seconds(lambda x: [x + 1.0], (3, 200), DCEGM_OPTIONS)
+    for label, options in (
+        ("DC-EGM's options (loop emitters)", DCEGM_OPTIONS),
+        ("MLIR fusion emitters", {**DCEGM_OPTIONS, "xla_cpu_use_fusion_emitters": True}),
+    ):
+        print(f"{label}: compile ms per kernel (fusions in the program of {copies} copies)")
+        for name, (kernel, shape) in KINDS.items():
+            one, many, count = [], [], 0
+            for _ in range(rounds):
+                one.append(compile_seconds(lambda x: [kernel(x, 0)], shape, options)[0])
+                seconds, count = compile_seconds(
+                    lambda x: [kernel(x, i) for i in range(copies)], shape, options
+                )
+                many.append(seconds)
+            per = (min(many) - min(one)) / (copies - 1)
+            print(f"  {name:34s} {1e3 * per:6.1f} ms   ({count} fusions)")
+
+
+def levels(rounds: int) -> None:
+    from jax._src.interpreters.pxla import clear_in_memory_compilation_cache
+
+    from tests.models import retirement
+
+    model = retirement.build(5, solver=retirement.dcegm(200))
+    traced = model._solve.trace(retirement.PARAMS, validate=True, progress=None)
+    reference = None
+    print("LLVM level  compile (fastest)  solve (fastest of 20)  max |difference| from level 3")
+    for level in (3, 2, 1, 0):
+        options = {**DCEGM_OPTIONS, "xla_backend_optimization_level": level}
+        seconds = []
+        for _ in range(rounds):
+            # A fresh lowering each time: the compiled program is kept in memory otherwise.
+            clear_in_memory_compilation_cache()
+            lowered = traced.lower()
+            start = time.perf_counter()
+            compiled = lowered.compile(options)
+            seconds.append(time.perf_counter() - start)
+        jax.block_until_ready(compiled(retirement.PARAMS))
+        runs = []
+        for _ in range(20):
+            start = time.perf_counter()
+            out = jax.block_until_ready(compiled(retirement.PARAMS))
+            runs.append(time.perf_counter() - start)
+        leaves = [np.asarray(x) for x in jax.tree.leaves(out)]
+        if reference is None:
+            reference = leaves
+        worst = max(
+            float(
+                np.max(np.abs(np.where(np.isfinite(a), a, 0.0) - np.where(np.isfinite(b), b, 0.0)))
+            )
+            for a, b in zip(leaves, reference, strict=True)
+            if a.size and np.issubdtype(a.dtype, np.floating)
+        )
+        equal = sum(
+            np.array_equal(a, b, equal_nan=True) for a, b in zip(leaves, reference, strict=True)
+        )
+        print(
+            f"  {level}         {min(seconds):6.3f} s          {1e3 * min(runs):7.2f} ms"
+            f"              {worst:.1e} ({equal} of {len(leaves)} outputs bitwise equal)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("what", nargs="?", choices=("kinds", "levels"), default="kinds")
+    parser.add_argument("--copies", type=int, default=11)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_compilation_cache", False)
+    if args.what == "kinds":
+        kinds(args.copies, args.rounds)
+    else:
+        levels(args.rounds)
+
+
+if __name__ == "__main__":
+    main()
