@@ -99,8 +99,6 @@ def kinds(copies: int, rounds: int) -> None:
 
 
 def levels(rounds: int) -> None:
-    from jax._src.interpreters.pxla import clear_in_memory_compilation_cache
-
     from tests.models import retirement
 
     model = retirement.build(5, solver=retirement.dcegm(200))
@@ -112,7 +110,7 @@ def levels(rounds: int) -> None:
         seconds = []
         for _ in range(rounds):
             # A fresh lowering each time: the compiled program is kept in memory otherwise.
-            clear_in_memory_compilation_cache()
+            jax.clear_caches()
             lowered = traced.lower()
             start = time.perf_counter()
             compiled = lowered.compile(options)
