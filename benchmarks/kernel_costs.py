@@ -39,11 +39,10 @@ import numpy as np
 
 from lcm_eqx._solve._dcegm._envelope import materialize
 from lcm_eqx._solve._reduce import one_kernel_reduce
+from tests.models import retirement
 
-DCEGM_OPTIONS = {
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
-}
+# The options DC-EGM's solve is compiled with (`DCEGM.compiler_options`).
+DCEGM_OPTIONS = retirement.dcegm().compiler_options()
 
 # name: (the i-th copy of the kernel, the input's shape)
 KINDS = {
@@ -99,8 +98,6 @@ def kinds(copies: int, rounds: int) -> None:
 
 
 def levels(rounds: int) -> None:
-    from tests.models import retirement
-
     model = retirement.build(5, solver=retirement.dcegm(200))
     traced = model._solve.trace(retirement.PARAMS, validate=True, progress=None)
     reference = None
