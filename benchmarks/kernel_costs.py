@@ -14,12 +14,18 @@ broadcast is an instruction outside any fusion: compiled on its own, but not amo
 fusions counted; a plain reduction over more than 32 entries is split by XLA:CPU into
 a reduce-window and a reduce, two more such instructions.)
 
+`reuse` compiles copies of one kernel that differ (a constant, as in `kinds`) and
+copies that are identical but read different inputs (not merged: one fusion each), under
+both emitters: whether XLA:CPU compiles a fused computation that appears several times
+once. (It does with the MLIR fusion emitters, not with the loop emitters that DC-EGM's
+options choose: making DC-EGM's kernels alike would not shorten its compile.)
+
 `levels` compiles the quick start's model with `DCEGM` (the program of
 `benchmarks/cold_start.py`) at LLVM optimisation levels 0-3
 (`xla_backend_optimization_level`; 3 is the default), and prints the compile time,
 the fastest of 20 solves, and how far each level's results are from the default's.
 
-    python benchmarks/kernel_costs.py [kinds|levels] [--copies 11] [--rounds 3]
+    python benchmarks/kernel_costs.py [kinds|reuse|levels] [--copies 11] [--rounds 3]
 
 Fresh compiles (the persistent cache off); the fastest of `--rounds`.
 """
@@ -97,6 +103,53 @@ def kinds(copies: int, rounds: int) -> None:
             print(f"  {name:34s} {1e3 * per:6.1f} ms   ({count} fusions)")
 
 
+# name: (the i-th of differing copies, an identical copy, the input's shape)
+REUSED = {
+    "elementwise": (lambda x, i: x * (i + 2.0) + i, lambda x: x * 2.0 + 1.0, (3, 200)),
+    "log and exp": (
+        lambda x, i: jnp.log(x + i + 2.0) * jnp.exp(-x),
+        lambda x: jnp.log(x + 2.0) * jnp.exp(-x),
+        (3, 200),
+    ),
+    "max over 200 (one_kernel_reduce)": (
+        lambda x, i: one_kernel_reduce(jax.lax.max, -jnp.inf, x * (i + 2.0), 1),
+        lambda x: one_kernel_reduce(jax.lax.max, -jnp.inf, x * 2.0, 1),
+        (3, 200),
+    ),
+}
+
+
+def reuse(copies: int, rounds: int) -> None:
+    def fastest(fn, args, options) -> tuple[float, int]:
+        runs = []
+        for _ in range(rounds):
+            jax.clear_caches()
+            start = time.perf_counter()
+            compiled = jax.jit(fn, compiler_options=options).lower(*args).compile()
+            runs.append(time.perf_counter() - start)
+        return min(runs), compiled.as_text().count("calls=%")
+
+    fastest(lambda x: [x + 1.0], [jnp.ones(3)], DCEGM_OPTIONS)
+    for label, options in (
+        ("DC-EGM's options (loop emitters)", DCEGM_OPTIONS),
+        ("MLIR fusion emitters", {**DCEGM_OPTIONS, "xla_cpu_use_fusion_emitters": True}),
+    ):
+        print(f"{label}: compile ms per copy of {copies} (fusions in the program)")
+        for name, (differing, identical, shape) in REUSED.items():
+            # Each copy reads its own input: XLA cannot merge identical copies.
+            inputs = [jnp.full(shape, j + 1.0) for j in range(copies)]
+            one = fastest(lambda x: [identical(x)], inputs[:1], options)[0]
+            seconds_d, count_d = fastest(
+                lambda *xs: [differing(x, i) for i, x in enumerate(xs)], inputs, options
+            )
+            seconds_i, count_i = fastest(lambda *xs: [identical(x) for x in xs], inputs, options)
+            print(
+                f"  {name:34s} differing {1e3 * (seconds_d - one) / (copies - 1):6.1f} ms"
+                f" ({count_d} fusions)   identical {1e3 * (seconds_i - one) / (copies - 1):6.1f}"
+                f" ms ({count_i} fusions)"
+            )
+
+
 def levels(rounds: int) -> None:
     model = retirement.build(5, solver=retirement.dcegm(200))
     traced = model._solve.trace(retirement.PARAMS, validate=True, progress=None)
@@ -139,7 +192,7 @@ def levels(rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("what", nargs="?", choices=("kinds", "levels"), default="kinds")
+    parser.add_argument("what", nargs="?", choices=("kinds", "reuse", "levels"), default="kinds")
     parser.add_argument("--copies", type=int, default=11)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -147,6 +200,8 @@ def main() -> None:
     jax.config.update("jax_enable_compilation_cache", False)
     if args.what == "kinds":
         kinds(args.copies, args.rounds)
+    elif args.what == "reuse":
+        reuse(args.copies, args.rounds)
     else:
         levels(args.rounds)
 

@@ -158,3 +158,22 @@ def test_kernel_costs_counts_each_kind():
                 continue
             fusions = int(line.split("(")[-1].split()[0])
             assert fusions == 2 if exact else fusions >= 2, line
+
+
+def test_kernel_costs_keeps_identical_copies_apart():
+    """`benchmarks/kernel_costs.py reuse`: a line per kind and emitter, and both the
+    differing and the identical copies compiled as one fusion (or, for a reduction
+    that the MLIR emitters split, the same number) per copy: XLA merged none of them,
+    so what an identical copy costs is what compiling a kernel seen before costs."""
+    completed = _run("kernel_costs.py", "reuse", "--copies", "2", "--rounds", "1")
+    sections = completed.stdout.split("MLIR fusion emitters")
+    assert len(sections) == 2
+    for section, exact in zip(sections, (True, False), strict=True):
+        lines = [line for line in section.splitlines() if line.startswith("  ")]
+        assert len(lines) == 3
+        for line in lines:
+            differing, identical = (
+                int(part.split("(")[-1].split()[0]) for part in line.split("identical")
+            )
+            assert differing == identical, line
+            assert differing == 2 if exact else differing >= 2, line
