@@ -77,30 +77,36 @@ KINDS = {
 }
 
 
-def compile_seconds(fn, shape, options) -> tuple[float, int]:
-    start = time.perf_counter()
-    compiled = jax.jit(fn, compiler_options=options).lower(jnp.ones(shape)).compile()
-    return time.perf_counter() - start, compiled.as_text().count("calls=%")
+# Each part of `kinds` and `reuse` runs under both emitters.
+EMITTERS = (
+    ("DC-EGM's options (loop emitters)", DCEGM_OPTIONS),
+    ("MLIR fusion emitters", {**DCEGM_OPTIONS, "xla_cpu_use_fusion_emitters": True}),
+)
+
+
+def fastest_compile(fn, args, options, rounds: int) -> tuple[float, int]:
+    """The fastest of `rounds` fresh compiles of `fn(*args)`, and its fusions."""
+    runs = []
+    for _ in range(rounds):
+        jax.clear_caches()
+        start = time.perf_counter()
+        compiled = jax.jit(fn, compiler_options=options).lower(*args).compile()
+        runs.append(time.perf_counter() - start)
+    return min(runs), compiled.as_text().count("calls=%")
 
 
 def kinds(copies: int, rounds: int) -> None:
     # JAX's and XLA's start-up, which the first compile of a process would pay.
-    compile_seconds(lambda x: [x + 1.0], (3, 200), DCEGM_OPTIONS)
-    for label, options in (
-        ("DC-EGM's options (loop emitters)", DCEGM_OPTIONS),
-        ("MLIR fusion emitters", {**DCEGM_OPTIONS, "xla_cpu_use_fusion_emitters": True}),
-    ):
+    fastest_compile(lambda x: [x + 1.0], [jnp.ones(3)], DCEGM_OPTIONS, 1)
+    for label, options in EMITTERS:
         print(f"{label}: compile ms per kernel (fusions in the program of {copies} copies)")
         for name, (kernel, shape) in KINDS.items():
-            one, many, count = [], [], 0
-            for _ in range(rounds):
-                one.append(compile_seconds(lambda x: [kernel(x, 0)], shape, options)[0])
-                seconds, count = compile_seconds(
-                    lambda x: [kernel(x, i) for i in range(copies)], shape, options
-                )
-                many.append(seconds)
-            per = (min(many) - min(one)) / (copies - 1)
-            print(f"  {name:34s} {1e3 * per:6.1f} ms   ({count} fusions)")
+            x = jnp.ones(shape)
+            one = fastest_compile(lambda x: [kernel(x, 0)], [x], options, rounds)[0]
+            many, count = fastest_compile(
+                lambda x: [kernel(x, i) for i in range(copies)], [x], options, rounds
+            )
+            print(f"  {name:34s} {1e3 * (many - one) / (copies - 1):6.1f} ms   ({count} fusions)")
 
 
 # name: (the i-th of differing copies, an identical copy, the input's shape)
@@ -120,29 +126,19 @@ REUSED = {
 
 
 def reuse(copies: int, rounds: int) -> None:
-    def fastest(fn, args, options) -> tuple[float, int]:
-        runs = []
-        for _ in range(rounds):
-            jax.clear_caches()
-            start = time.perf_counter()
-            compiled = jax.jit(fn, compiler_options=options).lower(*args).compile()
-            runs.append(time.perf_counter() - start)
-        return min(runs), compiled.as_text().count("calls=%")
-
-    fastest(lambda x: [x + 1.0], [jnp.ones(3)], DCEGM_OPTIONS)
-    for label, options in (
-        ("DC-EGM's options (loop emitters)", DCEGM_OPTIONS),
-        ("MLIR fusion emitters", {**DCEGM_OPTIONS, "xla_cpu_use_fusion_emitters": True}),
-    ):
+    fastest_compile(lambda x: [x + 1.0], [jnp.ones(3)], DCEGM_OPTIONS, 1)
+    for label, options in EMITTERS:
         print(f"{label}: compile ms per copy of {copies} (fusions in the program)")
         for name, (differing, identical, shape) in REUSED.items():
             # Each copy reads its own input: XLA cannot merge identical copies.
             inputs = [jnp.full(shape, j + 1.0) for j in range(copies)]
-            one = fastest(lambda x: [identical(x)], inputs[:1], options)[0]
-            seconds_d, count_d = fastest(
-                lambda *xs: [differing(x, i) for i, x in enumerate(xs)], inputs, options
+            one = fastest_compile(lambda x: [identical(x)], inputs[:1], options, rounds)[0]
+            seconds_d, count_d = fastest_compile(
+                lambda *xs: [differing(x, i) for i, x in enumerate(xs)], inputs, options, rounds
             )
-            seconds_i, count_i = fastest(lambda *xs: [identical(x) for x in xs], inputs, options)
+            seconds_i, count_i = fastest_compile(
+                lambda *xs: [identical(x) for x in xs], inputs, options, rounds
+            )
             print(
                 f"  {name:34s} differing {1e3 * (seconds_d - one) / (copies - 1):6.1f} ms"
                 f" ({count_d} fusions)   identical {1e3 * (seconds_i - one) / (copies - 1):6.1f}"

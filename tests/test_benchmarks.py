@@ -142,17 +142,27 @@ def test_kernel_map_names_the_kernels():
     assert sum(s != "-" for s in scopes) >= total // 2
 
 
+def _kernel_cost_sections(what: str, n_lines: int) -> list[tuple[list[str], bool]]:
+    """`benchmarks/kernel_costs.py what` with two copies, one round: each emitter's
+    lines (`n_lines` of them), and whether it is the loop emitters' section (where each
+    copy is exactly one fusion)."""
+    completed = _run("kernel_costs.py", what, "--copies", "2", "--rounds", "1")
+    sections = completed.stdout.split("MLIR fusion emitters")
+    assert len(sections) == 2
+    out = []
+    for section, exact in zip(sections, (True, False), strict=True):
+        lines = [line for line in section.splitlines() if line.startswith("  ")]
+        assert len(lines) == n_lines
+        out.append((lines, exact))
+    return out
+
+
 def test_kernel_costs_counts_each_kind():
     """`benchmarks/kernel_costs.py kinds`: a line per kind of kernel and emitter, each
     program of copies holding one fusion per copy under DC-EGM's loop emitters (the
     copies were not merged by XLA, so the difference per copy is one kernel's compile),
     except the lone broadcasts (no fusion)."""
-    completed = _run("kernel_costs.py", "kinds", "--copies", "2", "--rounds", "1")
-    sections = completed.stdout.split("MLIR fusion emitters")
-    assert len(sections) == 2
-    for section, exact in zip(sections, (True, False), strict=True):
-        lines = [line for line in section.splitlines() if line.startswith("  ")]
-        assert len(lines) == 10
+    for lines, exact in _kernel_cost_sections("kinds", 10):
         for line in lines:
             if line.strip().startswith("broadcast of a constant"):
                 continue
@@ -165,12 +175,7 @@ def test_kernel_costs_keeps_identical_copies_apart():
     differing and the identical copies compiled as one fusion (or, for a reduction
     that the MLIR emitters split, the same number) per copy: XLA merged none of them,
     so what an identical copy costs is what compiling a kernel seen before costs."""
-    completed = _run("kernel_costs.py", "reuse", "--copies", "2", "--rounds", "1")
-    sections = completed.stdout.split("MLIR fusion emitters")
-    assert len(sections) == 2
-    for section, exact in zip(sections, (True, False), strict=True):
-        lines = [line for line in section.splitlines() if line.startswith("  ")]
-        assert len(lines) == 3
+    for lines, exact in _kernel_cost_sections("reuse", 3):
         for line in lines:
             differing, identical = (
                 int(part.split("(")[-1].split()[0]) for part in line.split("identical")
