@@ -361,6 +361,48 @@ def test_values_read_after_the_loop_in_chunks_of_periods_or_in_the_splayed_perio
         )
 
 
+def test_a_splayed_savings_grid_gives_the_values_of_the_flat_read(monkeypatch):
+    """The reads of next period are one flat map over every (choice, savings point)
+    pair, or, with the savings grid splayed (`batch_size`), chunks of each choice's
+    points: the same values both ways, on a model whose choices share one group
+    (income states times labour: the pair map carries each pair's codes) and on one
+    whose groups have one choice each (the codes are constants of the map)."""
+    from lcm_eqx._solve import _axes
+    from tests.models import life_cycle
+
+    chunked = []
+    chunked_map = _axes._chunked_map
+    monkeypatch.setattr(_axes, "_chunked_map", lambda *a: chunked.append(a[2]) or chunked_map(*a))
+
+    def splayed(solver: lcm.DCEGM) -> lcm.DCEGM:
+        points = np.asarray(solver.savings.points)
+        return lcm.DCEGM(
+            state=solver.state,
+            action=solver.action,
+            savings=lcm.IrregSpacedGrid(points=points.tolist(), batch_size=7),
+        )
+
+    life = life_cycle.build(n_periods=3, n_wealth=20, n_savings=30)
+    flat = life.solve(life_cycle.PARAMS)
+    assert not chunked
+    regimes = dict(life.regimes)
+    for name in ("working", "retired"):
+        regimes[name] = regimes[name].replace(solver=splayed(regimes[name].solver))
+    chunks = lcm.Model(regimes=regimes, n_periods=3, regime_ids=life_cycle.RegimeId)
+    by_chunks = chunks.solve(life_cycle.PARAMS)
+    assert chunked and set(chunked) == {7}
+    for name in ("working", "retired"):
+        np.testing.assert_allclose(by_chunks.values[name], flat.values[name], rtol=0, atol=1e-12)
+
+    params = params_for(1.0)
+    one = retirement.build(3, solver=retirement.dcegm(30)).solve(params)
+    chunked.clear()
+    both = retirement.build(3, solver=retirement.dcegm(30, batch_size=7)).solve(params)
+    assert set(chunked) == {7}
+    for name in ("working", "retired"):
+        np.testing.assert_allclose(both.values[name], one.values[name], rtol=0, atol=1e-12)
+
+
 def test_a_regime_active_from_a_later_period_changes_nothing_else():
     """The period loop derives the status of next period's grids from the period and the
     segments (active regimes) rather than carrying it: with the retired regime active
