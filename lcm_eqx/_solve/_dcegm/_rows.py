@@ -71,11 +71,21 @@ def row_utility(blocks: list[Block], k: Array, codes: list[dict[str, Array]]):
 
 
 def _switched(index: Array, rows: list[tuple[Callable, Callable]]) -> tuple[Callable, Callable]:
-    """The utility and marginal utility of `rows[index]` (under `vmap`, every branch is
-    evaluated and the row's own result selected, in the same XLA kernels)."""
+    """The utility and marginal utility of `rows[index]`: every row's function is
+    evaluated and the one of `index` selected (in the same XLA kernels; the callers map
+    over rows, where a `lax.switch` would become this selection too).
+
+    A selection, not `lax.switch`: under `vmap` a switch is traced as sub-programs of
+    each branch, batched again, plus the index's clamping (about a tenth of a DC-EGM
+    period's traced operations with two regimes), for the same program."""
 
     def dispatch(functions):
-        return lambda x: jax.lax.switch(index, functions, x)
+        def selected(x):
+            outs = [jnp.asarray(f(x)) for f in functions]
+            dtype = jnp.result_type(*outs)
+            return jax.lax.select_n(index, *(o.astype(dtype) for o in outs))
+
+        return selected
 
     return dispatch([row[0] for row in rows]), dispatch([row[1] for row in rows])
 
