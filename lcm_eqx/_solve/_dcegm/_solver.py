@@ -744,8 +744,8 @@ class DCEGM(AbstractSolver):
         Each regime reads next period and inverts the Euler equation on its own (its
         transitions, targets, checks and marginal utility), then the choices of all of
         them are rows of one array: one upper envelope and one read of the values on the
-        state grid for every row, with each row's own utility (`lax.switch` on its
-        regime, which `vmap` turns into a selection). The same XLA kernels then serve
+        state grid for every row, with each row's own utility (every regime's utility
+        evaluated and the row's regime's selected). The same XLA kernels then serve
         every regime rather than a copy per regime, which shortens the compilation.
 
         (Inverting in the same pass costs more kernels than it saves: XLA:CPU splits
@@ -1238,8 +1238,8 @@ class DCEGM(AbstractSolver):
     ) -> dict[str, Array]:
         """`_refine` of every row of `raw` (leading axis), each a discrete state and
         action of the regime of its block (consecutive rows, `blocks`), with its
-        regime's utility selected by `lax.switch` (under `vmap`, every regime's utility
-        is evaluated in the same kernels and the row's own taken)."""
+        regime's utility selected (every regime's utility is evaluated in the same
+        kernels and the row's own taken: `row_utility`)."""
 
         def at_row(k, codes, raw, dominated):
             utility, marginal = row_utility(blocks, k, codes)
