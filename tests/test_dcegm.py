@@ -361,12 +361,12 @@ def test_values_read_after_the_loop_in_chunks_of_periods_or_in_the_splayed_perio
         )
 
 
-def test_a_splayed_savings_grid_gives_the_values_of_the_flat_read(monkeypatch):
-    """The reads of next period are one flat map over every (choice, savings point)
-    pair, or, with the savings grid splayed (`batch_size`), chunks of each choice's
-    points: the same values both ways, on a model whose choices share one group
-    (income states times labour: the pair map carries each pair's codes) and on one
-    whose groups have one choice each (the codes are constants of the map)."""
+def test_a_splayed_savings_grid_gives_the_values_of_the_unsplayed_read(monkeypatch):
+    """The reads of next period map over each choice's savings points, in chunks of them
+    where the savings grid is splayed (`batch_size`): the same values both ways, on a
+    model whose choices share one group (income states times labour: a map over the
+    group's choices around the map over the points) and on one whose groups have one
+    choice each (read without a map over the choices, its codes constants)."""
     from lcm_eqx._solve import _axes
     from tests.models import life_cycle
 

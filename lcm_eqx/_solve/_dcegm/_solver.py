@@ -502,46 +502,23 @@ class DCEGM(AbstractSolver):
         """`_continuation` of the choices `members` (their codes, by name, host arrays;
         `size` of them) that read the same `targets`, leading axis the choices.
 
-        The reads at the savings points are one flat map over every (choice, point)
-        pair, not a map over the points inside a map over the choices: each traced
-        operation of the read is then batched once, not twice (the read is most of a
-        period's tracing), and a group of one choice is not batched over the choices at
-        all. With the savings axis splayed (`batch_size`), each choice's points are
-        chunked as the knob says (a map over the choices of `_continuation`).
+        A group of one choice is not mapped over the choices: under a `vmap` of length
+        1 every traced operation of its read (a map over the savings points) would be
+        batched a second time, and its codes would no longer be constants of the
+        program, which XLA folds (6 kernels of the quick start's model, whose three
+        groups have one choice each). Groups of several choices keep the map over their
+        choices around the map over the points: one flat map over the (choice, point)
+        pairs traced faster but ran 1.15x as long on a model with income states (each
+        pair then gathered what its choice shares with the others).
         """
         readers = problem.next_policies
-        if self.savings.batch_size:
-            return jax.vmap(
-                lambda d: self._continuation(problem, readers, d, checks, targets), axis_size=size
-            )(members)
-
-        def per_choice(fn, *args):
-            if size == 1:  # no map: one choice
-                one = jax.tree.map(lambda x: jnp.asarray(x[0]), args)
-                return jax.tree.map(lambda x: x[None], fn(*one))
-            return jax.vmap(fn)(*args)
-
-        choices = per_choice(
-            lambda d: self._choice_savings(problem, readers, d, checks, targets), members
-        )
-        points = choices["read_at"]
-        n = points.shape[1]
-        if size == 1:  # the codes are constants of the map over the points
+        if size == 1:
             one = {k: jnp.asarray(v[0]) for k, v in members.items()}
-            read = map_axis(
-                lambda a: self._read_at_savings(problem, readers, one, a, checks, targets),
-                points[0],
-                0,
-            )
-        else:
-            pairs = ({k: np.repeat(v, n) for k, v in members.items()}, points.reshape(-1))
-            read = map_axis(
-                lambda xs: self._read_at_savings(problem, readers, xs[0], xs[1], checks, targets),
-                pairs,
-                0,
-            )
-        read = jax.tree.map(lambda x: x.reshape((size, n, *x.shape[1:])), read)
-        return per_choice(lambda c, r: self._continuation_of(c, r, checks), choices, read)
+            result = self._continuation(problem, readers, one, checks, targets)
+            return jax.tree.map(lambda x: x[None], result)
+        return jax.vmap(
+            lambda d: self._continuation(problem, readers, d, checks, targets), axis_size=size
+        )({k: jnp.asarray(v) for k, v in members.items()})
 
     def _euler_targets(self, problem: RegimeProblem, continuation, codes):
         """The marginal utility of every flat choice of `_continuation_rows` (vectorised
@@ -948,39 +925,7 @@ class DCEGM(AbstractSolver):
         """`E[V']` and `E[R·V'_m]` at the savings points of one discrete state and
         action, whether the choice is allowed, and the check violations (reduced over
         the savings points). `targets`: the regimes it reads next period (see
-        `expected_at_savings`).
-
-        Three steps: the choice's savings points and the checks at its limit
-        (`_choice_savings`), the read of next period at each point (`_read_at_savings`,
-        a map over them) and what the points' reads give the choice
-        (`_continuation_of`). `_continuation_rows` runs the middle one for every choice
-        of a group at once."""
-        choice = self._choice_savings(problem, readers, discrete, checks, targets)
-        read = map_axis(
-            lambda a: self._read_at_savings(problem, readers, discrete, a, checks, targets),
-            choice["read_at"],
-            self.savings.batch_size,
-        )
-        return self._continuation_of(choice, read, checks)
-
-    def _read_at_savings(self, problem: RegimeProblem, readers, discrete, a, checks, targets):
-        """`expected_at_savings` of one choice (`discrete`) at one savings point `a`."""
-        return expected_at_savings(
-            problem, readers, self.state, self.action, discrete, a, checks, targets
-        )
-
-    def _choice_savings(
-        self,
-        problem: RegimeProblem,
-        readers: dict[str, ContinuationReader],
-        discrete: dict[str, Array],
-        checks,
-        targets=None,
-    ) -> dict[str, Any]:
-        """The first step of `_continuation`: one choice's savings points (`savings`;
-        where the budget has kinks, the points beside them, and `read_at`, where each
-        is read), whether the choice is allowed, its borrowing limit, and the checks at
-        that limit (`limit_violations`, by check)."""
+        `expected_at_savings`)."""
         feasible = jnp.asarray(True)
         limit = self.choice_limit(problem, discrete)
         unbounded = ~jnp.isfinite(limit)
@@ -1044,23 +989,14 @@ class DCEGM(AbstractSolver):
             if checks:
                 limit_violations[f"next_{self.state}:kinks"] = excess
 
-        return {
-            "savings": savings,
-            "read_at": savings if slope_at is None else slope_at,
-            "feasible": feasible,
-            "limit": limit,
-            "limit_violations": limit_violations,
-        }
+        def at_savings(a):
+            return expected_at_savings(
+                problem, readers, self.state, self.action, discrete, a, checks, targets
+            )
 
-    def _continuation_of(self, choice: dict[str, Any], read, checks):
-        """The last step of `_continuation`: the continuation of one choice from the
-        reads at its savings points (`read`: `expected_at_savings`'s outputs, leading
-        axis the points) and its `_choice_savings`."""
-        expected, marginal_expected, violations = read
-        savings = choice["savings"]
-        slope_at = None if self.kinks is None else choice["read_at"]
-        feasible, limit = choice["feasible"], choice["limit"]
-        limit_violations = choice["limit_violations"]
+        expected, marginal_expected, violations = map_axis(
+            at_savings, savings if slope_at is None else slope_at, self.savings.batch_size
+        )
         if slope_at is not None:
             # Read a `SIDE` off each point, on the side of its breakpoint (the slope of
             # the budget and of next period's value are those of that side): the value
