@@ -42,7 +42,7 @@ def materialized(raw: dict[str, Array]) -> dict[str, Array]:
 def codes_of_rows(blocks: list[Block]) -> tuple[Array, list[dict[str, Array]]]:
     """Each row's block, and for each block the codes of its regime's discrete
     variables in every row: the row's own in the block's rows, 0 elsewhere (so that
-    each branch of `_switched` is evaluated at valid codes of its own grids)."""
+    each regime's functions in `_selected` are evaluated at valid codes of its own grids)."""
     sizes = [block.size for block in blocks]
     codes = []
     for b, block in enumerate(blocks):
@@ -67,10 +67,10 @@ def row_utility(blocks: list[Block], k: Array, codes: list[dict[str, Array]]):
     """The utility and marginal utility of a row of block `k`, each block's functions
     at its own `codes` of that row."""
     rows = [block.functions(own) for block, own in zip(blocks, codes, strict=True)]
-    return rows[0] if len(rows) == 1 else _switched(k, rows)
+    return rows[0] if len(rows) == 1 else _selected(k, rows)
 
 
-def _switched(index: Array, rows: list[tuple[Callable, Callable]]) -> tuple[Callable, Callable]:
+def _selected(index: Array, rows: list[tuple[Callable, Callable]]) -> tuple[Callable, Callable]:
     """The utility and marginal utility of `rows[index]`: every row's function is
     evaluated and the one of `index` selected (in the same XLA kernels; the callers map
     over rows, where a `lax.switch` would become this selection too).
