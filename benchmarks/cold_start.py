@@ -11,10 +11,14 @@ time), the XLA programs it compiled and their compile seconds, and the kernels o
 solve's program (`compiled.as_text()`: each fusion, and each instruction outside one,
 is compiled on its own, and XLA:CPU's compile time is close to a fixed cost per kernel).
 
-    python benchmarks/cold_start.py [--rounds 5] [--compare OTHER_CHECKOUT]
+    python benchmarks/cold_start.py [--rounds 5] [--compare OTHER_CHECKOUT] [--cpus 1 2]
 
 `--compare` runs the same children on another checkout of lcm_eqx too (e.g. main
 before a change), interleaved round by round, so that both meet the same machine load.
+`--cpus N ...` runs each child on its first N CPUs only (`os.sched_setaffinity`, Linux),
+one row per count, interleaved too: XLA compiles a program's kernels on a thread per
+core, so a first solve depends on the machine's core count as well as on its speed,
+and first solves measured on different machines compare only at the same count.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 solver_name, validate, count_kernels = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+if sys.argv[5] != "all":  # before JAX starts: XLA sizes its thread pools from this set
+    import os
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: int(sys.argv[5])])
 import jax
 jax.config.update("jax_enable_x64", True)
 compiles = []
@@ -61,11 +68,14 @@ print(json.dumps(row))
 """
 
 
-def measure(root: Path, solver: str, validate: str, count_kernels: bool) -> dict:
+def measure(
+    root: Path, solver: str, validate: str, count_kernels: bool, cpus: int | None = None
+) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache}
+        argv = [str(root), solver, validate, str(int(count_kernels)), str(cpus or "all")]
         out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(root), solver, validate, str(int(count_kernels))],
+            [sys.executable, "-c", CHILD, *argv],
             capture_output=True,
             text=True,
             check=True,
@@ -78,22 +88,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="fresh processes per case")
     parser.add_argument("--compare", type=Path, default=None)
+    parser.add_argument(
+        "--cpus", type=int, nargs="+", default=None, help="run the children on N CPUs (each N)"
+    )
     args = parser.parse_args()
     roots = [ROOT] if args.compare is None else [ROOT, args.compare.resolve()]
+    if args.cpus and max(args.cpus) > len(os.sched_getaffinity(0)):
+        parser.error(f"--cpus: this process may use {len(os.sched_getaffinity(0))} CPUs")
+    counts = args.cpus or [None]
     rows: dict = {}
     for round_ in range(args.rounds):
-        for root in roots:
-            for solver, validate in CASES:
-                row = measure(root, solver, validate, count_kernels=round_ == 0)
-                rows.setdefault((root, solver, validate), []).append(row)
+        for cpus in counts:
+            for root in roots:
+                for solver, validate in CASES:
+                    row = measure(root, solver, validate, round_ == 0, cpus)
+                    rows.setdefault((cpus, root, solver, validate), []).append(row)
     print(
-        f"{'checkout':<16}{'solver':<8}{'validate':<10}{'first (min / median)':>22}"
+        f"{'cpus':<6}{'checkout':<16}{'solver':<8}{'validate':<10}{'first (min / median)':>22}"
         f"{'cpu min':>9}{'programs':>10}{'xla compile':>13}{'kernels':>9}"
     )
-    for (root, solver, validate), runs in rows.items():
+    for (cpus, root, solver, validate), runs in rows.items():
         first = [r["first_s"] for r in runs]
         print(
-            f"{root.name:<16}{solver:<8}{validate:<10}"
+            f"{cpus or 'all'!s:<6}{root.name:<16}{solver:<8}{validate:<10}"
             f"{min(first):>11.3f} / {statistics.median(first):.3f} s"
             f"{min(r['cpu_s'] for r in runs):>8.3f}s{len(runs[0]['compiles']):>10}"
             f"{min(sum(r['compiles']) for r in runs):>12.3f}s{runs[0]['kernels']:>9}"
