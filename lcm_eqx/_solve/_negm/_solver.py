@@ -634,7 +634,7 @@ class NEGM(AbstractSolver):
             def frozen_objective(d):
                 return jax.lax.stop_gradient(objective(d))
 
-            def value_and_slope(d):
+            def value_and_slope(d) -> tuple[Array, Array]:
                 c = jnp.maximum(x - d - limit, jnp.finfo(x.dtype).tiny)
                 return frozen_objective(d), jax.lax.stop_gradient(u_h(c, d) - u_c(c, d))
 
@@ -653,7 +653,7 @@ class NEGM(AbstractSolver):
                     fixed_policy, liquid, durable, limit, x - d, d, frozen_marginal
                 )
 
-            def value_and_slope(d):
+            def value_and_slope(d) -> tuple[Array, Array]:
                 return jax.jvp(frozen_objective, (d,), (jnp.ones_like(d),))
 
         steps = jnp.linspace(0.0, 1.0, self.adjuster_points)
