@@ -40,7 +40,7 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 solver_name, validate, count_kernels = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
-if sys.argv[5] != "all":  # before JAX starts: XLA sizes its thread pools from this set
+if sys.argv[5] != "all":  # before JAX starts: its threads then run on these CPUs only
     import os
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: int(sys.argv[5])])
 import jax
@@ -93,8 +93,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     roots = [ROOT] if args.compare is None else [ROOT, args.compare.resolve()]
-    if args.cpus and max(args.cpus) > len(os.sched_getaffinity(0)):
-        parser.error(f"--cpus: this process may use {len(os.sched_getaffinity(0))} CPUs")
+    if args.cpus:
+        if not hasattr(os, "sched_setaffinity"):
+            parser.error("--cpus needs os.sched_setaffinity (Linux)")
+        available = len(os.sched_getaffinity(0))
+        if not all(1 <= n <= available for n in args.cpus):
+            parser.error(f"--cpus: each count between 1 and {available} (this process's CPUs)")
     counts = args.cpus or [None]
     rows: dict = {}
     for round_ in range(args.rounds):
