@@ -24,6 +24,7 @@ from ._errors import (
     InvalidParamsError,
     LcmError,
     ModelInitializationError,
+    warn,
 )
 from ._estimation._distribution import Distribution, bin_initial, forward
 from ._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
@@ -38,6 +39,7 @@ from ._model._params import (
 from ._model._plan import ModelPlan, build_plan
 from ._model._regime import Regime
 from ._model._shared import with_shared
+from ._numerics import float64_on_device_without_it
 from ._pandas import coerce_params
 from ._persistence import model_structure
 from ._progress import progress_mode
@@ -208,6 +210,9 @@ class Model(eqx.Module):
             raise ModelInitializationError(
                 f"Model: solver must be an lcm_eqx solver such as GridSearch(), got {solver!r}."
             )
+        concern = float64_on_device_without_it()
+        if concern is not None:
+            warn(f"Model: {concern}")
         start = time.perf_counter()
         regimes = with_shared(regimes, functions, state_transitions)
         plan = build_plan(regimes, n_periods, regime_ids, has_ages=ages is not None, ages=ages)

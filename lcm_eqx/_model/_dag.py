@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax.experimental import checkify
 
 from .._errors import ModelInitializationError
+from .._numerics import exact_contractions
 from ._constants import host_arrays
 
 SPECIAL_ARGUMENTS = ("period", "age")
@@ -198,13 +199,16 @@ class Evaluator:
             elif name in function_params:
                 kwargs[name] = function_params[name]
         try:
-            if self._check_indices and has_array_parameter(function, function_params):
-                checked = checkify.checkify(function.fn, errors=checkify.index_checks)
-                error, out = checked(**kwargs)
-                # Several functions may share a key (a per-target law of motion).
-                self.record_index_error(function.key, index_failed(error))
-                return out
-            return function.fn(**kwargs)
+            # A contraction in the user's function (a `jnp.dot`) computes alike on every
+            # device (`exact_contractions`).
+            with exact_contractions():
+                if self._check_indices and has_array_parameter(function, function_params):
+                    checked = checkify.checkify(function.fn, errors=checkify.index_checks)
+                    error, out = checked(**kwargs)
+                    # Several functions may share a key (a per-target law of motion).
+                    self.record_index_error(function.key, index_failed(error))
+                    return out
+                return function.fn(**kwargs)
         except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as error:
             raise ModelInitializationError(_host_conversion_message(function, error)) from error
 

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._numerics import CONTRACTION_PRECISION
+
 NEG_INF = -jnp.inf
 
 
@@ -78,13 +80,21 @@ def contract(
     operands = ([index[n] for n in labels], [index[n] for n in p_labels], [index[n] for n in out])
     is_neg_inf = jnp.isneginf(values)
     finite = jnp.where(is_neg_inf, 0.0, values)
-    expected = jnp.einsum(finite, operands[0], probabilities, operands[1], operands[2])
+    expected = jnp.einsum(
+        finite,
+        operands[0],
+        probabilities,
+        operands[1],
+        operands[2],
+        precision=CONTRACTION_PRECISION,
+    )
     reaches_neg_inf = jnp.einsum(
         is_neg_inf.astype(probabilities.dtype),
         operands[0],
         (probabilities > 0).astype(probabilities.dtype),
         operands[1],
         operands[2],
+        precision=CONTRACTION_PRECISION,
     )
     if shards > 1:
         if place is not None:

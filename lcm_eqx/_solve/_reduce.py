@@ -63,24 +63,34 @@ def max_and_count_neginf(
     arrays: tuple[Array, ...], axes: tuple[int, ...]
 ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
     """Each of `arrays` (one shape) maximised over `axes`, and its `-inf` entries counted
-    there (int32), all in one XLA kernel (a variadic reduction), without derivative.
+    there (int32), without derivative.
 
     What validation reads of the value arrays after the period loop: the maximum is NaN
     where a NaN is (`max` propagates it), the count says how many states have no
-    feasible action. Two reductions per array were two or more kernels each (XLA:CPU
-    splits a reduction over more than 32 entries into a reduce-window and a reduce), on
-    the quick start's model 10 of the validated program's 50. Consecutive reduced axes
-    are merged first (`merged_axes`).
+    feasible action. On the CPU in one XLA kernel (a variadic reduction over the merged
+    axes): two reductions per array were two or more kernels each (XLA:CPU splits a
+    reduction over more than 32 entries into a reduce-window and a reduce), on the quick
+    start's model 10 of the validated program's 50. Elsewhere (a TPU, a GPU) as plain
+    reductions over the arrays' own axes: the merged axes' reshape of the full Mahler-Yum
+    value arrays (39 x 1.6·10⁶ states over ten axes) is a relayout that took a TPU's
+    compiler minutes (docs/tuning.md, "Running on an accelerator").
     """
     if not arrays:
         return (), ()
-    counted = tuple(jnp.isneginf(a).astype(jnp.int32) for a in arrays)
     if not axes:
-        return arrays, counted
-    shape, merged = merged_axes(arrays[0].shape, axes)
-    highest, counts = jax.lax.stop_gradient(
-        (tuple(a.reshape(shape) for a in arrays), tuple(c.reshape(shape) for c in counted))
+        return arrays, tuple(jnp.isneginf(a).astype(jnp.int32) for a in arrays)
+    arrays = jax.lax.stop_gradient(tuple(arrays))
+    return jax.lax.platform_dependent(
+        arrays,
+        cpu=functools.partial(_max_and_count_variadic, axes=axes),
+        default=functools.partial(_max_and_count_apart, axes=axes),
     )
+
+
+def _max_and_count_variadic(arrays, axes):
+    shape, merged = merged_axes(arrays[0].shape, axes)
+    highest = tuple(a.reshape(shape) for a in arrays)
+    counts = tuple(jnp.isneginf(a).astype(jnp.int32) for a in highest)
     n = len(arrays)
     reduced = jax.lax.reduce(
         (*highest, *counts),
@@ -92,6 +102,12 @@ def max_and_count_neginf(
         merged,
     )
     return tuple(reduced[:n]), tuple(reduced[n:])
+
+
+def _max_and_count_apart(arrays, axes):
+    highest = tuple(jnp.max(a, axis=axes) for a in arrays)
+    counts = tuple(jnp.sum(jnp.isneginf(a), axis=axes, dtype=jnp.int32) for a in arrays)
+    return highest, counts
 
 
 def one_kernel_reduce(op: Callable, identity, x: Array, axis: int | tuple[int, ...]) -> Array:

@@ -56,6 +56,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from ..._errors import ModelInitializationError
+from ..._numerics import relative
 from .._reading import REFERENCE_ACTION
 
 if TYPE_CHECKING:
@@ -69,11 +70,6 @@ if TYPE_CHECKING:
 SIDE = 1e-9
 SNAP = 1e-11
 KINK_TOLERANCE = 1e-9
-
-
-def relative(tolerance: float, roundings: int, dtype) -> float:
-    """`tolerance`, or `roundings` roundings of `dtype` where that is more."""
-    return max(tolerance, roundings * float(jnp.finfo(dtype).eps))
 
 
 class BudgetKinks(eqx.Module):
