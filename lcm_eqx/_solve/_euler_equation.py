@@ -56,7 +56,7 @@ def euler_errors_on_axes(
             return jnp.asarray(evaluate(regime_plan.utility))
 
         q = beta * marginal
-        implied = invert_marginal(marginal_of(utility), jnp.maximum(q, 1e-300), 8)
+        implied = invert_marginal(marginal_of(utility), jnp.maximum(q, jnp.finfo(q.dtype).tiny), 8)
         error = jnp.log10(jnp.abs(1.0 - implied / consumption))
         step = solver.action_step(problem, action)
         unconstrained = savings > solver.borrowing_limit(problem, {**z, **d}) + step

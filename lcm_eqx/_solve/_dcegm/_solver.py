@@ -40,6 +40,7 @@ from ..._errors import InvalidParamsError, ModelInitializationError
 from ..._grids import AbstractContinuousGrid
 from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
+from ..._numerics import relative
 from .._axes import lift, map_axis
 from .._continuation import NEG_INF
 from .._kernel import RegimeProblem
@@ -91,8 +92,13 @@ def limit_margin(savings: Array) -> Array:
 
 # The relative miss `|u'(c) / q − 1|` of the inverted Euler equation above which the
 # check `utility:euler` fails (Newton's method converges to rounding; the user's
-# inverse should too).
+# inverse should too), or `EULER_ROUNDINGS` roundings of the dtype where that is more:
+# float32's, 1.2e-3, since a TPU's float32 `log`, `exp` and `pow` round far more than
+# the CPU's (its misses reach 1.0e-4 on the retirement example, whose float32 values
+# still equal float64's to 1.5e-4). Where no consumption solves the equation, the miss
+# is of order 1 (Newton's method drifts towards 0).
 EULER_TOLERANCE = 1e-6
+EULER_ROUNDINGS = 10_000
 
 
 def euler_miss(mu: Array, target: Array, expected: Array) -> Array:
@@ -104,7 +110,7 @@ def euler_miss(mu: Array, target: Array, expected: Array) -> Array:
     optimal consumption there is `≤ 0`), and Newton's method then drifts towards 0."""
     miss = jnp.abs(mu / target - 1.0)
     used = jnp.isfinite(expected) & jnp.isfinite(target)
-    missed = used & ~(miss <= EULER_TOLERANCE)
+    missed = used & ~(miss <= relative(EULER_TOLERANCE, EULER_ROUNDINGS, miss.dtype))
     return jnp.where(missed, jnp.where(jnp.isnan(miss), 1.0, miss), 0.0)
 
 

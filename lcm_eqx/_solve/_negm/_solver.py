@@ -877,7 +877,7 @@ class NEGM(AbstractSolver):
                 _, v_m, _ = next_read(m_next, n_next)
                 q = beta * gross * jnp.sum(weights * v_m)
                 implied = invert_marginal(
-                    lambda c: u_c(c, h), jnp.maximum(q, 1e-300), self.newton_steps
+                    lambda c: u_c(c, h), jnp.maximum(q, jnp.finfo(q.dtype).tiny), self.newton_steps
                 )
                 # An equation met to rounding counts as met to machine precision
                 # (not left out as -inf).
