@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import lcm_eqx as lcm
+from lcm_eqx._solve import _factored
+from lcm_eqx._solve._solver import AbstractSolver
 from tests.models import retirement
 
 jax.config.update("jax_enable_x64", True)
@@ -228,6 +230,53 @@ def test_factored_simulation_equals_the_plain_products(taste_shocks):
         frames.append(result.to_dataframe())
     a, b = frames
     assert len(a) == len(b) and len(a) > 0
+    for column in ("saving", "effort", "wealth", "value"):
+        np.testing.assert_allclose(
+            a[column].to_numpy(float), b[column].to_numpy(float), rtol=1e-12, equal_nan=True
+        )
+    for column in ("labor", "regime", "health"):
+        np.testing.assert_array_equal(
+            a[column].astype(object).fillna("-").to_numpy(),
+            b[column].astype(object).fillna("-").to_numpy(),
+        )
+
+
+@pytest.mark.parametrize("taste_shocks", [False, True], ids=["max", "taste-shocks"])
+def test_simulation_tabulates_what_subjects_share_and_chooses_as_at_each_state(
+    monkeypatch, taste_shocks
+):
+    # The continuation piece (health, patience, saving, effort) has no continuous state:
+    # tabulated once per period and read at each subject's codes. The panel is the one
+    # of `choose` at each subject's own state (the solver interface's default).
+    p = params(taste_shocks)
+    initial = {
+        "regime": jnp.zeros(40, dtype=int),
+        "wealth": jnp.linspace(0.7, 5.5, 40),
+        "health": jnp.arange(40) % 2,
+        "patience": (jnp.arange(40) // 2) % 2,
+    }
+    tabulated = []
+
+    def counting(*args):
+        tables = original(*args)
+        tabulated.append(sorted(tables))
+        return tables
+
+    original = _factored.tabulate_shared_pieces
+    monkeypatch.setattr(_factored, "tabulate_shared_pieces", counting)
+    frames = [
+        build(lcm.GridSearch(), taste_shocks=taste_shocks)
+        .simulate(p, initial, key=jax.random.key(3))
+        .to_dataframe()
+    ]
+    assert tabulated and all(tabulated), tabulated
+    monkeypatch.setattr(lcm.GridSearch, "subject_chooser", AbstractSolver.subject_chooser)
+    frames.append(
+        build(lcm.GridSearch(), taste_shocks=taste_shocks)
+        .simulate(p, initial, key=jax.random.key(3))
+        .to_dataframe()
+    )
+    a, b = frames
     for column in ("saving", "effort", "wealth", "value"):
         np.testing.assert_allclose(
             a[column].to_numpy(float), b[column].to_numpy(float), rtol=1e-12, equal_nan=True

@@ -151,7 +151,11 @@ def simulate_chunk(
                 point = {s: states[s] for s in regime_plan.states}
                 if sharding is None:
                     subject = functools.partial(
-                        _simulate_subject, plan, solver, problem, validate=validate
+                        _simulate_subject,
+                        plan,
+                        solver.subject_chooser(problem, n),
+                        problem,
+                        validate=validate,
                     )
                     results = in_blocks(subject, (point, keys), in_regime)
                 else:
@@ -279,7 +283,13 @@ def _on_blocks(
                 owned = owned & (index == 0)
         local = problem.replace(**changes, code_offsets=offsets)
 
-        subject = functools.partial(_simulate_subject, plan, solver, local, validate=validate)
+        subject = functools.partial(
+            _simulate_subject,
+            plan,
+            functools.partial(solver.choose, local),
+            local,
+            validate=validate,
+        )
         results = in_blocks(subject, (point, keys), owned)
         return jax.tree.map(lambda x: _psum(x, axis_names), results)
 
@@ -405,10 +415,12 @@ def _draw_violations(
 
 
 def _simulate_subject(
-    plan: ModelPlan, solver, problem: RegimeProblem, state, key, validate: bool = False
+    plan: ModelPlan, choose, problem: RegimeProblem, state, key, validate: bool = False
 ):
+    """One subject's period: its choice (`choose(state, key)`, the solver's
+    `subject_chooser`), value, draws of the next regime and states, and checks."""
     regime = problem.regime
-    chosen, value = solver.choose(problem, state, jax.random.fold_in(key, _TASTE))
+    chosen, value = choose(state, jax.random.fold_in(key, _TASTE))
     # With no feasible action (value -inf) the argmax picked an infeasible one: its
     # continuous actions are NaN instead, so that nothing downstream passes for valid
     # (`Model.simulate` reports these subjects).

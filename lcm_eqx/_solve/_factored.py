@@ -32,7 +32,16 @@ import numpy as np
 from jax.extend.core import Literal
 from jaxtyping import Array
 
-from ._axes import Axis, auto_splayed, bind_equation, flat_jaxpr, lift, map_axis, reduce_axis
+from ._axes import (
+    EVALUATION_BYTES,
+    Axis,
+    auto_splayed,
+    bind_equation,
+    flat_jaxpr,
+    lift,
+    map_axis,
+    reduce_axis,
+)
 from ._kernel import RegimeProblem, max_each
 from ._reduce import max_along
 
@@ -439,18 +448,7 @@ def solve_factored(
     states = factoring.states
 
     def on_axes(names: tuple[str, ...], fn: Callable):
-        """`fn(point)` on the product of `names` (axes in that order), splayed as the
-        knobs and the evaluation budget say."""
-        chosen = tuple(axes[n] for n in names)
-        splayed = {
-            a.name: a
-            for a in auto_splayed(
-                tuple(a for a in chosen if a.name in states),
-                tuple(a for a in chosen if a.name not in states),
-                itemsize,
-            )
-        }
-        return lift(fn, tuple(splayed.get(a.name, a) for a in chosen))
+        return _on_axes(problem, states, names, fn)
 
     # The check components, by their axes: those on a piece's axes are evaluated with
     # that piece, in one function, so that what they share (a feasibility mask, the
@@ -642,6 +640,23 @@ def checks_apart(problem: RegimeProblem, factoring: Factoring, evaluate: Callabl
     return combined_checks(problem, factoring, reduced, shape)
 
 
+def _on_axes(problem: RegimeProblem, states: tuple[str, ...], names: tuple[str, ...], fn: Callable):
+    """`fn(point)` on the product of `names` (axes in that order), splayed as the knobs
+    and the evaluation budget say (`states`: which of them are state axes)."""
+    axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
+    itemsize = np.zeros((), jnp.zeros(()).dtype).itemsize
+    chosen = tuple(axes[n] for n in names)
+    splayed = {
+        a.name: a
+        for a in auto_splayed(
+            tuple(a for a in chosen if a.name in states),
+            tuple(a for a in chosen if a.name not in states),
+            itemsize,
+        )
+    }
+    return lift(fn, tuple(splayed.get(a.name, a) for a in chosen))
+
+
 def _broadcast(array: Array, names: tuple[str, ...], target: tuple[str, ...]) -> Array:
     """`array` (axes `names`, in the order of `target`) with size-1 axes for the rest."""
     shape = [1] * len(target)
@@ -709,13 +724,89 @@ def choose_factored(
         )
         for piece in factoring.pieces
     ]
+    return _best_by_elimination(factoring, factoring.names, results, noise)
+
+
+def tabulate_shared_pieces(
+    problem: RegimeProblem, factoring: Factoring, evaluate: Callable, n_subjects: int
+) -> dict[int, Array]:
+    """The pieces of a period's plan (no state fixed) that every subject of a simulated
+    chunk shares, on their grids: those no continuous state enters (their states are read
+    by code), where a table is smaller than what `n_subjects` subjects would evaluate
+    apart. By piece index; empty where none is.
+
+    On the full Mahler-Yum example the expected continuation is such a piece: each
+    subject evaluated it at its own state, 2,000 reads of next period's values that a
+    TPU gathers point by point (the simulation ran no faster there than on two CPU
+    cores); its table is the solve's own piece, read by a subject as one contiguous slab.
+    """
+    continuous = {a.name for a in problem.state_axes if not a.is_discrete}
+    itemsize = np.zeros((), jnp.zeros(()).dtype).itemsize
+    tables = {}
+    for index, piece in enumerate(factoring.pieces):
+        actions = tuple(n for n in piece.axes if n not in factoring.states)
+        size = factoring.points(piece.axes)
+        if (
+            continuous.intersection(piece.axes)
+            or size > n_subjects * factoring.points(actions)
+            or size * itemsize > EVALUATION_BYTES
+        ):
+            continue
+        tables[index] = _on_axes(
+            problem,
+            factoring.states,
+            piece.axes,
+            lambda point, piece=piece: _piece_value(
+                piece, evaluate(_piece_outputs(piece), point), jnp.zeros(()).dtype
+            ),
+        )
+    return tables
+
+
+def choose_tabulated(
+    problem: RegimeProblem,
+    factoring: Factoring,
+    evaluate: Callable,
+    tables: dict[int, Array],
+    state: dict[str, Array],
+    noise=None,
+) -> tuple[dict[str, Array], Array]:
+    """`choose_factored` of one subject at `state` by the period's plan (no state
+    fixed): the pieces of `tables` read at the subject's codes, the others evaluated at
+    its state; the same elimination."""
+    dtype = jnp.zeros(()).dtype
+    action_axes = {a.name: a for a in problem.action_axes}
+    results = []
+    for index, piece in enumerate(factoring.pieces):
+        actions = tuple(n for n in piece.axes if n not in factoring.states)
+        own = {n: state[n] for n in piece.axes if n in factoring.states}
+        if index in tables:
+            array = tables[index][tuple(own.values())]
+        else:
+            array = lift(
+                lambda point, piece=piece, own=own: _piece_value(
+                    piece, evaluate(_piece_outputs(piece), {**own, **point}), dtype
+                ),
+                tuple(Axis(n, action_axes[n].points, 0, False) for n in actions),
+            )
+        results.append((actions, array))
+    names = tuple(a.name for a in problem.action_axes)
+    return _best_by_elimination(factoring, names, results, noise)
+
+
+def _best_by_elimination(
+    factoring: Factoring, actions: tuple[str, ...], results: list, noise
+) -> tuple[dict[str, Array], Array]:
+    """The best of `actions` over the pieces `results` ((action axes, array) pairs at one
+    state) and the taste shocks `noise`, as codes by action, and its value."""
+    dtype = jnp.zeros(()).dtype
     order = {n: i for i, n in enumerate(factoring.names)}
     if noise is not None:
         names, draws = noise
-        results.append((tuple(sorted(names, key=order.__getitem__)), draws))
+        results = [*results, (tuple(sorted(names, key=order.__getitem__)), draws)]
     steps, final = _elimination(
         {i: ax for i, (ax, _) in enumerate(results)},
-        factoring.names,
+        actions,
         factoring.points,
         order,
         frozenset(),

@@ -277,18 +277,42 @@ class GridSearch(AbstractPointwiseSolver):
             chosen[axis.name] = axis.points[i]
         return chosen, value
 
+    def subject_chooser(self, problem, n_subjects):
+        # The period's plan (no state fixed), its pieces that no continuous state
+        # enters tabulated once for all subjects (`tabulate_shared_pieces`).
+        planned = None if self._refines(problem) else self._plan(problem, limit_pieces=False)
+        if planned is not None and not problem.carried():
+            factoring, evaluate = planned
+            tables = _factored.tabulate_shared_pieces(problem, factoring, evaluate, n_subjects)
+            if tables:
+
+                def choose(state, key):
+                    noise = self._taste_shocks(problem, key)
+                    codes, value = _factored.choose_tabulated(
+                        problem, factoring, evaluate, tables, state, noise
+                    )
+                    return {a.name: a.points[codes[a.name]] for a in problem.action_axes}, value
+
+                return choose
+        return super().subject_chooser(problem, n_subjects)
+
+    def _taste_shocks(self, problem, key):
+        """The taste shocks of one subject, `(discrete action names, draws)`, one draw per
+        combination of discrete actions in their order; None without taste shocks."""
+        scale = taste_shock_scale(problem)
+        if scale is None:
+            return None
+        assert key is not None
+        discrete = problem.action_axes[: len(problem.regime.discrete_actions)]
+        shape = tuple(int(a.points.shape[0]) for a in discrete)
+        dtype = jnp.zeros(()).dtype
+        return (tuple(a.name for a in discrete), scale * jax.random.gumbel(key, shape, dtype))
+
     def _choose_factored(self, problem, factoring, evaluate, key):
         """`choose` by elimination: the same taste shocks (one draw per combination of
         discrete actions, in their order) and the same choice as the plain product."""
         axes = problem.action_axes
-        noise = None
-        scale = taste_shock_scale(problem)
-        if scale is not None:
-            assert key is not None
-            discrete = axes[: len(problem.regime.discrete_actions)]
-            shape = tuple(int(a.points.shape[0]) for a in discrete)
-            dtype = jnp.zeros(()).dtype
-            noise = (tuple(a.name for a in discrete), scale * jax.random.gumbel(key, shape, dtype))
+        noise = self._taste_shocks(problem, key)
         points = {a.name: a.points for a in axes}
         codes, value = _factored.choose_factored(factoring, evaluate, points, noise)
         return {a.name: a.points[codes[a.name]] for a in axes}, value

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -211,6 +212,15 @@ class AbstractSolver(eqx.Module):
         `key` draws the taste shocks of regimes that have them. `problem.policy` holds
         the solver's policy of that period (`postprocess`), where it keeps one.
         """
+
+    def subject_chooser(
+        self, problem: RegimeProblem, n_subjects: int
+    ) -> Callable[[dict[str, Array], PRNGKeyArray | None], tuple[dict[str, Array], Array]]:
+        """How each of `n_subjects` subjects chooses in `problem`: `(state, key) ->
+        (chosen, value)`, as `choose`. The simulation asks once per regime and period and
+        maps the function over its subjects, so a solver may compute here, once, what
+        every subject's choice shares; by default `choose` itself."""
+        return functools.partial(self.choose, problem)
 
     @abc.abstractmethod
     def discrete_values(self, problem: RegimeProblem, state: dict[str, Array]) -> Array:
