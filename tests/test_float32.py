@@ -99,3 +99,26 @@ def test_the_euler_tolerance_is_the_dtypes():
     mu = jnp.asarray([1.0 + 1e-4, 1.0 + 5e-3, jnp.nan], jnp.float32)
     miss = np.asarray(euler_miss(mu, target, jnp.zeros(3, jnp.float32)))
     np.testing.assert_allclose(miss, [0.0, 5e-3, 1.0], rtol=1e-3)
+
+
+def test_the_inversion_of_marginal_utility_needs_no_accurate_logarithm(x64, monkeypatch):
+    # A TPU's float32 `log` errs by up to 1.1e-4 (absolute): Newton's steps in logs alone
+    # stopped that far from the root there (the DC-EGM retirement values 1.5e-4 off
+    # float64). With such a logarithm emulated here, the last step, on the ratio
+    # u'(c) / q, still solves u'(c) = q to float32 rounding.
+    from lcm_eqx._solve._reading import invert_marginal
+
+    x64(False)
+    exact_log = jnp.log
+
+    @jax.custom_jvp
+    def coarse_log(x):  # off by up to 1e-4, varying from one float to the next; its
+        # derivative is `1 / x`, as JAX's rule says
+        return exact_log(x) + 1e-4 * jnp.sin(1e7 * x)
+
+    coarse_log.defjvp(lambda primals, tangents: (coarse_log(*primals), tangents[0] / primals[0]))
+    monkeypatch.setattr(jnp, "log", coarse_log)
+    q = jnp.asarray(np.geomspace(1e-3, 1e3, 1001), jnp.float32)
+    for marginal, solution in ((lambda c: 1.0 / c, 1.0 / q), (lambda c: c**-2.0, q**-0.5)):
+        c = invert_marginal(marginal, q, 6)
+        assert float(jnp.max(jnp.abs(c / solution - 1.0))) < 2e-6
