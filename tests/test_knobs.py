@@ -402,8 +402,11 @@ class _Values:
 def test_simulate_with_sharded_solution(background, plain):
     report = background.report()
     assert report["simulate"]["batch_invariant"]  # subject_batch_size 0 and 4 agree
-    # Bit for bit the unsharded simulation against the same values, chunked or not.
-    assert report["simulate"]["exact"] == [True, True]
+    # The unsharded simulation's choices against the same values, chunked or not, and its
+    # values to rounding: it reads the pieces that subjects share from tables computed
+    # once (`GridSearch.subject_chooser`), the sharded one evaluates them at each state.
+    assert report["simulate"]["choices_exact"] == [True, True]
+    assert report["simulate"]["value_difference"] <= TOLERANCE
     assert_frames_match(report["simulated"], simulate(knobs_model.build(), plain, 0))
 
 
@@ -456,11 +459,19 @@ def test_two_process_sharded_solve_matches_single_process(background, plain):
 
 
 def test_two_process_simulate_matches_single_process(background, plain):
-    """2 processes simulate against their sharded solution; the panel is bit for bit the
-    single-process simulation against the same values, in one pass and in chunks."""
+    """2 processes simulate against their sharded solution; the panel is the
+    single-process simulation against the same values, in one pass and in chunks: the
+    same choices, values to rounding (the single process reads the pieces subjects share
+    from tables, `GridSearch.subject_chooser`)."""
     gathered = background.multiprocess()
     same_values = eqx.tree_at(lambda s: s.values, plain, gathered)
     expected = simulate(knobs_model.build(), same_values, 0)
     for batch, panel in background.multiprocess_panels().items():
-        pd.testing.assert_frame_equal(panel, expected, check_exact=True, obj=f"batch {batch}")
+        pd.testing.assert_frame_equal(
+            panel.drop(columns="value"),
+            expected.drop(columns="value"),
+            check_exact=True,
+            obj=f"batch {batch}",
+        )
+        assert_frames_match(panel, expected, tolerance=TOLERANCE)
     assert_frames_match(expected, simulate(knobs_model.build(), plain, 0))
