@@ -34,7 +34,7 @@ from jaxtyping import Array
 
 from ._axes import Axis, auto_splayed, bind_equation, flat_jaxpr, lift, map_axis, reduce_axis
 from ._kernel import RegimeProblem, max_each
-from ._reduce import max_along
+from ._reduce import max_along, smooth_max
 
 # Evaluate the pieces where they need at most this fraction of the plain product's work
 # (points times equations per point).
@@ -661,7 +661,7 @@ def _eliminate(step: Step, group, todo: tuple[tuple[str, int], ...], scale) -> A
             total = _combined(group, names)
             position = names.index(step.action)
             if step.smooth:
-                return scale * jax.nn.logsumexp(total / scale, axis=position)
+                return smooth_max(total, scale, position)
             return max_along(total, position)
         (axis, batch_size), rest = todo[0], todo[1:]
         mapped = [(n, a) for n, a in group if axis in n]
