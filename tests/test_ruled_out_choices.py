@@ -274,3 +274,87 @@ def test_log_likelihood_gradient_matches_central_differences(solver):
 
     assert np.isfinite(log_likelihood(params()))
     assert_gradient_matches_central_differences(log_likelihood, params())
+
+
+# --------------------------------------------------------------------------------------
+# The same rule spelled with `active`: an action into an inactive regime is never chosen
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "solver", [pytest.param(None, id="grid-search"), pytest.param(dcegm(), id="dcegm")]
+)
+def test_moving_into_an_inactive_regime_is_ruled_out_like_the_constraint(solver):
+    # Working at 67 would move into the working regime at 68, inactive: the action is
+    # infeasible, so the solution, the choice probabilities and the simulated panel are
+    # the constraint's (validation on: no mass on an inactive regime is reported).
+    constrained, by_activity = build(solver, "constraint"), build(solver, "active")
+    reference = constrained.solve(params())
+    # (Both spellings at once: the constraint rules out what the regime's end would.)
+    spellings = (
+        (by_activity,) if isinstance(solver, lcm.DCEGM) else (by_activity, build(None, "both"))
+    )
+    for model in spellings:
+        solution = model.solve(params())
+        for period in range(3):
+            np.testing.assert_array_equal(
+                solution.value("working", period), reference.value("working", period)
+            )
+        for period in range(4):
+            np.testing.assert_array_equal(
+                solution.value("retired", period), reference.value("retired", period)
+            )
+        probabilities = lcm.choice_probabilities(model, params(), solution, "working", 2)
+        np.testing.assert_array_equal(probabilities[:, Labor.work], 0.0)
+    with pytest.raises(lcm.InvalidPeriodError):
+        by_activity.solve(params()).value("working", 3)
+    if isinstance(solver, lcm.DCEGM):
+        return  # (the simulation reads the same values; 10 s more to compile)
+    expected = panel(constrained)
+    simulated = panel(by_activity)
+    assert (simulated["regime"] == "working").any()
+    assert not ((simulated["regime"] == "working") & (simulated["period"] == 3)).any()
+    assert simulated["labor"].astype(str).tolist() == expected["labor"].astype(str).tolist()
+    np.testing.assert_allclose(simulated["wealth"], expected["wealth"], rtol=1e-12)
+
+
+def test_an_inactive_regime_no_action_avoids_is_still_an_error():
+    # A transition that depends on no action cannot be chosen around: mass on a regime
+    # inactive next period is a modelling error, named with its remedy.
+    def stay(age):
+        p = survival(age)
+        return jnp.stack([p, 1 - p])
+
+    working = lcm.Regime(
+        states={"wealth": WEALTH},
+        actions={"consumption": CONSUMPTION},
+        functions={"utility": lambda consumption: jnp.log(consumption)},
+        state_transitions={"wealth": next_wealth_retired},
+        transition=lcm.MarkovTransition(stay),
+        constraints={"borrowing": borrowing},
+        active=lambda age: age <= 67,
+    )
+    model = lcm.Model(
+        regimes={"working": working, "dead": lcm.Regime(functions={"utility": lambda: 0.0})},
+        ages=lcm.AgeGrid(start=65, stop=68),
+        regime_ids=IntEnum("Ids", {"working": 0, "dead": 1}, start=0),
+    )
+    p = {"discount_factor": 0.95, "interest_rate": 0.03}
+    with pytest.raises(lcm.InvalidTransitionProbabilitiesError) as error:
+        model.solve(p)
+    message = str(error.value)
+    assert "'working'" in message and "period 2" in message and "inactive in period 3" in message
+    assert "depends on no action" in message and "probability 0 in period 2" in message
+
+
+def test_states_left_without_an_action_by_an_inactive_regime_are_reported():
+    # Poor workers may not retire; at 67 working leads into the inactive working regime:
+    # the poor have no feasible action, and the warning says why.
+    rule = {"poor_keep_working": lambda labor, wealth: (labor == Labor.work) | (wealth > 3.0)}
+    poor = build(spelling="active", constraints=rule)
+    with pytest.warns(
+        UserWarning, match=r"or into the regimes \['working'\], inactive in the next"
+    ):
+        solution = poor.solve(params())
+    assert np.isneginf(solution.value("working", 2)[0])
+    assert np.isfinite(solution.value("working", 2)[-1])

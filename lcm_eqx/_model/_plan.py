@@ -109,6 +109,15 @@ class RegimePlan:
         return tuple(a for a in self.actions if self.grids[a].is_discrete)
 
     @property
+    def transition_reads_actions(self) -> bool:
+        """Whether the regime transition depends on an action (directly or through
+        helpers): then the agent can choose where to go, and an action that puts mass
+        on a regime inactive next period is merely never chosen (its value is `-inf`)."""
+        if self.next_regime is None:
+            return False
+        return bool(transitive_inputs(self.next_regime, self.helpers) & set(self.actions))
+
+    @property
     def continuous_actions(self) -> tuple[str, ...]:
         return tuple(a for a in self.actions if not self.grids[a].is_discrete)
 
