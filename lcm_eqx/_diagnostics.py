@@ -218,11 +218,27 @@ def warn_infeasible_states(model, params, solution, counts) -> None:
             if len(described) == 3 and len(periods) > 3:
                 described.append(f"and {len(periods) - 3} more periods")
                 break
+        # Regimes inactive in the period after one reported: an action that leads into
+        # one is never chosen, so they too can leave a state without a feasible action.
+        inactive = sorted(
+            {
+                target
+                for t in periods
+                for target in regime.targets
+                if t + 1 < plan.n_periods and t + 1 not in plan.regimes[target].active
+            }
+        )
+        into_inactive = (
+            f", or into the regimes {inactive}, inactive in the next period"
+            if inactive and regime.transition_reads_actions
+            else ""
+        )
         warn(
             f"Regime {name!r}: states with no feasible action (value -inf) of "
             f"{n_states} per period — " + "; ".join(described) + f". The constraints "
             f"{list(regime.constraints)} rule out every point of the action grids there, or "
-            "every feasible action leads only to such states; a subject simulated into one "
+            f"every feasible action leads only to such states{into_inactive}; a subject "
+            "simulated into one "
             "raises InfeasibleStateError. Start the action grids low enough (e.g. the "
             "consumption grid at or below the lowest wealth) or relax the constraints."
         )

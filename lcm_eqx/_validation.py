@@ -105,7 +105,11 @@ def _inactive(f: Failure) -> str:
     return (
         f"Regime {f.regime!r}, function 'next_regime', period {f.period}: puts probability "
         f"{f.size:.3g} on regimes that are inactive in period {f.period + 1} (see their "
-        "`active` periods)."
+        "`active` periods), and it depends on no action, so no choice avoids them. Give "
+        f"them probability 0 in period {f.period} (e.g. survival 0 in the last active "
+        "period) or keep them active. (Where the transition depends on an action, an "
+        "action that leads into an inactive regime is never chosen, like one a "
+        "constraint rules out.)"
     )
 
 

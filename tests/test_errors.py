@@ -1255,6 +1255,93 @@ CASES = [
         ["ages", "AgeGrid"],
         id="model-ages-not-age-grid",
     ),
+    # A code compared with a string is `False`, silently (issue 62): named at build.
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                functions={
+                    "utility": lambda consumption, labor, disutility_of_work: (
+                        jnp.log(consumption) - disutility_of_work * (labor == "work")
+                    ),
+                    "labor_income": labor_income,
+                }
+            )
+        ),
+        M,
+        ["'working'", "'utility'", "'labor'", "'work'", "code 0", "`labor == 0`"],
+        id="model-discrete-action-compared-with-its-label",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                functions={
+                    "utility": utility,
+                    "labor_income": lambda labor, wage: jnp.where("retire" != labor, wage, 0.0),  # noqa: SIM300
+                }
+            )
+        ),
+        M,
+        ["'working'", "'labor_income'", "'labor'", "'retire'", "code 1"],
+        id="model-label-compared-with-a-discrete-action-by-not-equal",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                constraints={
+                    "borrowing": borrowing,
+                    "healthy_work": lambda labor, health: (
+                        (labor == Labor.retire) | (health in ("good", "fair"))
+                    ),
+                }
+            )
+        ),
+        M,
+        ["'working'", "'healthy_work'", "'health'", "'good'", "code 1"],
+        id="model-discrete-state-in-a-tuple-of-labels",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                state_transitions={
+                    "wealth": next_wealth,
+                    "health": lcm.MarkovTransition(
+                        lambda health, health_transition: health_transition[
+                            jnp.where(health == "excellent", 1, health)
+                        ]
+                    ),
+                }
+            )
+        ),
+        M,
+        ["'working'", "'next_health'", "'health'", "'excellent'", "not even one of its labels"],
+        id="model-discrete-state-compared-with-a-string-not-a-label",
+    ),
+    pytest.param(
+        lambda: build_model(
+            working=working_regime(
+                transition=lcm.MarkovTransition(
+                    lambda labor, regime_transition: (
+                        (lambda: regime_transition[labor])() * (lambda: labor != "retire")()
+                    )
+                )
+            )
+        ),
+        M,
+        ["'working'", "'next_regime'", "'labor'", "'retire'"],
+        id="model-label-compared-in-a-nested-lambda",
+    ),
+    pytest.param(
+        lambda: build_model(
+            retired=retired_regime(
+                functions={
+                    "utility": lambda consumption, wealth: jnp.log(consumption) * (wealth == "rich")
+                }
+            )
+        ),
+        M,
+        ["'retired'", "'utility'", "'wealth'", "'rich'", "is a number"],
+        id="model-continuous-state-compared-with-a-string",
+    ),
     # ------------------------------------------------------------------ params
     pytest.param(
         lambda: solve(params_with(wage=None)),
@@ -2182,6 +2269,34 @@ def test_valid_inputs_pass():
         PARAMS, initial_conditions(), solution=solution(), key=jax.random.key(0)
     )
     assert len(result.to_dataframe()) > 0
+
+
+def test_comparisons_with_codes_and_string_parameters_are_not_flagged():
+    """Only an input compared with a string literal is an error: codes, IntEnum members,
+    string parameters and string defaults are fine, through `functools.partial` and
+    `jax.jit` wrappers too (the code read is the wrapped function's)."""
+
+    def utility_with_mode(consumption, labor, disutility_of_work, mode="log"):
+        felicity = jnp.log(consumption) if mode == "log" else consumption
+        return felicity - disutility_of_work * (labor == Labor.work) * (labor != 1)
+
+    build_model(
+        working=working_regime(
+            functions={"utility": utility_with_mode, "labor_income": labor_income}
+        )
+    )()
+
+    def utility_by_label(consumption, labor, disutility_of_work, scale):
+        return scale * jnp.log(consumption) - disutility_of_work * (labor == "work")
+
+    for wrapped in (
+        functools.partial(utility_by_label, scale=1.0),
+        jax.jit(functools.partial(utility_by_label, scale=1.0)),
+    ):
+        with pytest.raises(lcm.ModelInitializationError, match="compares 'labor' with"):
+            build_model(
+                working=working_regime(functions={"utility": wrapped, "labor_income": labor_income})
+            )()
 
 
 def test_mass_on_a_regime_inactive_next_period_is_caught():

@@ -94,6 +94,7 @@ def build(
     health=next_health,
     distributed=False,
     idle_action=False,
+    constraints=None,
 ):
     alive = lcm.Regime(
         states={
@@ -118,7 +119,7 @@ def build(
             "health": lcm.MarkovTransition(health),
             "patience": lambda patience: patience,
         },
-        constraints={"budget": budget},
+        constraints={"budget": budget, **(constraints or {})},
         transition=lcm.MarkovTransition(next_regime),
         taste_shocks=lcm.ExtremeValueShocks() if taste_shocks else None,
         active=lambda period: period < N_PERIODS - 1,
@@ -329,3 +330,26 @@ def test_an_action_that_enters_nothing_is_eliminated_as_in_the_plain_product():
     a = _values(build(lcm.GridSearch(), taste_shocks=True, idle_action=True), p)
     b = _values(build(lcm.GridSearch(factored=False), taste_shocks=True, idle_action=True), p)
     _assert_same(a, b)
+
+
+def test_a_ruled_out_discrete_action_has_finite_derivatives_in_the_taste_shock_scale():
+    # Full-time work ruled out in period 2: its `-inf` in the log-sum-exp over labour
+    # had derivative `inf / 0` in the scale, and the gradient was NaN (issue 62).
+    rule = {"no_full_time": lambda labor, period: (labor != Work.full) | (period < 2)}
+    factored = build(lcm.GridSearch(), taste_shocks=True, constraints=rule)
+    plain = build(lcm.GridSearch(factored=False), taste_shocks=True, constraints=rule)
+    summary = factored.describe(params(taste_shocks=True))
+    assert next(r for r in summary.regimes if r.name == "alive").work  # factored indeed
+
+    def value(model, scale):
+        p = params(taste_shocks=True)
+        p["alive"]["taste_shock_scale"] = scale
+        values = model.solve(p, validate="off").values["alive"]
+        return jnp.sum(jnp.where(jnp.isfinite(values), values, 0.0))
+
+    h = 1e-6
+    central = (value(plain, 0.3 + h) - value(plain, 0.3 - h)) / (2 * h)
+    for model in (factored, plain):
+        derivative = jax.grad(lambda s, model=model: value(model, s))(jnp.asarray(0.3))
+        assert np.isfinite(derivative)
+        np.testing.assert_allclose(derivative, central, rtol=1e-6)

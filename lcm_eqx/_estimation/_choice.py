@@ -23,6 +23,7 @@ from .._grids._age import age_of
 from .._model._params import resolve_params
 from .._solve._axes import lift
 from .._solve._kernel import RegimeProblem
+from .._solve._reduce import choice_weights, log_choice_weights
 from .._solve._solution import Solution
 
 if TYPE_CHECKING:
@@ -64,7 +65,8 @@ def regime_problem(
 
 
 def probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:
-    """Softmax (or argmax one-hot when `scale` is None) over the last `n_discrete` axes."""
+    """Softmax (or argmax one-hot when `scale` is None) over the last `n_discrete` axes;
+    a ruled-out (`-inf`) combination has probability 0 and derivative 0."""
     if n_discrete == 0:
         return jnp.ones(v_d.shape, v_d.dtype)
     lead = v_d.shape[: v_d.ndim - n_discrete]
@@ -72,12 +74,13 @@ def probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:
     if scale is None:
         p = jax.nn.one_hot(jnp.argmax(flat, axis=-1), flat.shape[-1], dtype=v_d.dtype)
     else:
-        p = jax.nn.softmax(flat / scale, axis=-1)
+        p = choice_weights(flat, scale)
     return p.reshape(v_d.shape)
 
 
 def log_probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:
-    """`log` of `probabilities_from_values`, computed stably (log-softmax)."""
+    """`log` of `probabilities_from_values`, computed stably (log-softmax): `-inf` with
+    derivative 0 for a ruled-out combination, finite derivatives in `scale` elsewhere."""
     if n_discrete == 0:
         return jnp.zeros(v_d.shape, v_d.dtype)
     lead = v_d.shape[: v_d.ndim - n_discrete]
@@ -85,7 +88,7 @@ def log_probabilities_from_values(v_d: Array, scale, n_discrete: int) -> Array:
     if scale is None:
         logp = jnp.log(probabilities_from_values(flat, None, 1))
     else:
-        logp = jax.nn.log_softmax(flat / scale, axis=-1)
+        logp = log_choice_weights(flat, scale)
     return logp.reshape(v_d.shape)
 
 

@@ -43,7 +43,7 @@ from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._solve._axes import Carried, auto_splayed, lift
 from .._solve._kernel import RegimeProblem
-from .._solve._reading import choice_weights
+from .._solve._reduce import choice_weights
 from .._solve._sharding import ShardingPlan, is_identity_transition, sharding_plan
 from .._solve._solver import taste_shock_scale
 from ._choice import regime_problem

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import dis
 import functools
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -98,6 +100,120 @@ def resolve(
         ),
         regime=regime,
     )
+
+
+def check_string_comparisons(
+    resolved: ResolvedFunction, labels: Mapping[str, tuple[str, ...] | None]
+) -> None:
+    """Raise if the function compares one of its inputs with a string literal.
+
+    Inputs are numbers: a discrete variable is its grid code, `period` and `age` are
+    numbers. Under `jax.jit`, `labor == "work"` compares a traced integer with a `str`,
+    which JAX does not handle (`NotImplemented` both ways), so Python falls back to
+    identity and the result is a plain `False`: the term silently drops out. Nothing at
+    run time can tell that `False` from an intended one, so the check reads the
+    function's bytecode at build: an input loaded next to a string constant and compared
+    with `==` or `!=`, or tested for membership in a constant tuple holding a string
+    (`labor in ("work", "part")`), in the function's code and the lambdas and
+    comprehensions inside it. It sees what is written in the function itself, not a
+    comparison made through an alias or inside another Python function it calls; user
+    functions of the model (helpers, constraints, transitions) are each checked.
+
+    `labels`: by input name, the labels of its `DiscreteGrid` (None for other inputs).
+    """
+    code = _code_of(resolved.fn)
+    names = set(resolved.inputs) & set(labels)
+    if code is None or not names:
+        return
+    for variable, text in _string_comparisons(code, names):
+        where = f"Regime {resolved.regime!r}: function {resolved.key!r} compares {variable!r}"
+        grid_labels = labels[variable]
+        if grid_labels is None:
+            raise ModelInitializationError(
+                f"{where} with the string {text!r}; {variable!r} is a number, so the "
+                "comparison is always False and silently drops what depends on it. Compare "
+                "it with a number."
+            )
+        if text in grid_labels:
+            instead = (
+                f"{text!r} is code {grid_labels.index(text)} of its DiscreteGrid: write "
+                f"`{variable} == {grid_labels.index(text)}`, or compare with the member "
+                f"{text!r} of the IntEnum the grid was made from."
+            )
+        else:
+            instead = (
+                f"{text!r} is not even one of its labels {list(grid_labels)}; compare with "
+                "a code (the integer, or a member of the IntEnum the grid was made from)."
+            )
+        raise ModelInitializationError(
+            f"{where} with the string {text!r}, but functions see the code of a discrete "
+            "variable (an integer), never its label: the comparison is always False and "
+            f"silently drops what depends on it. {instead}"
+        )
+
+
+def _code_of(fn: Callable) -> types.CodeType | None:
+    """The code object of a user function (through `functools.partial`, `__wrapped__`
+    and bound methods), or None (a builtin, a ufunc, a callable object)."""
+    for _ in range(100):  # a chain of wrappers; a cycle is not followed for ever
+        wrapped = getattr(fn, "__wrapped__", None)
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        elif wrapped is not None:
+            fn = wrapped
+        else:
+            break
+    code = getattr(fn, "__code__", None)
+    return code if isinstance(code, types.CodeType) else None
+
+
+# Instructions that push one local or closure variable, or two (Python 3.13+).
+_LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_DEREF", "LOAD_CLASSDEREF")
+_DOUBLE_LOADS = ("LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW")
+
+
+def _string_comparisons(code: types.CodeType, names: set[str]) -> list[tuple[str, str]]:
+    """`(variable, string)` for each comparison of a variable of `names` with a string
+    constant in `code` and the code objects nested in it.
+
+    Reads the operands of each comparison as the two values pushed just before it: a
+    variable and a constant, in either order (comparisons of computed values are not
+    literal comparisons of an input, and are left alone).
+    """
+    found: list[tuple[str, str]] = []
+    pushed: list[tuple[str, object]] = []  # the latest operands: ("name" | "const", value)
+    for instruction in dis.get_instructions(code):
+        op = instruction.opname
+        if op in _LOADS:
+            pushed.append(("name", instruction.argval))
+        elif op in _DOUBLE_LOADS:
+            pushed.extend(("name", n) for n in instruction.argval)
+        elif op in ("LOAD_CONST", "LOAD_SMALL_INT"):
+            pushed.append(("const", instruction.argval))
+        elif op == "COMPARE_OP" and len(pushed) >= 2:
+            if any(c in str(instruction.argval) for c in ("==", "!=")):
+                pair = dict(pushed[-2:])
+                if pair.get("name") in names and isinstance(pair.get("const"), str):
+                    found.append((str(pair["name"]), str(pair["const"])))
+            pushed = []
+        elif op == "CONTAINS_OP" and len(pushed) >= 2:
+            (kind, variable), (const_kind, container) = pushed[-2:]
+            if (
+                kind == "name"
+                and variable in names
+                and const_kind == "const"
+                and isinstance(container, (tuple, frozenset))
+            ):
+                found.extend((str(variable), c) for c in container if isinstance(c, str))
+            pushed = []
+        elif op not in ("CACHE", "EXTENDED_ARG", "NOP"):
+            pushed = []
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            found.extend(_string_comparisons(constant, names))
+    return found
 
 
 def check_acyclic(helpers: Mapping[str, ResolvedFunction], *, regime: str) -> None:

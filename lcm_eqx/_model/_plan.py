@@ -23,6 +23,7 @@ from ._dag import (
     ResolvedFunction,
     argument_names,
     check_acyclic,
+    check_string_comparisons,
     resolve,
     transitive_helpers,
     transitive_inputs,
@@ -107,6 +108,15 @@ class RegimePlan:
     @property
     def discrete_actions(self) -> tuple[str, ...]:
         return tuple(a for a in self.actions if self.grids[a].is_discrete)
+
+    @property
+    def transition_reads_actions(self) -> bool:
+        """Whether the regime transition depends on an action (directly or through
+        helpers): then the agent can choose where to go, and an action that puts mass
+        on a regime inactive next period is merely never chosen (its value is `-inf`)."""
+        if self.next_regime is None:
+            return False
+        return bool(transitive_inputs(self.next_regime, self.helpers) & set(self.actions))
 
     @property
     def continuous_actions(self) -> tuple[str, ...]:
@@ -358,9 +368,19 @@ def _regime_plan(
         or isinstance(regime.state_transitions.get(s), MarkovTransition)
     )
 
+    # The labels of each input's DiscreteGrid (None: a number that is not a code), for
+    # the check that no function compares an input with a string.
+    grids = {**regime.states, **regime.actions}
+    labels = {
+        n: grid.labels if isinstance(grid, DiscreteGrid) else None for n, grid in grids.items()
+    }
+    labels.update({f"next_{n}": labels[n] for n in stochastic})
+    labels.update(dict.fromkeys(SPECIAL_ARGUMENTS))
+
     def _resolve(fn, key, draws: frozenset[str] = frozenset()):
         resolved = resolve(fn, key=key, regime=name, inputs=inputs | draws, helpers=helper_names)
         _check_next_arguments(name, resolved, all_states, stochastic, draws)
+        check_string_comparisons(resolved, labels)
         if "age" in resolved.inputs and not has_ages:
             raise ModelInitializationError(
                 f"Regime {name!r}: function {key!r} uses 'age', but the model has no ages; "

@@ -51,6 +51,9 @@ class Regime(eqx.Module):
         active: the periods in which the regime is active: an iterable of periods or a
             function of `period` and/or `age` (resolved by name, like any user function)
             returning a bool, e.g. `lambda age: age < 65`; `None` means every period.
+            An action whose transition puts probability on this regime in a period
+            where it is inactive is never chosen (infeasible, like one a constraint
+            rules out).
         taste_shocks: `ExtremeValueShocks()` for EV1 shocks on the discrete actions.
         solver: how this regime's problem is solved (`GridSearch()`, `DCEGM(...)`);
             `None` uses the model's `solver`.

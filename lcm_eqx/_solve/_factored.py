@@ -43,7 +43,7 @@ from ._axes import (
     reduce_axis,
 )
 from ._kernel import RegimeProblem, max_each
-from ._reduce import max_along
+from ._reduce import max_along, smooth_max
 
 # Evaluate the pieces where they need at most this fraction of the plain product's work
 # (points times equations per point).
@@ -676,7 +676,7 @@ def _eliminate(step: Step, group, todo: tuple[tuple[str, int], ...], scale) -> A
             total = _combined(group, names)
             position = names.index(step.action)
             if step.smooth:
-                return scale * jax.nn.logsumexp(total / scale, axis=position)
+                return smooth_max(total, scale, position)
             return max_along(total, position)
         (axis, batch_size), rest = todo[0], todo[1:]
         mapped = [(n, a) for n, a in group if axis in n]

@@ -12,7 +12,7 @@ from . import _factored, _refine
 from ._axes import auto_splayed, lift, map_axis, reduce_axis
 from ._kernel import max_each
 from ._on_grid import q_on_action_grid
-from ._reduce import max_along
+from ._reduce import max_along, smooth_max
 from ._refine import Refine
 from ._solver import AbstractPointwiseSolver, AbstractSolver, PeriodSolution, taste_shock_scale
 
@@ -168,7 +168,7 @@ class GridSearch(AbstractPointwiseSolver):
             refined = self._refined(problem, state)
             v_d = refined.value.reshape(-1)
             scale = taste_shock_scale(problem)
-            top = max_along(v_d, 0) if scale is None else scale * jax.nn.logsumexp(v_d / scale)
+            top = max_along(v_d, 0) if scale is None else smooth_max(v_d, scale, 0)
             return top, max_each(refined.violations, tuple(range(refined.value.ndim)))
         axes = problem.action_axes
         n_discrete = len(problem.regime.discrete_actions)
@@ -197,7 +197,7 @@ class GridSearch(AbstractPointwiseSolver):
             values, violations = outputs
             violations = max_each(violations, (0,))
             if smooth and scale is not None:  # a logsumexp of chunks' logsumexps
-                return scale * jax.nn.logsumexp(values / scale, axis=0), violations
+                return smooth_max(values, scale, 0), violations
             return max_along(values, 0), violations
 
         def reduce(action: dict, depth: int):

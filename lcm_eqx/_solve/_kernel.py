@@ -1113,7 +1113,12 @@ class RegimeProblem:
             violations["next_regime"] = jnp.where(outside, 1.0, 0.0)
         else:
             violations["next_regime"] = probability_violation(regime_probabilities, self.tolerance)
-        if self._ever_inactive():
+        if self._ever_inactive() and not self.regime.transition_reads_actions:
+            # Where the transition depends on the actions, an action that puts mass on a
+            # regime inactive next period has value -inf (that regime's), so it is never
+            # chosen, like one a constraint rules out (a state where every action does so
+            # has none feasible, reported as such). Where it does not, no choice avoids
+            # that mass: a modelling error.
             violations["next_regime:inactive"] = jnp.sum(
                 jnp.where(self._inactive_next_period(), jnp.abs(regime_probabilities), 0.0)
             )

@@ -23,7 +23,7 @@ from .._grids import AbstractContinuousGrid
 from .._model._plan import ModelPlan
 from ._continuation import NEG_INF, settle, weighted
 from ._kernel import RegimeProblem
-from ._reduce import max_along, one_kernel_reduce
+from ._reduce import choice_weights, max_along, one_kernel_reduce, smooth_max
 
 # The action value at which transitions are evaluated for a savings point `a`: the
 # state is `a + REFERENCE_ACTION`, so `state − action = a`. The class check of a solver
@@ -431,6 +431,9 @@ def combine_values_and_slopes(values, slopes, scale) -> tuple[Array, Array]:
         best = jnp.argmax(values, axis=-1)
         slope = jnp.take_along_axis(slopes, best[..., None], axis=-1)[..., 0]
         return max_along(values, values.ndim - 1), slope
+    # A ruled-out choice (value -inf, weight 0) may have no slope (NaN or infinite):
+    # left out, with no derivative through it.
+    slopes = jnp.where(jnp.isneginf(values), 0.0, slopes)
     return smooth_max(values, scale), jnp.sum(choice_weights(values, scale) * slopes, axis=-1)
 
 
@@ -450,35 +453,6 @@ def _unrolled_best(values, slopes) -> tuple[Array, Array]:
         best = jnp.where(better, v, best)
         slope = jnp.where(better, slopes[..., i], slope)
     return best, slope
-
-
-def smooth_max(values, scale):
-    """`scale · logsumexp(values / scale)` over the last axis.
-
-    `-inf` entries (infeasible choices) are left out through `logsumexp`'s weights rather
-    than divided by `scale`, whose derivative would be infinite there; a row of `-inf`
-    stays `-inf` with a zero derivative.
-    """
-    finite = jnp.isfinite(values)
-    any_finite = jnp.any(finite, axis=-1)
-    weights = jnp.where(any_finite[..., None], finite, True)
-    safe = jnp.where(finite, values, 0.0)
-    value = scale * jax.nn.logsumexp(safe / scale, axis=-1, b=weights)
-    return jnp.where(any_finite, value, NEG_INF)
-
-
-def choice_weights(values, scale):
-    """`softmax(values / scale)` over the last axis, with `-inf` entries weighted 0 and
-    a finite derivative (see `smooth_max`); a row of `-inf` gets weights 0."""
-    finite = jnp.isfinite(values)
-    safe = jnp.where(finite, values, 0.0)
-    top = jax.lax.stop_gradient(
-        jnp.max(jnp.where(finite, values, -jnp.finfo(values.dtype).max), axis=-1, keepdims=True)
-    )
-    exponent = jnp.where(finite, (safe - jnp.where(finite, top, 0.0)) / scale, 0.0)
-    mass = jnp.where(finite, jnp.exp(exponent), 0.0)
-    total = jnp.sum(mass, axis=-1, keepdims=True)
-    return mass / jnp.where(total > 0, total, 1.0)
 
 
 def marginal_of(utility: Callable[[Array], Array]) -> Callable[[Array], Array]:

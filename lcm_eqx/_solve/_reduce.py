@@ -1,7 +1,9 @@
 """Reductions in one XLA kernel: for counts, selections and check diagnostics, where
 XLA:CPU would otherwise split a reduction into two kernels (see docs/architecture.md,
-"threads"); and `max_along`, the maximum over actions whose derivative survives the
-checkpoint's recomputation."""
+"threads"); `max_along`, the maximum over actions whose derivative survives the
+checkpoint's recomputation; and the reductions over discrete actions under taste shocks
+(`smooth_max`, `choice_weights`, `log_choice_weights`), exact where an action is ruled
+out."""
 
 from __future__ import annotations
 
@@ -146,6 +148,49 @@ def _max_along_jvp(axis: int, primals, tangents):
         jnp.max(values, axis=axis),
         jnp.squeeze(jnp.take_along_axis(tangent, best, axis=axis), axis),
     )
+
+
+def _tempered(values: Array, scale, axis: int) -> tuple[Array, Array, Array]:
+    """`values / scale` with the ruled-out (`-inf`) entries held at `-inf` as constants,
+    which entries are ruled out, and which rows (along `axis`) have an action left.
+
+    `-inf / scale` is `-inf`, but its derivative in `scale`, `inf`, meets the zero
+    weight of the ruled-out action in `logsumexp`'s and `softmax`'s derivatives, and
+    `0 · inf` is NaN: the gradient in the taste-shock scale of every solve and
+    likelihood with a constraint on a discrete action was NaN. So the division is of a
+    0 put in their place, and the select that restores `-inf` has no derivative there.
+    A row with every action ruled out is divided as zeros (finite derivatives, the
+    results set afterwards). NaN is not ruled out: it propagates, as `max` does.
+    """
+    ruled_out = jnp.isneginf(values)
+    any_left = ~jnp.all(ruled_out, axis=axis, keepdims=True)
+    tempered = jnp.where(ruled_out, jnp.zeros((), values.dtype), values) / scale
+    return jnp.where(ruled_out & any_left, -jnp.inf, tempered), ruled_out, any_left
+
+
+def smooth_max(values: Array, scale, axis: int = -1) -> Array:
+    """`scale · logsumexp(values / scale)` along `axis` (the value of a choice under
+    extreme-value taste shocks of scale `scale`), with ruled-out (`-inf`) entries left
+    out exactly: no contribution, a zero derivative (see `_tempered`); `-inf` where
+    every entry is ruled out."""
+    tempered, _, any_left = _tempered(values, scale, axis)
+    value = scale * jax.nn.logsumexp(tempered, axis=axis)
+    return jnp.where(jnp.squeeze(any_left, axis), value, -jnp.inf)
+
+
+def choice_weights(values: Array, scale, axis: int = -1) -> Array:
+    """`softmax(values / scale)` along `axis` (the choice probabilities under taste
+    shocks): 0 with a zero derivative for a ruled-out (`-inf`) entry, and 0 everywhere
+    in a row with every entry ruled out."""
+    tempered, ruled_out, _ = _tempered(values, scale, axis)
+    return jnp.where(ruled_out, 0.0, jax.nn.softmax(tempered, axis=axis))
+
+
+def log_choice_weights(values: Array, scale, axis: int = -1) -> Array:
+    """`log_softmax(values / scale)` along `axis` (log choice probabilities), `-inf`
+    with a zero derivative for a ruled-out (`-inf`) entry."""
+    tempered, ruled_out, _ = _tempered(values, scale, axis)
+    return jnp.where(ruled_out, -jnp.inf, jax.nn.log_softmax(tempered, axis=axis))
 
 
 def count_at_or_below(points: Array, x: Array) -> Array:

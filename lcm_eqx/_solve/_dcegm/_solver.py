@@ -51,9 +51,8 @@ from .._reading import (
     invert_marginal,
     invert_marginals,
     marginal_of,
-    smooth_max,
 )
-from .._reduce import max_along, one_kernel_reduce
+from .._reduce import max_along, one_kernel_reduce, smooth_max
 from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
 from .._static import constant_outputs
 from . import _period
