@@ -733,7 +733,7 @@ def tabulate_shared_pieces(
     """The pieces of a period's plan (no state fixed) that every subject of a simulated
     chunk shares, on their grids: those no continuous state enters (their states are read
     by code), where a table is smaller than what `n_subjects` subjects would evaluate
-    apart. By piece index; empty where none is.
+    apart, all of them within `EVALUATION_BYTES`. By piece index; empty where none is.
 
     On the full Mahler-Yum example the expected continuation is such a piece: each
     subject evaluated it at its own state, 2,000 reads of next period's values that a
@@ -743,15 +743,17 @@ def tabulate_shared_pieces(
     continuous = {a.name for a in problem.state_axes if not a.is_discrete}
     itemsize = np.zeros((), jnp.zeros(()).dtype).itemsize
     tables = {}
+    room = EVALUATION_BYTES  # all the tables of a period together
     for index, piece in enumerate(factoring.pieces):
         actions = tuple(n for n in piece.axes if n not in factoring.states)
         size = factoring.points(piece.axes)
         if (
             continuous.intersection(piece.axes)
             or size > n_subjects * factoring.points(actions)
-            or size * itemsize > EVALUATION_BYTES
+            or size * itemsize > room
         ):
             continue
+        room -= size * itemsize
         tables[index] = _on_axes(
             problem,
             factoring.states,
