@@ -19,7 +19,7 @@ from ._errors import warn
 from ._grids import DiscreteGrid
 from ._grids._age import age_of
 from ._model._params import resolve_params
-from ._solve._kernel import RegimeProblem, probability_violation
+from ._solve._kernel import RegimeProblem, age_varying_points, probability_violation
 from ._validation import CHECKS, first_failures
 
 
@@ -368,3 +368,51 @@ def transition_detail(model, params, solution, failure) -> str | None:
             f"{count} of the {bad.size} state-action points are out of range."
         )
     return message
+
+
+def warn_extrapolation(plan, record: dict) -> None:
+    """Warn where simulated subjects stand beyond a continuous state's grid (per regime
+    and state: how many subjects and rows, how far, in which periods). The solution's
+    values are extrapolated linearly there, which the grid's range was not chosen for.
+
+    `record` is the simulation's panel on the host: `regime` and `present` of shape
+    `(n_periods, n_subjects)`, `states[name]` the continuous states' values.
+    """
+    tables = age_varying_points(plan)
+    for name, regime in plan.regimes.items():
+        rows = np.asarray(record["present"]) & (np.asarray(record["regime"]) == regime.id)
+        for state in regime.states:
+            grid = regime.grids[state]
+            if grid.is_discrete or state not in record["states"]:
+                continue
+            if state in tables.get(name, {}):
+                points = np.asarray(tables[name][state])  # (n_periods, n_points)
+                low, high = points[:, :1], points[:, -1:]
+            else:
+                points = np.asarray(grid.to_jax())
+                low, high = points[0], points[-1]
+            values = np.asarray(record["states"][state], dtype=float)
+            with np.errstate(invalid="ignore"):
+                below = rows & (values < low)
+                above = rows & (values > high)
+            beyond = below | above
+            if not beyond.any():
+                continue
+            periods = np.flatnonzero(beyond.any(axis=1))
+            parts = []
+            if below.any():
+                parts.append(f"down to {np.min(values[below]):.4g}")
+            if above.any():
+                parts.append(f"up to {np.max(values[above]):.4g}")
+            span = (
+                f"[{float(np.min(low)):.4g}, {float(np.max(high)):.4g}]"
+                if np.ndim(low)
+                else f"[{float(low):.4g}, {float(high):.4g}]"
+            )
+            warn(
+                f"Regime {name!r}, state {state!r}: {int(beyond.any(axis=0).sum())} simulated "
+                f"subject(s) ({int(beyond.sum())} subject-periods, periods "
+                f"{periods[0]}-{periods[-1]}) stand beyond its grid {span}, "
+                f"{' and '.join(parts)}; the solution is extrapolated linearly there. Widen "
+                "the grid to cover where subjects go (or silence this with validate='off')."
+            )

@@ -411,8 +411,10 @@ class Model(eqx.Module):
                 (or `NaNError`) when a transition at a simulated state and choice fails
                 the checks of `solve` (probabilities outside [0, 1] or not summing to 1,
                 a discrete next state out of range, a NaN or infinite continuous next
-                state); `"warn"` warns, `"off"` skips the checks. Also passed to `solve`
-                when `solution` is None. Invalid initial conditions always raise
+                state); `"warn"` warns, `"off"` skips the checks. Unless `"off"`, it
+                also warns where subjects stand beyond a continuous state's grid (the
+                solution is extrapolated there). Also passed to `solve` when `solution`
+                is None. Invalid initial conditions always raise
                 `InvalidInitialConditionsError`.
             progress: `False` (default), `True` / `"text"` or `"tqdm"`: a meter over
                 periods and subject chunks (and over the solve when `solution` is None).
@@ -507,6 +509,8 @@ class Model(eqx.Module):
                 texts=texts,
                 stacklevel=2,
             )
+            if not traced:
+                _diagnostics.warn_extrapolation(self.plan, record)
         return self._result(record)
 
     def distribution(

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import lcm_eqx as lcm
 from lcm_eqx._simulate import _simulate
 from lcm_eqx._simulate._simulate import in_blocks
 
@@ -54,3 +55,32 @@ def test_simulation_does_not_depend_on_the_block_size(monkeypatch):
     import pandas as pd
 
     pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_simulated_subjects_beyond_a_continuous_grid_are_reported():
+    """Issue 62: a wealth grid ending at 3 while simulated wealth grows beyond it is
+    extrapolated; the simulation says how many subjects, how far and where (under the
+    validation switch), and nothing when the grid covers them."""
+    import warnings
+
+    def build(top):
+        alive = lcm.Regime(
+            states={"wealth": lcm.LinSpacedGrid(start=1.0, stop=top, n_points=12)},
+            actions={"consumption": lcm.LinSpacedGrid(start=0.1, stop=2.0, n_points=20)},
+            functions={"utility": lambda consumption: jnp.log(consumption)},
+            state_transitions={"wealth": lambda wealth, consumption: wealth - consumption + 3.0},
+            transition=lambda: 0,
+            constraints={"budget": lambda consumption, wealth: consumption <= wealth},
+        )
+        return lcm.Model(regimes={"alive": alive}, n_periods=6)
+
+    initial = {"regime": jnp.zeros(4, dtype=int), "wealth": jnp.asarray([1.0, 1.5, 2.0, 2.5])}
+    params = {"discount_factor": 0.95}
+    with pytest.warns(lcm.LcmWarning, match=r"Regime 'alive', state 'wealth': \d+ simulated") as w:
+        build(3.0).simulate(params, initial, key=jax.random.key(0))
+    message = str(next(x.message for x in w if "beyond its grid" in str(x.message)))
+    assert "beyond its grid [1, 3]" in message and "up to" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lcm.LcmWarning)
+        build(3.0).simulate(params, initial, key=jax.random.key(0), validate="off")
+        build(20.0).simulate(params, initial, key=jax.random.key(0))
