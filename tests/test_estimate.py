@@ -132,6 +132,31 @@ def test_bad_inputs_get_named_errors(one_period):
         lcm.estimate(model, start, data=df, method="gmm", free=free)
 
 
+def test_a_profile_of_one_regime_reads_only_its_rows(one_period):
+    """`Profile(..., regime=...)` raised `ValueError: output array is read-only` under
+    pandas 3, whose `to_numpy()` is a read-only view that `panel_moments` updated in
+    place. One row per subject: a regime's mean wealth is its rows' mean, its variance
+    their variance over their number."""
+    model, _ = one_period
+    rng = np.random.default_rng(3)
+    initial = {
+        "regime": (rng.uniform(size=N) < 0.4).astype(int),
+        "wealth": rng.uniform(2.0, 30.0, N),
+    }
+    df = model.simulate(TRUE, initial, key=jax.random.key(3)).to_dataframe()
+    regimes = ("retired", "working")
+    profiles = [lcm.Profile("wealth", regime=r) for r in regimes] + [lcm.Profile("wealth")]
+    values, covariance = lcm.data_moments(model, df, profiles)
+    rows = [df.loc[df["regime"] == r, "wealth"].to_numpy() for r in regimes]
+    rows.append(df["wealth"].to_numpy())
+    assert 0 < rows[0].size < N
+    np.testing.assert_allclose(values.to_numpy(), [y.mean() for y in rows], rtol=1e-12)
+    np.testing.assert_allclose(
+        np.diag(covariance.to_numpy()), [y.var() / y.size for y in rows], rtol=1e-12
+    )
+    assert covariance.to_numpy()[0, 1] == 0.0  # no subject in both regimes
+
+
 def test_max_steps_reached_is_not_converged(one_period):
     model, df = one_period
     start = {**TRUE, "disutility_of_work": 0.3}
