@@ -157,6 +157,35 @@ def test_a_profile_of_one_regime_reads_only_its_rows(one_period):
     assert covariance.to_numpy()[0, 1] == 0.0  # no subject in both regimes
 
 
+def test_the_model_moments_influence_is_their_derivative_towards_each_subject(one_period):
+    """`ψ_i = ∂m/∂μ · (μ_i − μ̂)`, taken for all subjects at once as a derivative in the
+    subjects' masses, equals central differences of the moments along `μ_i − μ̂` (and,
+    for mean wealth in period 0, `w_i − w̄`: linear interpolation keeps the mean)."""
+    model, df = one_period
+    profiles = [lcm.Profile("labor", Labor.work), lcm.Profile("wealth")]
+    result = lcm.estimate(
+        model, {**TRUE, "disutility_of_work": 0.3}, data=df, method="msm", moments=profiles,
+        free=["disutility_of_work"], weighting="diagonal",
+    )  # fmt: skip
+    objective, theta = result.problem, jnp.asarray(result.estimates)
+    panel = estimate_module.panel_moments(model, df, profiles)
+    conditions = estimate_module._first_rows(model, df, "subject_id", panel)
+    influence = estimate_module._model_influence(model, objective, theta, conditions)
+    assert influence.shape == (N, 2)
+    wealth = conditions["wealth"]
+    np.testing.assert_allclose(influence[:, 1], wealth - wealth.mean(), rtol=1e-10, atol=1e-10)
+    params, sample = objective.model_params(theta), objective.mass
+    for i in (0, 17, 250):
+        own = model.initial_mass({k: v[i : i + 1] for k, v in conditions.items()})
+
+        def moments(step, own=own):
+            mass = {r: sample[r] + step * (own[r] - sample[r]) for r in sample}
+            return np.asarray(objective.moments(params, mass))
+
+        central = (moments(1e-4) - moments(-1e-4)) / 2e-4
+        np.testing.assert_allclose(influence[i], central, rtol=1e-6, atol=1e-9)
+
+
 def test_max_steps_reached_is_not_converged(one_period):
     model, df = one_period
     start = {**TRUE, "disutility_of_work": 0.3}

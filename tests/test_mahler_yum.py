@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lcm_eqx as lcm
+from lcm_eqx._estimation import _estimate as estimate_module
 
 jax.config.update("jax_enable_x64", True)
 
@@ -229,11 +230,16 @@ def test_the_discount_types_get_different_values(my, tiny):
     np.testing.assert_allclose(w[..., 1], v[..., 1], rtol=1e-13)
 
 
-def test_tiny_simulates(my, tiny):
+@pytest.fixture(scope="module")
+def tiny_panel(tiny):
     model, params, initial_conditions, solution = tiny
-    frame = model.simulate(
+    return model.simulate(
         params, initial_conditions, solution=solution, key=jax.random.key(0)
     ).to_dataframe()
+
+
+def test_tiny_simulates(my, tiny, tiny_panel):
+    frame = tiny_panel
     assert set(frame["regime"].unique()) <= {"alive", "dead"}
     alive = frame[frame["regime"] == "alive"]
     periods = my.SIZES["tiny"]["periods"]
@@ -242,6 +248,57 @@ def test_tiny_simulates(my, tiny):
     assert np.isfinite(alive["value"]).all() and (alive["wealth"] >= 0).all()
     table = my.moments(frame, np.linspace(0, 1, my.SIZES["tiny"]["effort"]))
     assert table.notna().all().all()
+
+
+class StartingMass(Exception):
+    """Raised in place of the estimation's first evaluation, with its starting mass."""
+
+
+def starting_mass(model, params, panel, monkeypatch):
+    """The initial mass `estimate(method="msm")` builds from the panel's period-0 rows
+    (caught before anything is compiled)."""
+
+    def capture(objective, theta):
+        raise StartingMass(objective.mass)
+
+    monkeypatch.setattr(estimate_module.Objective, "evaluate", capture)
+    with pytest.raises(StartingMass) as caught:
+        lcm.estimate(
+            model, params, data=panel, method="msm", weighting="identity",
+            moments=[lcm.Profile("health", "good")],
+            free=[("alive", "effort_cost", "effort_elasticity")],
+        )  # fmt: skip
+    return caught.value.args[0]
+
+
+def test_the_msm_start_from_the_data_is_the_models_own_initial_mass(tiny, tiny_panel, monkeypatch):
+    # The period-0 rows give the process states (productivity shock, adjustment cost) as
+    # node values, as `to_dataframe` writes them; they were binned as grid codes
+    # (truncated to integers): most of the mass fell on wrong nodes or off the grid
+    # (mean effort 0.594 instead of 0.873 at the true parameters of the issue's run).
+    model, params, initial_conditions, _ = tiny
+    expected = model.initial_mass(initial_conditions)
+    for panel in (tiny_panel, with_process_indices(model, tiny_panel)):
+        got = starting_mass(model, params, panel, monkeypatch)
+        assert set(got) == set(expected)
+        for regime, mass in expected.items():
+            np.testing.assert_allclose(got[regime], mass, rtol=1e-14, atol=1e-17, err_msg=regime)
+
+
+def with_process_indices(model, panel):
+    """The panel with its process states as grid indices (`"<state>:index"` columns)."""
+    for state in ("productivity_shock", "adjustment_cost"):
+        nodes, _ = model.plan.regimes["alive"].grids[state].discretize({})
+        distance = np.abs(panel[state].to_numpy()[:, None] - np.asarray(nodes)[None, :])
+        panel = panel.drop(columns=state).assign(**{f"{state}:index": distance.argmin(axis=1)})
+    return panel
+
+
+def test_period_0_process_values_off_the_nodes_are_refused(tiny, tiny_panel, monkeypatch):
+    model, params, _, _ = tiny
+    panel = tiny_panel.assign(productivity_shock=tiny_panel["productivity_shock"] + 0.01)
+    with pytest.raises(lcm.InvalidDataError, match=r"period-0 rows.*not a node of 'productivity"):
+        starting_mass(model, params, panel, monkeypatch)
 
 
 def test_describe_compiles_with_labelled_series_params(tiny):

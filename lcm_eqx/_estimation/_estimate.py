@@ -53,11 +53,10 @@ import optax
 import pandas as pd
 from jaxtyping import Array
 
-from .._errors import EstimationError, InvalidDataError, warn
-from .._grids import DiscreteGrid
+from .._errors import EstimationError, InvalidDataError, InvalidInitialConditionsError, warn
+from .._grids import INDEX_SUFFIX, AbstractProcessGrid, DiscreteGrid
 from .._pandas import coerce_params
 from ._data import ChoiceData, prepare_data, regime_codes
-from ._distribution import bin_initial
 from ._likelihood import log_likelihood
 from ._moments import Profile, panel_moments, profiles_tuple
 
@@ -811,7 +810,9 @@ def estimate(
         n_subjects = fields["n_clusters"]
         panel = None
     else:
-        fields, panel = _msm_fields(model, data, moments, weighting, initial, subject)
+        fields, panel, conditions = _msm_fields(
+            model, params, data, moments, weighting, initial, subject
+        )
         n_subjects = panel.influence.shape[0]
     with warnings.catch_warnings():
         # The model is static, as everywhere in the library (`static_argnames="model"`);
@@ -863,16 +864,15 @@ def estimate(
         reported = -value * n_subjects
         model_moments = None
     else:
-        _, _, model_moments = objective.evaluate(jnp.asarray(theta))
         model_moments, jacobian = (
             np.asarray(a) for a in _moments_and_jacobian(objective, jnp.asarray(theta))
         )
         weight = np.asarray(objective.weight)
         assert panel is not None  # MSM always has its data moments
         influence = panel.influence
-        if initial is None:
+        if conditions is not None:
             influence = influence - _model_influence(
-                model, objective, jnp.asarray(theta), data, subject, panel
+                model, objective, jnp.asarray(theta), conditions
             )
         omega = influence.T @ influence / influence.shape[0] ** 2
         bread = _inverse(jacobian.T @ weight @ jacobian)
@@ -1167,22 +1167,24 @@ def _warn_unused_continuous(types: Types, data: ChoiceData) -> None:
         )
 
 
-def _msm_fields(model, data, moments, weighting, initial, subject):
+def _msm_fields(model, params, data, moments, weighting, initial, subject):
     profiles = profiles_tuple(moments)
     panel = panel_moments(model, data, profiles, subject)
     covariance = panel.covariance
     weight = _weight(weighting, covariance, panel.labels)
     if initial is None:
-        mass = _data_mass(model, data, subject, panel)
+        conditions = _first_rows(model, data, subject, panel)
+        mass = _data_mass(model, conditions, params)
     else:
-        mass = model.initial_mass(initial)
+        conditions = None
+        mass = model.initial_mass(initial, params)
     fields = dict(
         mass=mass,
         profiles=tuple(zip(profiles, panel.periods, strict=True)),
         data_moments=jnp.asarray(panel.values),
         weight=jnp.asarray(weight),
     )
-    return fields, panel
+    return fields, panel, conditions
 
 
 def _weight(weighting, covariance, labels) -> np.ndarray:
@@ -1225,8 +1227,11 @@ def _weight(weighting, covariance, labels) -> np.ndarray:
     return matrix
 
 
-def _subject_initial(model, data, subject, panel):
-    """Each subject's period-0 regime and states, in the panel's subject order."""
+def _first_rows(model, data, subject, panel) -> dict[str, np.ndarray]:
+    """The subjects' period-0 rows as initial conditions, in the panel's subject order:
+    `regime` and each state as the data give it (labels or codes, values; a process
+    state as its node values, as `to_dataframe` writes them, or as grid indices in a
+    column `"<state>:index"`), for `model.initial_mass` to read as `simulate` does."""
     first = data[data["period"] == 0].set_index(subject)
     missing = [s for s in panel.subjects if s not in first.index]
     if missing:
@@ -1236,58 +1241,71 @@ def _subject_initial(model, data, subject, panel):
         )
     first = first.loc[panel.subjects]
     regime = regime_codes(model.plan, first["regime"])
-    states = {}
+    conditions = {"regime": regime}
     for regime_plan in model.plan.regimes.values():
         for name in regime_plan.states:
-            grid = regime_plan.grids[name]
-            if name not in first.columns:
+            index_column = name + INDEX_SUFFIX
+            column = index_column if index_column in first.columns else name
+            if column in conditions:
+                continue
+            having = np.isin(
+                regime, [r.id for r in model.plan.regimes.values() if name in r.states]
+            )
+            if not np.any(having):
+                continue
+            if column not in first.columns:
                 raise InvalidDataError(f"estimate: data lack the state {name!r}.")
-            column = first[name]
-            if (grid.is_discrete and column.dtype.kind in "OUS") or isinstance(
-                column.dtype, pd.CategoricalDtype
-            ):
-                lookup = {str(label): i for i, label in enumerate(grid.labels)}
-                column = column.astype(object).map(lambda v, lookup=lookup: lookup.get(str(v), 0))
-            values = np.asarray(pd.to_numeric(column, errors="coerce"), dtype=float)
-            own = regime == regime_plan.id
-            if np.any(own & ~np.isfinite(values)):
+            values = first[column]
+            present = values.notna().to_numpy()
+            if np.any(having & ~present):
+                lacking = list(first.index[having & ~present][:5])
                 raise InvalidDataError(
-                    f"estimate: data[{name!r}] is missing in period 0 for subjects in regime "
-                    f"{regime_plan.name!r}."
+                    f"estimate: data[{column!r}] is missing in period 0 for subjects {lacking}, "
+                    f"whose regime has the state {name!r}."
                 )
-            # Subjects in other regimes put no mass here; any finite value will do.
-            states[name] = np.where(np.isfinite(values), values, 0.0)
-    return regime, states
+            # Subjects in regimes without the state put no mass on it: any valid entry.
+            values = values.where(present, values[having].iloc[0]).to_numpy()
+            grid = regime_plan.grids[name]
+            codes = column == index_column or (
+                grid.is_discrete and not isinstance(grid, AbstractProcessGrid)
+            )
+            if codes and values.dtype.kind == "f" and np.all(values == np.round(values)):
+                values = values.astype(np.int64)  # codes that pandas stored as floats
+            conditions[column] = values
+    return conditions
 
 
-def _data_mass(model, data, subject, panel):
-    regime, states = _subject_initial(model, data, subject, panel)
-    return bin_initial(
-        model.plan, jnp.asarray(regime), {k: jnp.asarray(v) for k, v in states.items()}
-    )
+def _data_mass(model, conditions, params):
+    """The initial mass of the data's period-0 rows (`_first_rows`), or each subject's
+    own mass times `subject_mass`."""
+    try:
+        return model.initial_mass(conditions, params)
+    except InvalidInitialConditionsError as error:
+        raise InvalidDataError(
+            f"estimate: the data's period-0 rows, which the distribution starts from, are "
+            f"not valid initial conditions: {error}"
+        ) from None
 
 
-def _model_influence(model, objective, theta, data, subject, panel) -> np.ndarray:
+def _model_influence(model, objective, theta, conditions) -> np.ndarray:
     """Each subject's influence on the model's moments through its initial state.
 
     The moments are ratios of quantities linear in the initial mass `μ`, so moving the
     sample's mass `μ̂` towards subject `i`'s own mass `μ_i` (its nodes, summing to 1)
     changes them by `∂m/∂μ · (μ_i − μ̂)`: the `ψ_i` subtracted from the data's `φ_i`.
+    `∂m/∂μ · μ_i` is the derivative of `∂m/∂μ · μ` in subject `i`'s mass, for all
+    subjects at once (one reverse pass per moment, no array of subjects × nodes).
     """
-    regime, states = _subject_initial(model, data, subject, panel)
-
-    def own_mass(r, s):
-        return bin_initial(model.plan, r[None], {k: v[None] for k, v in s.items()})
-
-    masses = jax.vmap(own_mass)(jnp.asarray(regime), {k: jnp.asarray(v) for k, v in states.items()})
     derivative = _moments_by_initial_mass(objective, theta)
-    influence = 0.0
-    for name, d in derivative.items():
-        n_moments = d.shape[0]
-        own = np.asarray(masses[name]).reshape(len(regime), -1)
-        sample = np.asarray(objective.mass[name]).reshape(1, -1)
-        influence = influence + (own - sample) @ np.asarray(d).reshape(n_moments, -1).T
-    return np.asarray(influence)
+    n_subjects = len(conditions["regime"])
+
+    def moments_of(subject_mass):
+        mass = model.initial_mass(conditions, objective.params, subject_mass=subject_mass)
+        return sum(jnp.tensordot(derivative[r], mass[r], axes=mass[r].ndim) for r in mass)
+
+    own = jax.jacrev(moments_of)(jnp.ones(n_subjects))
+    sample = moments_of(jnp.full(n_subjects, 1.0 / n_subjects))
+    return np.asarray(own - sample[:, None]).T
 
 
 def wald_interval(theta, se, lower, upper, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
