@@ -17,6 +17,7 @@ import warnings  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
@@ -118,6 +119,8 @@ def test_bad_inputs_get_named_errors(one_period):
     with pytest.raises(lcm.EstimationError, match=r"'taste_shock_scale'.*outside"):
         lcm.estimate(model, {**start, "taste_shock_scale": -1.0}, data=df,
                      free=["taste_shock_scale"])  # fmt: skip
+    with pytest.raises(lcm.EstimationError, match="params must be a dict, got list"):
+        lcm.estimate(model, [start], data=df, free=free)
     with pytest.raises(lcm.EstimationError, match="'salary' is not in params"):
         lcm.estimate(model, start, data=df, free=["salary"])
     with pytest.raises(lcm.EstimationError, match="objective is nan at the start"):
@@ -378,6 +381,41 @@ def shifted():
     delta = scale * np.log((1 - shares[0]) / shares[0])
     shift = scale * np.log((1 - shares[1]) / shares[1]) - delta
     return model, df, counts, (delta, shift)
+
+
+def tabled_utility(consumption, labor, kind, period, disutility_of_work, kind_shift):
+    shift = kind_shift[period, kind]
+    return jnp.log(consumption) - (disutility_of_work + shift) * (labor == Labor.work)
+
+
+def test_a_labelled_series_parameter_keeps_its_shape_through_estimate():
+    """A table given as a pandas Series indexed by `(period, kind)` is the `(1, 2)` array
+    the utility indexes; `estimate` turned it into a flat array (`IndexError: Too many
+    indices` in the utility). With the shift fixed at its closed form, `δ̂` is the
+    closed form's too (the joint maximum), and the result keeps the Series as given."""
+    model = typed_model(tabled_utility, n_periods=1, n_wealth=5, n_consumption=6)
+    index = pd.MultiIndex.from_product([[0], ["low", "high"]], names=["period", "kind"])
+    truth = {**TRUE, "disutility_of_work": 0.2, "kind_shift": pd.Series([0.0, 0.5], index=index)}
+    rng = np.random.default_rng(6)
+    initial = {
+        "regime": np.zeros(N, dtype=int),
+        "wealth": rng.uniform(2.0, 50.0, N),
+        "kind": rng.integers(0, 2, N),
+    }
+    df = model.simulate(truth, initial, key=jax.random.key(6)).to_dataframe()
+    scale = TRUE["taste_shock_scale"]
+    work, high = np.asarray(df["labor"] == "work"), np.asarray(df["kind"] == "high")
+    closed = [scale * np.log((1 - work[high == k].mean()) / work[high == k].mean()) for k in (0, 1)]
+    shift = pd.Series([0.0, closed[1] - closed[0]], index=index)
+    start = {**truth, "disutility_of_work": 0.6, "kind_shift": shift}
+    result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
+    assert result.converged, result.message
+    np.testing.assert_allclose(result.estimates, [closed[0]], rtol=1e-7)
+    pd.testing.assert_series_equal(result.params["kind_shift"], shift)
+    errors = result.standard_errors["kind_shift"]
+    assert errors.index.equals(index) and errors.isna().all()
+    refit = model.solve(result.params).value("working", 0)  # the result is valid params
+    assert np.all(np.isfinite(np.asarray(refit)))
 
 
 def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form(shifted):

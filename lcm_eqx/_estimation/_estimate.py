@@ -784,7 +784,12 @@ def estimate(
         >>> result.summary()          # estimate, std_error, ci_lower, ci_upper, ...
         >>> result.params             # shaped like `start`
     """
-    params = _as_arrays(coerce_params(params))
+    given = coerce_params(params)
+    if not isinstance(given, Mapping):
+        raise EstimationError(f"estimate: params must be a dict, got {type(given).__name__}.")
+    # The model's normal form (labelled Series as the tables user functions index) is
+    # what the objective differentiates; the result keeps the user's own spelling.
+    params = _as_arrays(model.checked_params(given))
     if method not in ("mle", "msm"):
         raise EstimationError(f"estimate: method must be 'mle' or 'msm', got {method!r}.")
     free_specs = _free(model, params, free, bounds or {})
@@ -897,12 +902,12 @@ def estimate(
     elif method == "msm" and isinstance(weighting, str) and weighting == "optimal":
         _check_overidentification(reported, np.size(objective.data_moments) - len(names))
     estimates = theta
-    model_params = objective.model_params(jnp.asarray(theta))
-    standard_errors = jax.tree.map(lambda leaf: jnp.full(jnp.shape(leaf), jnp.nan), params)
+    estimated, standard_errors = given, _fixed_errors(given)
     for i, f in enumerate(free_specs):
+        estimated = _replace(estimated, f.path, jnp.asarray(theta[i]))
         standard_errors = _replace(standard_errors, f.path, jnp.asarray(se[i]))
     return EstimationResult(
-        params=model_params,
+        params=estimated,
         standard_errors=standard_errors,
         covariance=cov,
         covariances=covariances,
@@ -1017,8 +1022,6 @@ def _with(theta: np.ndarray, j: int, value: float) -> np.ndarray:
 # ----------------------------------------------------------------------------- inputs
 def _as_arrays(params):
     """Every leaf a float64 (or integer) JAX array, so new values reuse the compiled fit."""
-    if not isinstance(params, Mapping):
-        raise EstimationError(f"estimate: params must be a dict, got {type(params).__name__}.")
 
     def leaf(value):
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -1026,6 +1029,15 @@ def _as_arrays(params):
         return jnp.asarray(value)
 
     return {k: _as_arrays(v) if isinstance(v, Mapping) else leaf(v) for k, v in params.items()}
+
+
+def _fixed_errors(params):
+    """NaN standard errors shaped like `params` (a labelled Series: NaN on its index)."""
+    if isinstance(params, Mapping):
+        return {key: _fixed_errors(value) for key, value in params.items()}
+    if isinstance(params, pd.Series):
+        return pd.Series(np.nan, index=params.index, name=params.name)
+    return jnp.full(jnp.shape(params), jnp.nan)
 
 
 def _free(model, params, free, bounds) -> tuple[Free, ...]:
