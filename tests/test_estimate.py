@@ -418,6 +418,62 @@ def test_a_labelled_series_parameter_keeps_its_shape_through_estimate():
     assert np.all(np.isfinite(np.asarray(refit)))
 
 
+def taxed_utility(consumption, labor, wage, disutility_of_work, income_weight, tax_rate):
+    # `earnings ** (1 − tax_rate)` has an infinite slope at the retirees' earnings 0
+    # (Mahler–Yum's `taxed_income`); weighted by 0 here.
+    earnings = wage * (labor == Labor.work)
+    taxed = income_weight * earnings ** (1 - tax_rate)
+    return jnp.log(consumption) - disutility_of_work * (labor == Labor.work) + taxed
+
+
+@pytest.fixture(scope="module")
+def taxed():
+    model = typed_model(taxed_utility, n_periods=1, n_wealth=6, n_consumption=8)
+    truth = {**TRUE, "income_weight": 0.0, "tax_rate": 0.3}
+    rng = np.random.default_rng(5)
+    initial = {
+        "regime": np.zeros(N, dtype=int),
+        "wealth": rng.uniform(2.0, 30.0, N),
+        "kind": rng.integers(0, 2, N),
+    }
+    return model, truth, model.simulate(truth, initial, key=jax.random.key(7)).to_dataframe()
+
+
+def test_fixed_parameters_with_an_infinite_slope_leave_the_jacobian_finite(taxed):
+    """The moments' Jacobian carried a tangent for every parameter, 0 for the fixed
+    ones, and `0 · ∞` at income 0 put NaN in it (then `LinAlgError: SVD did not
+    converge` in Gauss–Newton). Only the free parameter is differentiated now: the
+    estimate is the closed form of the share working (the taxed term weighs 0)."""
+    model, truth, df = taxed
+    result = lcm.estimate(
+        model, {**truth, "disutility_of_work": 0.3}, data=df, method="msm",
+        moments=[lcm.Profile("labor", Labor.work)], free=["disutility_of_work"], tolerance=1e-12,
+    )  # fmt: skip
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    assert result.converged, result.message
+    assert np.all(np.isfinite(result.jacobian))
+    np.testing.assert_allclose(result.estimates, [estimate], rtol=1e-6)
+    np.testing.assert_allclose(np.sqrt(result.covariance[0, 0]), se, rtol=1e-5)
+
+
+def test_a_non_finite_derivative_in_a_free_parameter_is_named(taxed):
+    """Freeing the wage makes `∞ · 0` (the slope at earnings 0 times their derivative in
+    the wage when retired) its own derivative: an `EstimationError` that names the
+    parameter and the moment, never a failed SVD."""
+    model, truth, df = taxed
+    free = ["disutility_of_work", "wage"]
+    with pytest.raises(
+        lcm.EstimationError,
+        match=r"Jacobian of the moments is not finite.*share labor=work \[period 0\]\)/∂\(wage",
+    ):
+        lcm.estimate(
+            model, truth, data=df, method="msm", free=free,
+            moments=[lcm.Profile("labor", Labor.work), lcm.Profile("wealth")],
+        )  # fmt: skip
+    with pytest.raises(lcm.EstimationError, match=r"gradient is not finite.*\(wage\) = nan"):
+        lcm.estimate(model, truth, data=df, free=free)
+
+
 def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form(shifted):
     """The profiles (maximised over the other parameter by scipy) and the LR statistic
     against `Δ = 0` (the pooled share) written out in numpy. With 600 subjects the

@@ -16,8 +16,8 @@ What it does, in order:
      discrete state of the model).
    - `"msm"`: `½ (m(θ) − m̂)ᵀ W (m(θ) − m̂)`, with `m(θ)` the `Profile` moments of the
      exact distribution (`model.distribution`, no simulation noise) started from the
-     data's period-0 rows, `m̂` the data's moments (`data_moments`) and `W` the
-     weighting matrix.
+     data's period-0 rows (read as `simulate` reads initial conditions), `m̂` the
+     data's moments (`data_moments`) and `W` the weighting matrix.
 3. **The optimiser**, from each start (the best run is kept): for `"mle"`, L-BFGS
    (optax's direction, a backtracking line search); for `"msm"`, damped Gauss–Newton
    (the objective is a quadratic form in moments with an exact Jacobian). Converged
@@ -27,7 +27,10 @@ What it does, in order:
    every parameter, and no parameter is at a bound (the Newton step would leave its
    interval). The gradient in `x` alone can mislead: it vanishes where the transform
    saturates, however far the optimum lies beyond the bound. Anything else is
-   reported as not converged, with a message and an `LcmWarning`.
+   reported as not converged, with a message and an `LcmWarning`. Derivatives are
+   taken in the free parameters alone; one that is not finite at the start is an
+   `EstimationError` naming the parameter (and the moment), and trial steps where
+   one is not finite are refused, so no linear solve ever sees one.
 4. **Standard errors** in the natural parameters `θ`: for `"mle"`, from the Hessian
    `H` of minus the log-likelihood, the outer product of the subjects' scores `S`,
    and the robust sandwich `H⁻¹ SᵀS H⁻¹`; for `"msm"`, the sandwich
@@ -51,7 +54,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pandas as pd
-from jaxtyping import Array
 
 from .._errors import EstimationError, InvalidDataError, InvalidInitialConditionsError, warn
 from .._grids import INDEX_SUFFIX, AbstractProcessGrid, DiscreteGrid
@@ -211,35 +213,53 @@ def _get(tree, path):
     return tree
 
 
-# Derivatives are taken with respect to the `params` pytree that `model.solve` receives
-# and the free leaves read off it (plus the type shares, which only the mixture reads).
-def _free_part(objective: Objective, tangent, shares) -> Array:
-    parts = [_get(tangent, f.path) for f in objective.free]
-    return jnp.concatenate([jnp.stack(parts), shares]) if objective.types else jnp.stack(parts)
-
-
+# Derivatives are taken in `θ` alone, read into the parameters inside the function
+# differentiated: the fixed parameters are constants there, so their tangents are
+# symbolic zeros that JAX never multiplies. Zero tangents of every parameter (as when the
+# whole dict was differentiated) turn a function with an infinite slope where a fixed
+# parameter puts it (Mahler–Yum's `taxed_income`, `income ** (1 − rate)` at income 0)
+# into 0·∞ = NaN in the Jacobian.
 @eqx.filter_jit
 def _likelihood_and_gradient(objective: Objective, theta):
     """The subjects' log-likelihoods and the gradient of their sum (reverse mode)."""
-    params = objective.model_params(theta)
-    contributions, pullback = jax.vjp(objective.contributions, params, theta)
-    by_params, by_theta = pullback(jnp.ones_like(contributions))
-    return contributions, _free_part(objective, by_params, by_theta[len(objective.free) :])
+
+    def contributions(theta):
+        return objective.contributions(objective.model_params(theta), theta)
+
+    values, pullback = jax.vjp(contributions, theta)
+    (gradient,) = pullback(jnp.ones_like(values))
+    return values, gradient
 
 
 @eqx.filter_jit
 def _moments_and_jacobian(objective: Objective, theta):
     """The model's moments and their exact Jacobian `∂m/∂θ` (forward mode)."""
-    params = objective.model_params(theta)
 
-    def along(i):
-        tangent = jax.tree.map(jnp.zeros_like, params)
-        for j, f in enumerate(objective.free):
-            tangent = _replace(tangent, f.path, jnp.where(i == j, 1.0, 0.0).astype(theta.dtype))
-        return jax.jvp(objective.moments, (params,), (tangent,))
+    def moments(theta):
+        return objective.moments(objective.model_params(theta))
 
-    moments, jacobian = jax.vmap(along)(jnp.arange(len(objective.free)))
-    return moments[0], jacobian.T
+    def along(direction):
+        return jax.jvp(moments, (theta,), (direction,))
+
+    values, jacobian = jax.vmap(along)(jnp.eye(theta.shape[0], dtype=theta.dtype))
+    return values[0], jacobian.T
+
+
+def _non_finite(matrix: np.ndarray, rows, columns) -> str | None:
+    """The non-finite entries of a Jacobian `∂row/∂column`, named (None: all finite)."""
+    bad = np.argwhere(~np.isfinite(matrix))
+    if bad.size == 0:
+        return None
+    named = ", ".join(f"∂({rows[i]})/∂({columns[j]}) = {matrix[i, j]}" for i, j in bad[:4])
+    return named + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+
+
+NON_FINITE_ADVICE = (
+    "a function of the model has an infinite or undefined slope there in these parameters "
+    "(such as x ** a or log(x) at x = 0, or a NaN in a branch that jnp.where discards): "
+    "make it differentiable there (keep the argument away from the singular point in both "
+    "branches of the jnp.where) or free other parameters"
+)
 
 
 # Armijo's sufficient-decrease constant and the most halvings of a step.
@@ -286,7 +306,8 @@ def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: 
         for _ in range(MAX_HALVINGS):
             trial = x + size * direction
             trial_value, trial_gradient = value_and_gradient(trial)
-            if np.isfinite(trial_value) and trial_value <= value + ARMIJO * size * slope:
+            finite = np.isfinite(trial_value) and np.all(np.isfinite(trial_gradient))
+            if finite and trial_value <= value + ARMIJO * size * slope:
                 break
             size /= 2
         else:
@@ -312,6 +333,7 @@ def _gauss_newton(
     step_tolerance: float,
     covariance: np.ndarray,
     n_subjects: int,
+    labels: Sequence[str],
 ):
     """Damped Gauss–Newton on `½ rᵀWr / n`, `r = m(θ) − m̂`, from `x`, with `n` the
     number of subjects: with the optimal weighting `½ rᵀWr` is on the scale of a
@@ -334,6 +356,10 @@ def _gauss_newton(
     sandwich with the data moments' `covariance` for `Ω`, the cheap form of the
     reported one). Same returns as
     `_minimise`.
+
+    A non-finite Jacobian never reaches a linear solve: at the start it is an
+    `EstimationError` naming its entries (`labels`: the moments'); a trial step where it
+    is not finite is refused like one where the objective is not.
     """
     weight, target = np.asarray(objective.weight), np.asarray(objective.data_moments)
 
@@ -345,7 +371,15 @@ def _gauss_newton(
         j_x = jacobian @ dtheta_dx
         return value, j_x.T @ weight @ residual / n_subjects, j_x, jacobian, dtheta_dx
 
+    names = [f.label for f in objective.free]
     value, gradient, j_x, jacobian, dtheta_dx = linearise(x)
+    non_finite = _non_finite(jacobian, labels, names)
+    if non_finite is not None:
+        at = ", ".join(f"{n}={t:.6g}" for n, t in zip(names, objective.natural(x)[0], strict=True))
+        raise EstimationError(
+            f"estimate('msm'): the Jacobian of the moments is not finite at the start ({at}): "
+            f"{non_finite}; {NON_FINITE_ADVICE}."
+        )
     trace = [(value, float(np.max(np.abs(gradient))))]
     reason, step, damping = None, 0, DAMPING_START
     while True:
@@ -364,12 +398,22 @@ def _gauss_newton(
             if not slope < 0:  # numerically flat: the steepest descent direction instead
                 move, slope = -gradient, -float(gradient @ gradient)
             trial = linearise(x + move)
-            if np.isfinite(trial[0]) and trial[0] <= value + ARMIJO * slope:
+            trial_non_finite = _non_finite(trial[3], labels, names)
+            non_finite = trial_non_finite or non_finite
+            if (
+                trial_non_finite is None
+                and np.isfinite(trial[0])
+                and trial[0] <= value + ARMIJO * slope
+            ):
                 damping /= DAMPING_FACTOR
                 break
             damping = max(damping * DAMPING_FACTOR, DAMPING_FLOOR)
         else:
-            reason = f"the damped step found no decrease after {MAX_HALVINGS} tries"
+            reason = f"the damped step found no decrease after {MAX_HALVINGS} tries" + (
+                f" (the Jacobian was not finite at some trial points: {non_finite})"
+                if non_finite is not None
+                else ""
+            )
             break
         x = x + move
         value, gradient, j_x, jacobian, dtheta_dx = trial
@@ -668,6 +712,17 @@ class EstimationResult(eqx.Module):
             threshold: singular values below `threshold` times the largest count as
                 (nearly) unidentified directions.
         """
+        rows = (
+            [f"{moment} [period {t}]" for moment, t in self.moment_labels]
+            if self.moment_labels is not None
+            else [f"the log-likelihood of subject {i}" for i in range(self.jacobian.shape[0])]
+        )
+        non_finite = _non_finite(self.jacobian, rows, self.names)
+        if non_finite is not None:
+            raise EstimationError(
+                f"identification: the Jacobian at the estimates is not finite: {non_finite}; "
+                f"{NON_FINITE_ADVICE}."
+            )
         scale = np.where(self.estimates != 0, np.abs(self.estimates), 1.0)
         if self.method == "msm":
             # Every MSM result has its weighting matrix and model moments.
@@ -835,20 +890,28 @@ def estimate(
     runs = []
     for x0 in _starts(free_specs, params, shares0, starts):
         theta0, _ = objective.natural(x0)
-        value = objective.evaluate(jnp.asarray(theta0))[0]
+        value, gradient, _ = objective.evaluate(jnp.asarray(theta0))
+        at = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, theta0, strict=True))
         if not math.isfinite(value):
-            at = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, theta0, strict=True))
             raise EstimationError(
                 f"estimate({method!r}): the objective is {value} at the start ({at}); "
                 "check the start values (and that every observed choice is feasible)."
+            )
+        non_finite = _non_finite(gradient[None, :], ["the log-likelihood"], names)
+        if method == "mle" and non_finite is not None:
+            raise EstimationError(
+                f"estimate('mle'): the gradient is not finite at the start ({at}): "
+                f"{non_finite}; {NON_FINITE_ADVICE}."
             )
         if method == "mle":
             run = _minimise(objective, x0, tolerance, max_steps)
         else:
             assert panel is not None  # MSM always has its data moments
+            labels = [f"{moment} [period {t}]" for moment, t in panel.labels]
             run = _gauss_newton(
-                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance, n_subjects
-            )
+                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance, n_subjects,
+                labels,
+            )  # fmt: skip
         runs.append((theta0, *run))
     finite = [r for r in runs if math.isfinite(r[2])]
     start_theta, x, value, gradient, n_steps, trace, reason = min(
