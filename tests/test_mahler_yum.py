@@ -480,3 +480,47 @@ def test_refined_effort_with_taste_shocks_has_the_central_differences_derivative
     )
     assert np.all(np.abs(central) > 1e-3)
     np.testing.assert_allclose(jacobian, central, rtol=1e-6)
+
+
+@pytest.mark.slow  # minutes: the refined model's moments and their forward-mode Jacobian
+def test_the_method_of_moments_recovers_effort_parameters_from_a_simulated_panel(my):
+    # The four failures of issue 65 in one run: a Profile of the alive regime (pandas
+    # 3), the labelled Series tables kept, the distribution started from the panel's
+    # period-0 rows (process states as node values), the Jacobian finite with
+    # `taxed_income`'s infinite slope at the retirees' income 0.
+    model, truth, initial = my.build(
+        "tiny", n_subjects=2000, continuous_effort=True, solver=lcm.GridSearch(refine=["effort"])
+    )
+    solution = model.solve(truth)
+    panel = model.simulate(truth, initial, solution, key=jax.random.key(3)).to_dataframe(
+        extra=["effort_value"], model=model, params=truth
+    )
+    elasticity = ("alive", "effort_cost", "effort_elasticity")
+    penalty = ("alive", "consumption_utility", "health_consumption_penalty")
+    alive = truth["alive"]
+    start = {
+        **truth,
+        "alive": {
+            **alive,
+            "effort_cost": {**alive["effort_cost"], "effort_elasticity": 1.1 * 1.115},
+            "consumption_utility": {
+                **alive["consumption_utility"],
+                "health_consumption_penalty": 0.9 * 0.8715,
+            },
+        },
+    }
+    moments = [
+        lcm.Profile("effort_value", regime="alive", periods=[0, 1, 2, 3]),
+        lcm.Profile("health", "good", regime="alive", periods=[1, 2, 3, 4]),
+    ]
+    result = lcm.estimate(
+        model, start, data=panel, method="msm", moments=moments, free=[elasticity, penalty],
+        bounds={penalty: (0.0, 1.0)}, weighting="diagonal",
+    )  # fmt: skip
+    assert result.converged, result.message
+    assert np.all(np.isfinite(result.jacobian))
+    expected = [my.START_PARAMS["effort_elasticity"], my.START_PARAMS["health_consumption_penalty"]]
+    errors = np.sqrt(np.diag(result.covariance))
+    assert np.all(np.abs(result.estimates - expected) < 3 * errors)
+    table = result.params["alive"]["work_disutility"]["work_disutility_grid"]
+    assert table is truth["alive"]["work_disutility"]["work_disutility_grid"]  # as given
