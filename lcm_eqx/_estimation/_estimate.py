@@ -965,7 +965,8 @@ def estimate(
     elif method == "msm" and isinstance(weighting, str) and weighting == "optimal":
         _check_overidentification(reported, np.size(objective.data_moments) - len(names))
     estimates = theta
-    estimated, standard_errors = given, _fixed_errors(given)
+    estimated: dict[str, Any] = dict(given)
+    standard_errors: dict[str, Any] = _fixed_errors(given)
     for i, f in enumerate(free_specs):
         estimated = _replace(estimated, f.path, jnp.asarray(theta[i]))
         standard_errors = _replace(standard_errors, f.path, jnp.asarray(se[i]))
@@ -1094,7 +1095,7 @@ def _as_arrays(params):
     return {k: _as_arrays(v) if isinstance(v, Mapping) else leaf(v) for k, v in params.items()}
 
 
-def _fixed_errors(params):
+def _fixed_errors(params) -> Any:
     """NaN standard errors shaped like `params` (a labelled Series: NaN on its index)."""
     if isinstance(params, Mapping):
         return {key: _fixed_errors(value) for key, value in params.items()}
@@ -1373,10 +1374,12 @@ def _model_influence(model, objective, theta, conditions) -> np.ndarray:
     """
     derivative = _moments_by_initial_mass(objective, theta)
     n_subjects = len(conditions["regime"])
+    n_moments = np.size(objective.data_moments)
 
     def moments_of(subject_mass):
         mass = model.initial_mass(conditions, objective.params, subject_mass=subject_mass)
-        return sum(jnp.tensordot(derivative[r], mass[r], axes=mass[r].ndim) for r in mass)
+        terms = (jnp.tensordot(derivative[r], mass[r], axes=mass[r].ndim) for r in mass)
+        return sum(terms, start=jnp.zeros(n_moments))
 
     own = jax.jacrev(moments_of)(jnp.ones(n_subjects))
     sample = moments_of(jnp.full(n_subjects, 1.0 / n_subjects))
