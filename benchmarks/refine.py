@@ -6,7 +6,7 @@
 The hours model of `tests/models/hours.py` (a continuous labour-hours choice, CRRA
 consumption, convex disutility, hours raising the chance of a better productivity
 level). Variants in one run: grid search on 40 and on 4,000 hours points, and the
-40-point grid refined (`GridSearch(refine=True)`, 3 Newton steps; and with 2 and 5).
+40-point grid refined (`GridSearch(refine=True)`, 5 Newton steps; and with 2 and 3).
 Accuracy: the largest relative error of the hours policy and of the value at every
 state and period against a numpy/scipy oracle of the same Bellman equation (scipy's
 bounded Brent, polished by a root of the analytic slope). Compile: lowering plus XLA
@@ -44,7 +44,7 @@ def variants() -> dict[str, tuple[int, lcm.GridSearch]]:
         "grid-4000": (4000, lcm.GridSearch()),
         "refined-40": (40, lcm.GridSearch(refine=True)),
         "refined-40 (2 steps)": (40, lcm.GridSearch(refine=lcm.Refine(newton_steps=2))),
-        "refined-40 (5 steps)": (40, lcm.GridSearch(refine=lcm.Refine(newton_steps=5))),
+        "refined-40 (3 steps)": (40, lcm.GridSearch(refine=lcm.Refine(newton_steps=3))),
     }
 
 

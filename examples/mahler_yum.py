@@ -466,6 +466,7 @@ def build(
     seed: int = 0,
     solver: lcm.AbstractSolver | None = None,
     continuous_effort: bool = False,
+    taste_shock_scale: float | None = None,
     **grid_sizes: int,
 ):
     """The model, its parameters and initial conditions at `size` ("full", "medium",
@@ -482,7 +483,11 @@ def build(
     is no point of the effort grid, keeping it (the only choice without the adjustment
     cost) is the discrete action `effort_adjustment` (`stay` / `adjust`). On the grid this
     is the discrete model: at every grid state the values are the same (`stay` is
-    choosing the lagged level; adjusting to it pays the cost and never wins)."""
+    choosing the lagged level; adjusting to it pays the cost and never wins).
+
+    `taste_shock_scale`: EV1 taste shocks of this scale (`params["alive"]
+    ["taste_shock_scale"]`) on the alive regime's discrete actions (labour supply, and
+    with continuous effort the adjustment); None (the default): none, as in the paper."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, not {size!r}")
     unknown = set(grid_sizes) - set(SIZES[size])
@@ -566,6 +571,7 @@ def build(
             "savings_constraint": savings_constraint,
         },
         active=lambda age: age <= last_alive_age,
+        taste_shocks=None if taste_shock_scale is None else lcm.ExtremeValueShocks(),
     )
     dead = lcm.Regime(functions={"utility": lambda: 0.0}, active=lambda period: period >= 1)
 
@@ -578,6 +584,8 @@ def build(
         solver=lcm.GridSearch() if solver is None else solver,
     )
     params = make_params(n_periods)
+    if taste_shock_scale is not None:
+        params["alive"]["taste_shock_scale"] = taste_shock_scale
     initial_conditions = make_initial_conditions(
         n_subjects=n_subjects,
         seed=seed,

@@ -27,7 +27,7 @@ from ._errors import (
     warn,
 )
 from ._estimation._distribution import Distribution, bin_initial, forward
-from ._grids import AbstractProcessGrid, AgeGrid, DiscreteGrid
+from ._grids import INDEX_SUFFIX, AbstractProcessGrid, AgeGrid, DiscreteGrid
 from ._logging import log_time, logger, timed
 from ._model._params import (
     arrays_from_series,
@@ -567,14 +567,39 @@ class Model(eqx.Module):
             )
         return self._forward(params, solution.continuation_values, solution.policies, mass)
 
-    def initial_mass(self, initial) -> dict[str, Any]:
+    def initial_mass(
+        self, initial, params: Params | None = None, *, subject_mass=None
+    ) -> dict[str, Any]:
         """`initial` (initial conditions with a `regime` entry, or mass arrays by
-        regime) as the mass arrays by regime that `distribution` starts from."""
+        regime) as the mass arrays by regime that `distribution` starts from.
+
+        Args:
+            initial: as `distribution` takes it.
+            params: the parameters; needed only where a process state is given as node
+                values and its nodes depend on parameters (without them the nodes are
+                the grid's own).
+            subject_mass: with initial conditions, each subject's mass, an array
+                `(n_subjects,)` (default `1/n` each); the result is linear in it, and it
+                may be traced (`jax.jacrev` in it gives each subject's own mass).
+        """
         mass = self._initial_mass(None, initial)
-        if mass is None:
-            regime, states, _ = _initial_conditions(self.plan, initial, self.ages, lambda: {})
-            mass = bin_initial(self.plan, jnp.asarray(regime), states)
-        return mass
+        if mass is not None:
+            if subject_mass is not None:
+                raise InvalidInitialConditionsError(
+                    "initial_mass: subject_mass goes with initial conditions (a 'regime' "
+                    "entry), not with mass arrays by regime."
+                )
+            return mass
+        checked = None if params is None else self.checked_params(params)
+        regime, states, _ = _initial_conditions(
+            self.plan, initial, self.ages, lambda: _process_nodes(self.plan, checked)
+        )
+        if subject_mass is not None and jnp.shape(subject_mass) != jnp.shape(regime):
+            raise InvalidInitialConditionsError(
+                f"initial_mass: subject_mass has shape {jnp.shape(subject_mass)}, expected "
+                f"{jnp.shape(regime)} (one per subject)."
+            )
+        return bin_initial(self.plan, jnp.asarray(regime), states, subject_mass)
 
     def _initial_mass(self, params, initial) -> dict[str, Any] | None:
         """`initial` as mass arrays by regime, or None when it is initial conditions."""
@@ -795,23 +820,32 @@ def _xp(*arrays):
 
 def _process_nodes(plan: ModelPlan, params) -> dict[str, dict[str, np.ndarray | jax.Array]]:
     """The node values of every process state, by regime (they may depend on params:
-    traced ones under the caller's `jax.jit` stay JAX arrays)."""
+    traced ones under the caller's `jax.jit` stay JAX arrays; `params` None: the grids'
+    own, which only grids without parameters have)."""
     nodes: dict[str, dict[str, np.ndarray | jax.Array]] = {}
     resolved = None
     for name, regime in plan.regimes.items():
         for state in regime.states:
             grid = regime.grids[state]
             if isinstance(grid, AbstractProcessGrid):
-                if resolved is None:
-                    resolved = resolve_params(plan, params)
-                points, _ = grid.discretize(resolved[name].get(f"next_{state}", {}))
+                if params is None:
+                    if grid.free_parameters():
+                        raise InvalidInitialConditionsError(
+                            f"initial_mass: the nodes of the process state {state!r} depend "
+                            f"on the parameters {list(grid.free_parameters())}; pass params "
+                            f"to read its node values, or give grid indices under "
+                            f"{state + INDEX_SUFFIX!r}."
+                        )
+                    values = {}
+                else:
+                    if resolved is None:
+                        resolved = resolve_params(plan, params)
+                    values = resolved[name].get(f"next_{state}", {})
+                points, _ = grid.discretize(values)
                 nodes.setdefault(name, {})[state] = (
                     points if isinstance(points, jax.core.Tracer) else np.asarray(points)
                 )
     return nodes
-
-
-INDEX_SUFFIX = ":index"
 
 
 def _initial_conditions(

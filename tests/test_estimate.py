@@ -17,6 +17,7 @@ import warnings  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
@@ -118,6 +119,8 @@ def test_bad_inputs_get_named_errors(one_period):
     with pytest.raises(lcm.EstimationError, match=r"'taste_shock_scale'.*outside"):
         lcm.estimate(model, {**start, "taste_shock_scale": -1.0}, data=df,
                      free=["taste_shock_scale"])  # fmt: skip
+    with pytest.raises(lcm.EstimationError, match="params must be a dict, got list"):
+        lcm.estimate(model, [start], data=df, free=free)
     with pytest.raises(lcm.EstimationError, match="'salary' is not in params"):
         lcm.estimate(model, start, data=df, free=["salary"])
     with pytest.raises(lcm.EstimationError, match="objective is nan at the start"):
@@ -130,6 +133,60 @@ def test_bad_inputs_get_named_errors(one_period):
                      moments=[lcm.Profile("consumption_share")])  # fmt: skip
     with pytest.raises(lcm.EstimationError, match="method must be"):
         lcm.estimate(model, start, data=df, method="gmm", free=free)
+
+
+def test_a_profile_of_one_regime_reads_only_its_rows(one_period):
+    """`Profile(..., regime=...)` raised `ValueError: output array is read-only` under
+    pandas 3, whose `to_numpy()` is a read-only view that `panel_moments` updated in
+    place. One row per subject: a regime's mean wealth is its rows' mean, its variance
+    their variance over their number."""
+    model, _ = one_period
+    rng = np.random.default_rng(3)
+    initial = {
+        "regime": (rng.uniform(size=N) < 0.4).astype(int),
+        "wealth": rng.uniform(2.0, 30.0, N),
+    }
+    df = model.simulate(TRUE, initial, key=jax.random.key(3)).to_dataframe()
+    regimes = ("retired", "working")
+    profiles = [lcm.Profile("wealth", regime=r) for r in regimes] + [lcm.Profile("wealth")]
+    values, covariance = lcm.data_moments(model, df, profiles)
+    rows = [df.loc[df["regime"] == r, "wealth"].to_numpy() for r in regimes]
+    rows.append(df["wealth"].to_numpy())
+    assert 0 < rows[0].size < N
+    np.testing.assert_allclose(values.to_numpy(), [y.mean() for y in rows], rtol=1e-12)
+    np.testing.assert_allclose(
+        np.diag(covariance.to_numpy()), [y.var() / y.size for y in rows], rtol=1e-12
+    )
+    assert covariance.to_numpy()[0, 1] == 0.0  # no subject in both regimes
+
+
+def test_the_model_moments_influence_is_their_derivative_towards_each_subject(one_period):
+    """`ψ_i = ∂m/∂μ · (μ_i − μ̂)`, taken for all subjects at once as a derivative in the
+    subjects' masses, equals central differences of the moments along `μ_i − μ̂` (and,
+    for mean wealth in period 0, `w_i − w̄`: linear interpolation keeps the mean)."""
+    model, df = one_period
+    profiles = [lcm.Profile("labor", Labor.work), lcm.Profile("wealth")]
+    result = lcm.estimate(
+        model, {**TRUE, "disutility_of_work": 0.3}, data=df, method="msm", moments=profiles,
+        free=["disutility_of_work"], weighting="diagonal",
+    )  # fmt: skip
+    objective, theta = result.problem, jnp.asarray(result.estimates)
+    panel = estimate_module.panel_moments(model, df, profiles)
+    conditions = estimate_module._first_rows(model, df, "subject_id", panel)
+    influence = estimate_module._model_influence(model, objective, theta, conditions)
+    assert influence.shape == (N, 2)
+    wealth = conditions["wealth"]
+    np.testing.assert_allclose(influence[:, 1], wealth - wealth.mean(), rtol=1e-10, atol=1e-10)
+    params, sample = objective.model_params(theta), objective.mass
+    for i in (0, 17, 250):
+        own = model.initial_mass({k: v[i : i + 1] for k, v in conditions.items()})
+
+        def moments(step, own=own):
+            mass = {r: sample[r] + step * (own[r] - sample[r]) for r in sample}
+            return np.asarray(objective.moments(params, mass))
+
+        central = (moments(1e-4) - moments(-1e-4)) / 2e-4
+        np.testing.assert_allclose(influence[i], central, rtol=1e-6, atol=1e-9)
 
 
 def test_max_steps_reached_is_not_converged(one_period):
@@ -324,6 +381,97 @@ def shifted():
     delta = scale * np.log((1 - shares[0]) / shares[0])
     shift = scale * np.log((1 - shares[1]) / shares[1]) - delta
     return model, df, counts, (delta, shift)
+
+
+def tabled_utility(consumption, labor, kind, period, disutility_of_work, kind_shift):
+    shift = kind_shift[period, kind]
+    return jnp.log(consumption) - (disutility_of_work + shift) * (labor == Labor.work)
+
+
+def test_a_labelled_series_parameter_keeps_its_shape_through_estimate():
+    """A table given as a pandas Series indexed by `(period, kind)` is the `(1, 2)` array
+    the utility indexes; `estimate` turned it into a flat array (`IndexError: Too many
+    indices` in the utility). With the shift fixed at its closed form, `δ̂` is the
+    closed form's too (the joint maximum), and the result keeps the Series as given."""
+    model = typed_model(tabled_utility, n_periods=1, n_wealth=5, n_consumption=6)
+    index = pd.MultiIndex.from_product([[0], ["low", "high"]], names=["period", "kind"])
+    truth = {**TRUE, "disutility_of_work": 0.2, "kind_shift": pd.Series([0.0, 0.5], index=index)}
+    rng = np.random.default_rng(6)
+    initial = {
+        "regime": np.zeros(N, dtype=int),
+        "wealth": rng.uniform(2.0, 50.0, N),
+        "kind": rng.integers(0, 2, N),
+    }
+    df = model.simulate(truth, initial, key=jax.random.key(6)).to_dataframe()
+    scale = TRUE["taste_shock_scale"]
+    work, high = np.asarray(df["labor"] == "work"), np.asarray(df["kind"] == "high")
+    closed = [scale * np.log((1 - work[high == k].mean()) / work[high == k].mean()) for k in (0, 1)]
+    shift = pd.Series([0.0, closed[1] - closed[0]], index=index)
+    start = {**truth, "disutility_of_work": 0.6, "kind_shift": shift}
+    result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
+    assert result.converged, result.message
+    np.testing.assert_allclose(result.estimates, [closed[0]], rtol=1e-7)
+    pd.testing.assert_series_equal(result.params["kind_shift"], shift)
+    errors = result.standard_errors["kind_shift"]
+    assert errors.index.equals(index) and errors.isna().all()
+    refit = model.solve(result.params).value("working", 0)  # the result is valid params
+    assert np.all(np.isfinite(np.asarray(refit)))
+
+
+def taxed_utility(consumption, labor, wage, disutility_of_work, income_weight, tax_rate):
+    # `earnings ** (1 − tax_rate)` has an infinite slope at the retirees' earnings 0
+    # (Mahler–Yum's `taxed_income`); weighted by 0 here.
+    earnings = wage * (labor == Labor.work)
+    taxed = income_weight * earnings ** (1 - tax_rate)
+    return jnp.log(consumption) - disutility_of_work * (labor == Labor.work) + taxed
+
+
+@pytest.fixture(scope="module")
+def taxed():
+    model = typed_model(taxed_utility, n_periods=1, n_wealth=6, n_consumption=8)
+    truth = {**TRUE, "income_weight": 0.0, "tax_rate": 0.3}
+    rng = np.random.default_rng(5)
+    initial = {
+        "regime": np.zeros(N, dtype=int),
+        "wealth": rng.uniform(2.0, 30.0, N),
+        "kind": rng.integers(0, 2, N),
+    }
+    return model, truth, model.simulate(truth, initial, key=jax.random.key(7)).to_dataframe()
+
+
+def test_fixed_parameters_with_an_infinite_slope_leave_the_jacobian_finite(taxed):
+    """The moments' Jacobian carried a tangent for every parameter, 0 for the fixed
+    ones, and `0 · ∞` at income 0 put NaN in it (then `LinAlgError: SVD did not
+    converge` in Gauss–Newton). Only the free parameter is differentiated now: the
+    estimate is the closed form of the share working (the taxed term weighs 0)."""
+    model, truth, df = taxed
+    result = lcm.estimate(
+        model, {**truth, "disutility_of_work": 0.3}, data=df, method="msm",
+        moments=[lcm.Profile("labor", Labor.work)], free=["disutility_of_work"], tolerance=1e-12,
+    )  # fmt: skip
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    assert result.converged, result.message
+    assert np.all(np.isfinite(result.jacobian))
+    np.testing.assert_allclose(result.estimates, [estimate], rtol=1e-6)
+    np.testing.assert_allclose(np.sqrt(result.covariance[0, 0]), se, rtol=1e-5)
+
+
+def test_a_non_finite_derivative_in_a_free_parameter_is_named(taxed):
+    """Freeing the wage makes `∞ · 0` (the slope at earnings 0 times their derivative in
+    the wage when retired) its own derivative: an `EstimationError` that names the
+    parameter and the moment, never a failed SVD."""
+    model, truth, df = taxed
+    free = ["disutility_of_work", "wage"]
+    with pytest.raises(
+        lcm.EstimationError,
+        match=r"Jacobian of the moments is not finite.*share labor=work \[period 0\]\)/∂\(wage",
+    ):
+        lcm.estimate(
+            model, truth, data=df, method="msm", free=free,
+            moments=[lcm.Profile("labor", Labor.work), lcm.Profile("wealth")],
+        )  # fmt: skip
+    with pytest.raises(lcm.EstimationError, match=r"gradient is not finite.*\(wage\) = nan"):
+        lcm.estimate(model, truth, data=df, free=free)
 
 
 def test_profile_intervals_and_the_likelihood_ratio_match_the_closed_form(shifted):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lcm_eqx as lcm
+from lcm_eqx._estimation import _estimate as estimate_module
 
 jax.config.update("jax_enable_x64", True)
 
@@ -229,11 +230,16 @@ def test_the_discount_types_get_different_values(my, tiny):
     np.testing.assert_allclose(w[..., 1], v[..., 1], rtol=1e-13)
 
 
-def test_tiny_simulates(my, tiny):
+@pytest.fixture(scope="module")
+def tiny_panel(tiny):
     model, params, initial_conditions, solution = tiny
-    frame = model.simulate(
+    return model.simulate(
         params, initial_conditions, solution=solution, key=jax.random.key(0)
     ).to_dataframe()
+
+
+def test_tiny_simulates(my, tiny, tiny_panel):
+    frame = tiny_panel
     assert set(frame["regime"].unique()) <= {"alive", "dead"}
     alive = frame[frame["regime"] == "alive"]
     periods = my.SIZES["tiny"]["periods"]
@@ -242,6 +248,57 @@ def test_tiny_simulates(my, tiny):
     assert np.isfinite(alive["value"]).all() and (alive["wealth"] >= 0).all()
     table = my.moments(frame, np.linspace(0, 1, my.SIZES["tiny"]["effort"]))
     assert table.notna().all().all()
+
+
+class StartingMass(Exception):
+    """Raised in place of the estimation's first evaluation, with its starting mass."""
+
+
+def starting_mass(model, params, panel, monkeypatch):
+    """The initial mass `estimate(method="msm")` builds from the panel's period-0 rows
+    (caught before anything is compiled)."""
+
+    def capture(objective, theta):
+        raise StartingMass(objective.mass)
+
+    monkeypatch.setattr(estimate_module.Objective, "evaluate", capture)
+    with pytest.raises(StartingMass) as caught:
+        lcm.estimate(
+            model, params, data=panel, method="msm", weighting="identity",
+            moments=[lcm.Profile("health", "good")],
+            free=[("alive", "effort_cost", "effort_elasticity")],
+        )  # fmt: skip
+    return caught.value.args[0]
+
+
+def test_the_msm_start_from_the_data_is_the_models_own_initial_mass(tiny, tiny_panel, monkeypatch):
+    # The period-0 rows give the process states (productivity shock, adjustment cost) as
+    # node values, as `to_dataframe` writes them; they were binned as grid codes
+    # (truncated to integers): most of the mass fell on wrong nodes or off the grid
+    # (mean effort 0.594 instead of 0.873 at the true parameters of the issue's run).
+    model, params, initial_conditions, _ = tiny
+    expected = model.initial_mass(initial_conditions)
+    for panel in (tiny_panel, with_process_indices(model, tiny_panel)):
+        got = starting_mass(model, params, panel, monkeypatch)
+        assert set(got) == set(expected)
+        for regime, mass in expected.items():
+            np.testing.assert_allclose(got[regime], mass, rtol=1e-14, atol=1e-17, err_msg=regime)
+
+
+def with_process_indices(model, panel):
+    """The panel with its process states as grid indices (`"<state>:index"` columns)."""
+    for state in ("productivity_shock", "adjustment_cost"):
+        nodes, _ = model.plan.regimes["alive"].grids[state].discretize({})
+        distance = np.abs(panel[state].to_numpy()[:, None] - np.asarray(nodes)[None, :])
+        panel = panel.drop(columns=state).assign(**{f"{state}:index": distance.argmin(axis=1)})
+    return panel
+
+
+def test_period_0_process_values_off_the_nodes_are_refused(tiny, tiny_panel, monkeypatch):
+    model, params, _, _ = tiny
+    panel = tiny_panel.assign(productivity_shock=tiny_panel["productivity_shock"] + 0.01)
+    with pytest.raises(lcm.InvalidDataError, match=r"period-0 rows.*not a node of 'productivity"):
+        starting_mass(model, params, panel, monkeypatch)
 
 
 def test_describe_compiles_with_labelled_series_params(tiny):
@@ -383,3 +440,87 @@ def test_choice_probabilities_take_labelled_series_params(tiny):
     finite = np.isfinite(np.asarray(solution.value("alive", 0)))
     total = probabilities.sum(axis=(-2, -1))  # over the discrete labour supply and effort
     np.testing.assert_allclose(total[finite], 1.0)
+
+
+@pytest.mark.slow  # the refined solve's and distribution's forward mode compile in minutes
+def test_refined_effort_with_taste_shocks_has_the_central_differences_derivatives(my):
+    # With taste shocks on labour supply and the effort adjustment, every discrete
+    # choice's refined effort enters the values and the moments. Three Newton steps left
+    # a tenth of them `unconverged` (each starts at a kink: a grid point is a node of the
+    # continuation in lagged effort), whose derivative is zero: mean effort's derivatives
+    # were 25–40 % off central differences (tests/test_refine.py has the fast analogue).
+    model, params, initial = my.build(
+        "tiny", n_subjects=100, continuous_effort=True, taste_shock_scale=0.05,
+        solver=lcm.GridSearch(refine=["effort"]), periods=5, wealth=4, saving=3,
+    )  # fmt: skip
+    mass = model.initial_mass(initial)
+    n_alive = model.n_periods - 1
+
+    def values_and_moments(theta):
+        alive = dict(params["alive"])
+        alive["effort_cost"] = {**alive["effort_cost"], "effort_elasticity": theta[0]}
+        beta = alive["discount_factor"]["discount_factor_by_type"]
+        alive["discount_factor"] = {"discount_factor_by_type": jnp.asarray(beta) * theta[1]}
+        moved = {**params, "alive": alive}
+        solution = model.solve(moved, validate="off")
+        dist = model.distribution(moved, mass, solution, validate="off")
+        values = [jnp.sum(solution.value("alive", t)) for t in range(n_alive - 1)]
+        return jnp.concatenate([jnp.stack(values), dist.mean("effort_value")[:n_alive]])
+
+    theta = jnp.array([params["alive"]["effort_cost"]["effort_elasticity"], 1.0])
+    jacobian = np.asarray(jax.jacfwd(values_and_moments)(theta))
+    step = 1e-5
+    central = np.stack(
+        [
+            (values_and_moments(theta.at[i].add(step)) - values_and_moments(theta.at[i].add(-step)))
+            / (2 * step)
+            for i in range(2)
+        ],
+        axis=1,
+    )
+    assert np.all(np.abs(central) > 1e-3)
+    np.testing.assert_allclose(jacobian, central, rtol=1e-6)
+
+
+@pytest.mark.slow  # minutes: the refined model's moments and their forward-mode Jacobian
+def test_the_method_of_moments_recovers_effort_parameters_from_a_simulated_panel(my):
+    # The four failures of issue 65 in one run: a Profile of the alive regime (pandas
+    # 3), the labelled Series tables kept, the distribution started from the panel's
+    # period-0 rows (process states as node values), the Jacobian finite with
+    # `taxed_income`'s infinite slope at the retirees' income 0.
+    model, truth, initial = my.build(
+        "tiny", n_subjects=2000, continuous_effort=True, solver=lcm.GridSearch(refine=["effort"])
+    )
+    solution = model.solve(truth)
+    panel = model.simulate(truth, initial, solution, key=jax.random.key(3)).to_dataframe(
+        extra=["effort_value"], model=model, params=truth
+    )
+    elasticity = ("alive", "effort_cost", "effort_elasticity")
+    penalty = ("alive", "consumption_utility", "health_consumption_penalty")
+    alive = truth["alive"]
+    start = {
+        **truth,
+        "alive": {
+            **alive,
+            "effort_cost": {**alive["effort_cost"], "effort_elasticity": 1.1 * 1.115},
+            "consumption_utility": {
+                **alive["consumption_utility"],
+                "health_consumption_penalty": 0.9 * 0.8715,
+            },
+        },
+    }
+    moments = [
+        lcm.Profile("effort_value", regime="alive", periods=[0, 1, 2, 3]),
+        lcm.Profile("health", "good", regime="alive", periods=[1, 2, 3, 4]),
+    ]
+    result = lcm.estimate(
+        model, start, data=panel, method="msm", moments=moments, free=[elasticity, penalty],
+        bounds={penalty: (0.0, 1.0)}, weighting="diagonal",
+    )  # fmt: skip
+    assert result.converged, result.message
+    assert np.all(np.isfinite(result.jacobian))
+    expected = [my.START_PARAMS["effort_elasticity"], my.START_PARAMS["health_consumption_penalty"]]
+    errors = np.sqrt(np.diag(result.covariance))
+    assert np.all(np.abs(result.estimates - expected) < 3 * errors)
+    table = result.params["alive"]["work_disutility"]["work_disutility_grid"]
+    assert table is truth["alive"]["work_disutility"]["work_disutility_grid"]  # as given

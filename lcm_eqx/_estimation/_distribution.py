@@ -307,18 +307,22 @@ def layouts(plan: ModelPlan, functions: Mapping[str, Any]) -> tuple[RegimeLayout
 
 
 # ------------------------------------------------------------------------- initial mass
-def bin_initial(plan: ModelPlan, regime: Array, states: Mapping[str, Any]) -> dict[str, Array]:
-    """Each subject's mass `1/n` on its regime's state grid.
+def bin_initial(
+    plan: ModelPlan, regime: Array, states: Mapping[str, Any], subject_mass: Array | None = None
+) -> dict[str, Array]:
+    """Each subject's mass (`subject_mass`, `1/n` each by default) on its regime's state
+    grid.
 
     Discrete and process states by their code; a continuous state onto the two nodes
     around it with linear-interpolation weights (beyond the grid: the end node).
     """
     dtype = jnp.zeros(()).dtype
     n = regime.shape[0]
+    own = jnp.full(n, 1.0 / n, dtype) if subject_mass is None else jnp.asarray(subject_mass, dtype)
     mass = {}
     for name, regime_plan in plan.regimes.items():
         shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
-        weight = jnp.where(regime == regime_plan.id, 1.0 / n, 0.0).astype(dtype)
+        weight = jnp.where(regime == regime_plan.id, own, 0.0)
         dims = []
         for s in regime_plan.states:
             grid = regime_plan.grids[s]

@@ -16,8 +16,8 @@ What it does, in order:
      discrete state of the model).
    - `"msm"`: `½ (m(θ) − m̂)ᵀ W (m(θ) − m̂)`, with `m(θ)` the `Profile` moments of the
      exact distribution (`model.distribution`, no simulation noise) started from the
-     data's period-0 rows, `m̂` the data's moments (`data_moments`) and `W` the
-     weighting matrix.
+     data's period-0 rows (read as `simulate` reads initial conditions), `m̂` the
+     data's moments (`data_moments`) and `W` the weighting matrix.
 3. **The optimiser**, from each start (the best run is kept): for `"mle"`, L-BFGS
    (optax's direction, a backtracking line search); for `"msm"`, damped Gauss–Newton
    (the objective is a quadratic form in moments with an exact Jacobian). Converged
@@ -27,7 +27,10 @@ What it does, in order:
    every parameter, and no parameter is at a bound (the Newton step would leave its
    interval). The gradient in `x` alone can mislead: it vanishes where the transform
    saturates, however far the optimum lies beyond the bound. Anything else is
-   reported as not converged, with a message and an `LcmWarning`.
+   reported as not converged, with a message and an `LcmWarning`. Derivatives are
+   taken in the free parameters alone; one that is not finite at the start is an
+   `EstimationError` naming the parameter (and the moment), and trial steps where
+   one is not finite are refused, so no linear solve ever sees one.
 4. **Standard errors** in the natural parameters `θ`: for `"mle"`, from the Hessian
    `H` of minus the log-likelihood, the outer product of the subjects' scores `S`,
    and the robust sandwich `H⁻¹ SᵀS H⁻¹`; for `"msm"`, the sandwich
@@ -51,13 +54,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pandas as pd
-from jaxtyping import Array
 
-from .._errors import EstimationError, InvalidDataError, warn
-from .._grids import DiscreteGrid
+from .._errors import EstimationError, InvalidDataError, InvalidInitialConditionsError, warn
+from .._grids import INDEX_SUFFIX, AbstractProcessGrid, DiscreteGrid
 from .._pandas import coerce_params
 from ._data import ChoiceData, prepare_data, regime_codes
-from ._distribution import bin_initial
 from ._likelihood import log_likelihood
 from ._moments import Profile, panel_moments, profiles_tuple
 
@@ -212,35 +213,53 @@ def _get(tree, path):
     return tree
 
 
-# Derivatives are taken with respect to the `params` pytree that `model.solve` receives
-# and the free leaves read off it (plus the type shares, which only the mixture reads).
-def _free_part(objective: Objective, tangent, shares) -> Array:
-    parts = [_get(tangent, f.path) for f in objective.free]
-    return jnp.concatenate([jnp.stack(parts), shares]) if objective.types else jnp.stack(parts)
-
-
+# Derivatives are taken in `θ` alone, read into the parameters inside the function
+# differentiated: the fixed parameters are constants there, so their tangents are
+# symbolic zeros that JAX never multiplies. Zero tangents of every parameter (as when the
+# whole dict was differentiated) turn a function with an infinite slope where a fixed
+# parameter puts it (Mahler–Yum's `taxed_income`, `income ** (1 − rate)` at income 0)
+# into 0·∞ = NaN in the Jacobian.
 @eqx.filter_jit
 def _likelihood_and_gradient(objective: Objective, theta):
     """The subjects' log-likelihoods and the gradient of their sum (reverse mode)."""
-    params = objective.model_params(theta)
-    contributions, pullback = jax.vjp(objective.contributions, params, theta)
-    by_params, by_theta = pullback(jnp.ones_like(contributions))
-    return contributions, _free_part(objective, by_params, by_theta[len(objective.free) :])
+
+    def contributions(theta):
+        return objective.contributions(objective.model_params(theta), theta)
+
+    values, pullback = jax.vjp(contributions, theta)
+    (gradient,) = pullback(jnp.ones_like(values))
+    return values, gradient
 
 
 @eqx.filter_jit
 def _moments_and_jacobian(objective: Objective, theta):
     """The model's moments and their exact Jacobian `∂m/∂θ` (forward mode)."""
-    params = objective.model_params(theta)
 
-    def along(i):
-        tangent = jax.tree.map(jnp.zeros_like, params)
-        for j, f in enumerate(objective.free):
-            tangent = _replace(tangent, f.path, jnp.where(i == j, 1.0, 0.0).astype(theta.dtype))
-        return jax.jvp(objective.moments, (params,), (tangent,))
+    def moments(theta):
+        return objective.moments(objective.model_params(theta))
 
-    moments, jacobian = jax.vmap(along)(jnp.arange(len(objective.free)))
-    return moments[0], jacobian.T
+    def along(direction):
+        return jax.jvp(moments, (theta,), (direction,))
+
+    values, jacobian = jax.vmap(along)(jnp.eye(theta.shape[0], dtype=theta.dtype))
+    return values[0], jacobian.T
+
+
+def _non_finite(matrix: np.ndarray, rows, columns) -> str | None:
+    """The non-finite entries of a Jacobian `∂row/∂column`, named (None: all finite)."""
+    bad = np.argwhere(~np.isfinite(matrix))
+    if bad.size == 0:
+        return None
+    named = ", ".join(f"∂({rows[i]})/∂({columns[j]}) = {matrix[i, j]}" for i, j in bad[:4])
+    return named + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+
+
+NON_FINITE_ADVICE = (
+    "a function of the model has an infinite or undefined slope there in these parameters "
+    "(such as x ** a or log(x) at x = 0, or a NaN in a branch that jnp.where discards): "
+    "make it differentiable there (keep the argument away from the singular point in both "
+    "branches of the jnp.where) or free other parameters"
+)
 
 
 # Armijo's sufficient-decrease constant and the most halvings of a step.
@@ -287,7 +306,8 @@ def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: 
         for _ in range(MAX_HALVINGS):
             trial = x + size * direction
             trial_value, trial_gradient = value_and_gradient(trial)
-            if np.isfinite(trial_value) and trial_value <= value + ARMIJO * size * slope:
+            finite = np.isfinite(trial_value) and np.all(np.isfinite(trial_gradient))
+            if finite and trial_value <= value + ARMIJO * size * slope:
                 break
             size /= 2
         else:
@@ -313,6 +333,7 @@ def _gauss_newton(
     step_tolerance: float,
     covariance: np.ndarray,
     n_subjects: int,
+    labels: Sequence[str],
 ):
     """Damped Gauss–Newton on `½ rᵀWr / n`, `r = m(θ) − m̂`, from `x`, with `n` the
     number of subjects: with the optimal weighting `½ rᵀWr` is on the scale of a
@@ -335,6 +356,10 @@ def _gauss_newton(
     sandwich with the data moments' `covariance` for `Ω`, the cheap form of the
     reported one). Same returns as
     `_minimise`.
+
+    A non-finite Jacobian never reaches a linear solve: at the start it is an
+    `EstimationError` naming its entries (`labels`: the moments'); a trial step where it
+    is not finite is refused like one where the objective is not.
     """
     weight, target = np.asarray(objective.weight), np.asarray(objective.data_moments)
 
@@ -346,7 +371,15 @@ def _gauss_newton(
         j_x = jacobian @ dtheta_dx
         return value, j_x.T @ weight @ residual / n_subjects, j_x, jacobian, dtheta_dx
 
+    names = [f.label for f in objective.free]
     value, gradient, j_x, jacobian, dtheta_dx = linearise(x)
+    non_finite = _non_finite(jacobian, labels, names)
+    if non_finite is not None:
+        at = ", ".join(f"{n}={t:.6g}" for n, t in zip(names, objective.natural(x)[0], strict=True))
+        raise EstimationError(
+            f"estimate('msm'): the Jacobian of the moments is not finite at the start ({at}): "
+            f"{non_finite}; {NON_FINITE_ADVICE}."
+        )
     trace = [(value, float(np.max(np.abs(gradient))))]
     reason, step, damping = None, 0, DAMPING_START
     while True:
@@ -365,12 +398,22 @@ def _gauss_newton(
             if not slope < 0:  # numerically flat: the steepest descent direction instead
                 move, slope = -gradient, -float(gradient @ gradient)
             trial = linearise(x + move)
-            if np.isfinite(trial[0]) and trial[0] <= value + ARMIJO * slope:
+            trial_non_finite = _non_finite(trial[3], labels, names)
+            non_finite = trial_non_finite or non_finite
+            if (
+                trial_non_finite is None
+                and np.isfinite(trial[0])
+                and trial[0] <= value + ARMIJO * slope
+            ):
                 damping /= DAMPING_FACTOR
                 break
             damping = max(damping * DAMPING_FACTOR, DAMPING_FLOOR)
         else:
-            reason = f"the damped step found no decrease after {MAX_HALVINGS} tries"
+            reason = f"the damped step found no decrease after {MAX_HALVINGS} tries" + (
+                f" (the Jacobian was not finite at some trial points: {non_finite})"
+                if non_finite is not None
+                else ""
+            )
             break
         x = x + move
         value, gradient, j_x, jacobian, dtheta_dx = trial
@@ -669,6 +712,17 @@ class EstimationResult(eqx.Module):
             threshold: singular values below `threshold` times the largest count as
                 (nearly) unidentified directions.
         """
+        rows = (
+            [f"{moment} [period {t}]" for moment, t in self.moment_labels]
+            if self.moment_labels is not None
+            else [f"the log-likelihood of subject {i}" for i in range(self.jacobian.shape[0])]
+        )
+        non_finite = _non_finite(self.jacobian, rows, self.names)
+        if non_finite is not None:
+            raise EstimationError(
+                f"identification: the Jacobian at the estimates is not finite: {non_finite}; "
+                f"{NON_FINITE_ADVICE}."
+            )
         scale = np.where(self.estimates != 0, np.abs(self.estimates), 1.0)
         if self.method == "msm":
             # Every MSM result has its weighting matrix and model moments.
@@ -785,7 +839,12 @@ def estimate(
         >>> result.summary()          # estimate, std_error, ci_lower, ci_upper, ...
         >>> result.params             # shaped like `start`
     """
-    params = _as_arrays(coerce_params(params))
+    given = coerce_params(params)
+    if not isinstance(given, Mapping):
+        raise EstimationError(f"estimate: params must be a dict, got {type(given).__name__}.")
+    # The model's normal form (labelled Series as the tables user functions index) is
+    # what the objective differentiates; the result keeps the user's own spelling.
+    params = _as_arrays(model.checked_params(given))
     if method not in ("mle", "msm"):
         raise EstimationError(f"estimate: method must be 'mle' or 'msm', got {method!r}.")
     free_specs = _free(model, params, free, bounds or {})
@@ -811,7 +870,9 @@ def estimate(
         n_subjects = fields["n_clusters"]
         panel = None
     else:
-        fields, panel = _msm_fields(model, data, moments, weighting, initial, subject)
+        fields, panel, conditions = _msm_fields(
+            model, params, data, moments, weighting, initial, subject
+        )
         n_subjects = panel.influence.shape[0]
     with warnings.catch_warnings():
         # The model is static, as everywhere in the library (`static_argnames="model"`);
@@ -829,20 +890,28 @@ def estimate(
     runs = []
     for x0 in _starts(free_specs, params, shares0, starts):
         theta0, _ = objective.natural(x0)
-        value = objective.evaluate(jnp.asarray(theta0))[0]
+        value, gradient, _ = objective.evaluate(jnp.asarray(theta0))
+        at = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, theta0, strict=True))
         if not math.isfinite(value):
-            at = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, theta0, strict=True))
             raise EstimationError(
                 f"estimate({method!r}): the objective is {value} at the start ({at}); "
                 "check the start values (and that every observed choice is feasible)."
+            )
+        non_finite = _non_finite(gradient[None, :], ["the log-likelihood"], names)
+        if method == "mle" and non_finite is not None:
+            raise EstimationError(
+                f"estimate('mle'): the gradient is not finite at the start ({at}): "
+                f"{non_finite}; {NON_FINITE_ADVICE}."
             )
         if method == "mle":
             run = _minimise(objective, x0, tolerance, max_steps)
         else:
             assert panel is not None  # MSM always has its data moments
+            labels = [f"{moment} [period {t}]" for moment, t in panel.labels]
             run = _gauss_newton(
-                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance, n_subjects
-            )
+                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance, n_subjects,
+                labels,
+            )  # fmt: skip
         runs.append((theta0, *run))
     finite = [r for r in runs if math.isfinite(r[2])]
     start_theta, x, value, gradient, n_steps, trace, reason = min(
@@ -863,16 +932,15 @@ def estimate(
         reported = -value * n_subjects
         model_moments = None
     else:
-        _, _, model_moments = objective.evaluate(jnp.asarray(theta))
         model_moments, jacobian = (
             np.asarray(a) for a in _moments_and_jacobian(objective, jnp.asarray(theta))
         )
         weight = np.asarray(objective.weight)
         assert panel is not None  # MSM always has its data moments
         influence = panel.influence
-        if initial is None:
+        if conditions is not None:
             influence = influence - _model_influence(
-                model, objective, jnp.asarray(theta), data, subject, panel
+                model, objective, jnp.asarray(theta), conditions
             )
         omega = influence.T @ influence / influence.shape[0] ** 2
         bread = _inverse(jacobian.T @ weight @ jacobian)
@@ -897,12 +965,13 @@ def estimate(
     elif method == "msm" and isinstance(weighting, str) and weighting == "optimal":
         _check_overidentification(reported, np.size(objective.data_moments) - len(names))
     estimates = theta
-    model_params = objective.model_params(jnp.asarray(theta))
-    standard_errors = jax.tree.map(lambda leaf: jnp.full(jnp.shape(leaf), jnp.nan), params)
+    estimated: dict[str, Any] = dict(given)
+    standard_errors: dict[str, Any] = _fixed_errors(given)
     for i, f in enumerate(free_specs):
+        estimated = _replace(estimated, f.path, jnp.asarray(theta[i]))
         standard_errors = _replace(standard_errors, f.path, jnp.asarray(se[i]))
     return EstimationResult(
-        params=model_params,
+        params=estimated,
         standard_errors=standard_errors,
         covariance=cov,
         covariances=covariances,
@@ -1017,8 +1086,6 @@ def _with(theta: np.ndarray, j: int, value: float) -> np.ndarray:
 # ----------------------------------------------------------------------------- inputs
 def _as_arrays(params):
     """Every leaf a float64 (or integer) JAX array, so new values reuse the compiled fit."""
-    if not isinstance(params, Mapping):
-        raise EstimationError(f"estimate: params must be a dict, got {type(params).__name__}.")
 
     def leaf(value):
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -1026,6 +1093,15 @@ def _as_arrays(params):
         return jnp.asarray(value)
 
     return {k: _as_arrays(v) if isinstance(v, Mapping) else leaf(v) for k, v in params.items()}
+
+
+def _fixed_errors(params) -> Any:
+    """NaN standard errors shaped like `params` (a labelled Series: NaN on its index)."""
+    if isinstance(params, Mapping):
+        return {key: _fixed_errors(value) for key, value in params.items()}
+    if isinstance(params, pd.Series):
+        return pd.Series(np.nan, index=params.index, name=params.name)
+    return jnp.full(jnp.shape(params), jnp.nan)
 
 
 def _free(model, params, free, bounds) -> tuple[Free, ...]:
@@ -1167,22 +1243,24 @@ def _warn_unused_continuous(types: Types, data: ChoiceData) -> None:
         )
 
 
-def _msm_fields(model, data, moments, weighting, initial, subject):
+def _msm_fields(model, params, data, moments, weighting, initial, subject):
     profiles = profiles_tuple(moments)
     panel = panel_moments(model, data, profiles, subject)
     covariance = panel.covariance
     weight = _weight(weighting, covariance, panel.labels)
     if initial is None:
-        mass = _data_mass(model, data, subject, panel)
+        conditions = _first_rows(model, data, subject, panel)
+        mass = _data_mass(model, conditions, params)
     else:
-        mass = model.initial_mass(initial)
+        conditions = None
+        mass = model.initial_mass(initial, params)
     fields = dict(
         mass=mass,
         profiles=tuple(zip(profiles, panel.periods, strict=True)),
         data_moments=jnp.asarray(panel.values),
         weight=jnp.asarray(weight),
     )
-    return fields, panel
+    return fields, panel, conditions
 
 
 def _weight(weighting, covariance, labels) -> np.ndarray:
@@ -1225,8 +1303,11 @@ def _weight(weighting, covariance, labels) -> np.ndarray:
     return matrix
 
 
-def _subject_initial(model, data, subject, panel):
-    """Each subject's period-0 regime and states, in the panel's subject order."""
+def _first_rows(model, data, subject, panel) -> dict[str, np.ndarray]:
+    """The subjects' period-0 rows as initial conditions, in the panel's subject order:
+    `regime` and each state as the data give it (labels or codes, values; a process
+    state as its node values, as `to_dataframe` writes them, or as grid indices in a
+    column `"<state>:index"`), for `model.initial_mass` to read as `simulate` does."""
     first = data[data["period"] == 0].set_index(subject)
     missing = [s for s in panel.subjects if s not in first.index]
     if missing:
@@ -1236,58 +1317,73 @@ def _subject_initial(model, data, subject, panel):
         )
     first = first.loc[panel.subjects]
     regime = regime_codes(model.plan, first["regime"])
-    states = {}
+    conditions = {"regime": regime}
     for regime_plan in model.plan.regimes.values():
         for name in regime_plan.states:
-            grid = regime_plan.grids[name]
-            if name not in first.columns:
+            index_column = name + INDEX_SUFFIX
+            column = index_column if index_column in first.columns else name
+            if column in conditions:
+                continue
+            having = np.isin(
+                regime, [r.id for r in model.plan.regimes.values() if name in r.states]
+            )
+            if not np.any(having):
+                continue
+            if column not in first.columns:
                 raise InvalidDataError(f"estimate: data lack the state {name!r}.")
-            column = first[name]
-            if (grid.is_discrete and column.dtype.kind in "OUS") or isinstance(
-                column.dtype, pd.CategoricalDtype
-            ):
-                lookup = {str(label): i for i, label in enumerate(grid.labels)}
-                column = column.astype(object).map(lambda v, lookup=lookup: lookup.get(str(v), 0))
-            values = np.asarray(pd.to_numeric(column, errors="coerce"), dtype=float)
-            own = regime == regime_plan.id
-            if np.any(own & ~np.isfinite(values)):
+            values = first[column]
+            present = values.notna().to_numpy()
+            if np.any(having & ~present):
+                lacking = list(first.index[having & ~present][:5])
                 raise InvalidDataError(
-                    f"estimate: data[{name!r}] is missing in period 0 for subjects in regime "
-                    f"{regime_plan.name!r}."
+                    f"estimate: data[{column!r}] is missing in period 0 for subjects {lacking}, "
+                    f"whose regime has the state {name!r}."
                 )
-            # Subjects in other regimes put no mass here; any finite value will do.
-            states[name] = np.where(np.isfinite(values), values, 0.0)
-    return regime, states
+            # Subjects in regimes without the state put no mass on it: any valid entry.
+            values = values.where(present, values[having].iloc[0]).to_numpy()
+            grid = regime_plan.grids[name]
+            codes = column == index_column or (
+                grid.is_discrete and not isinstance(grid, AbstractProcessGrid)
+            )
+            if codes and values.dtype.kind == "f" and np.all(values == np.round(values)):
+                values = values.astype(np.int64)  # codes that pandas stored as floats
+            conditions[column] = values
+    return conditions
 
 
-def _data_mass(model, data, subject, panel):
-    regime, states = _subject_initial(model, data, subject, panel)
-    return bin_initial(
-        model.plan, jnp.asarray(regime), {k: jnp.asarray(v) for k, v in states.items()}
-    )
+def _data_mass(model, conditions, params):
+    """The initial mass of the data's period-0 rows (`_first_rows`), or each subject's
+    own mass times `subject_mass`."""
+    try:
+        return model.initial_mass(conditions, params)
+    except InvalidInitialConditionsError as error:
+        raise InvalidDataError(
+            f"estimate: the data's period-0 rows, which the distribution starts from, are "
+            f"not valid initial conditions: {error}"
+        ) from None
 
 
-def _model_influence(model, objective, theta, data, subject, panel) -> np.ndarray:
+def _model_influence(model, objective, theta, conditions) -> np.ndarray:
     """Each subject's influence on the model's moments through its initial state.
 
     The moments are ratios of quantities linear in the initial mass `μ`, so moving the
     sample's mass `μ̂` towards subject `i`'s own mass `μ_i` (its nodes, summing to 1)
     changes them by `∂m/∂μ · (μ_i − μ̂)`: the `ψ_i` subtracted from the data's `φ_i`.
+    `∂m/∂μ · μ_i` is the derivative of `∂m/∂μ · μ` in subject `i`'s mass, for all
+    subjects at once (one reverse pass per moment, no array of subjects × nodes).
     """
-    regime, states = _subject_initial(model, data, subject, panel)
-
-    def own_mass(r, s):
-        return bin_initial(model.plan, r[None], {k: v[None] for k, v in s.items()})
-
-    masses = jax.vmap(own_mass)(jnp.asarray(regime), {k: jnp.asarray(v) for k, v in states.items()})
     derivative = _moments_by_initial_mass(objective, theta)
-    influence = 0.0
-    for name, d in derivative.items():
-        n_moments = d.shape[0]
-        own = np.asarray(masses[name]).reshape(len(regime), -1)
-        sample = np.asarray(objective.mass[name]).reshape(1, -1)
-        influence = influence + (own - sample) @ np.asarray(d).reshape(n_moments, -1).T
-    return np.asarray(influence)
+    n_subjects = len(conditions["regime"])
+    n_moments = np.size(objective.data_moments)
+
+    def moments_of(subject_mass):
+        mass = model.initial_mass(conditions, objective.params, subject_mass=subject_mass)
+        terms = (jnp.tensordot(derivative[r], mass[r], axes=mass[r].ndim) for r in mass)
+        return sum(terms, start=jnp.zeros(n_moments))
+
+    own = jax.jacrev(moments_of)(jnp.ones(n_subjects))
+    sample = moments_of(jnp.full(n_subjects, 1.0 / n_subjects))
+    return np.asarray(own - sample[:, None]).T
 
 
 def wald_interval(theta, se, lower, upper, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:

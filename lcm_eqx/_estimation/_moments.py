@@ -162,9 +162,10 @@ def panel_moments(
                 f"are {list(model.plan.regimes)}."
             )
         column = data[profile.name]
+        # Not updated in place: pandas 3 hands out read-only views of its data.
         observed = column.notna().to_numpy()
         if profile.regime is not None:
-            observed &= regime == profile.regime
+            observed = observed & (regime == profile.regime)
         if profile.value is None:
             y = np.asarray(pd.to_numeric(column, errors="coerce"), dtype=float)
             if np.any(observed & ~np.isfinite(y)):

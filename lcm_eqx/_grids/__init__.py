@@ -9,6 +9,7 @@ from ._continuous import LogSpacedGrid as LogSpacedGrid
 from ._continuous import PiecewiseLinSpacedGrid as PiecewiseLinSpacedGrid
 from ._continuous import PiecewiseLogSpacedGrid as PiecewiseLogSpacedGrid
 from ._discrete import DiscreteGrid as DiscreteGrid
+from ._process import INDEX_SUFFIX as INDEX_SUFFIX
 from ._process import AbstractProcessGrid as AbstractProcessGrid
 from ._process import IIDGrid as IIDGrid
 from ._process import LogNormalIIDGrid as LogNormalIIDGrid

@@ -17,6 +17,9 @@ from ._ar1 import rouwenhorst, tauchen
 from ._base import AbstractGrid
 
 PROCESS_PARAMETERS = ("rho", "sigma", "mean")
+# Initial conditions (and data) give a process state as its node values under its name,
+# or as grid indices under its name with this suffix.
+INDEX_SUFFIX = ":index"
 
 
 class AbstractProcessGrid(AbstractGrid):
