@@ -27,7 +27,7 @@ the value differences.
 
 `tests/test_budget_kinks.py` checks this model (at two and three periods) against an
 exact oracle that maximises the Bellman equation piece by piece: the kinked DC-EGM is
-within 1e-8 of it; see docs/solvers.md, "Budgets with kinks".
+within 1e-8 of it; see docs/budget_kinks.md.
 
 Run from the repository root: `python examples/consumption_floor.py`.
 """
