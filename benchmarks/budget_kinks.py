@@ -1,7 +1,7 @@
 """Declared budget kinks (NB-EGM) against grid search on a consumption-floor model:
 accuracy against the exact oracle, compile time and steady solve time.
 
-    python benchmarks/budget_kinks.py              # the sizes of docs/solvers.md
+    python benchmarks/budget_kinks.py              # the sizes of docs/budget_kinks.md
     python benchmarks/budget_kinks.py --quick      # small sizes, a smoke run
     python benchmarks/budget_kinks.py --periods 3  # with next period's kinks mapped
 

@@ -30,7 +30,8 @@ agent's choice) complete each row.
 With `--stock`, only NEGM is solved, at the one level of `--levels` with the durable
 stock at each of the given levels (`20D + 1` nodes; the other grids at the level), and
 the distances between consecutive stock levels are printed: how far NEGM is from its
-limit along the stock, the grid that carries its first-order error (docs/solvers.md).
+limit along the stock, the grid that carries its first-order error (docs/negm.md;
+the study in full: docs/development_notes.md).
 
 Prints one line per solve and a summary, and writes `benchmarks/results/negm.json`.
 """

@@ -10,13 +10,16 @@ matplotlib is imported only when a plot is drawn, so the library itself does not
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._errors import InvalidPeriodError, LcmError
+from ._facade import INDEX_SUFFIX
 from ._grids import AbstractContinuousGrid, AbstractProcessGrid, DiscreteGrid
 from ._grids._age import age_of
 from ._model._params import resolve_params
@@ -320,31 +323,42 @@ def compute_policy(
     or the regime's `DCEGM` policy is read there (continuous actions off the grid).
 
     Args:
-        states: `{state: 1-d array}` for every state of the regime, all of one length:
-            grid codes for discrete and process states, values for continuous ones.
+        states: `{state: 1-d array}` for every state of the regime, all of one length,
+            spelled as in `Model.simulate`'s initial conditions: values for continuous
+            states; codes or labels for discrete (`DiscreteGrid`) states; for process
+            states (`RouwenhorstGrid`, `IIDGrid`, ...) their node values, as user
+            functions and `to_dataframe` show them, or grid indices under the key
+            `"<state>:index"`. (Integers under a process state's own name are read as
+            grid indices, as before, with a `FutureWarning`: use `"<state>:index"`.)
         key: a `jax.random.key` for the taste-shock draws of regimes that have them
             (default `jax.random.key(0)`); without taste shocks it is unused.
 
     Returns:
         `({action: array}, values)`: discrete actions as codes, continuous ones as values,
-        and the value of the best action at each point.
+        and the value of the best action at each point (with taste shocks: of the drawn
+        choice, shock included).
+
+    With taste shocks (`ExtremeValueShocks`) the discrete choice returned is a random
+    draw, as in the simulation: the choice whose value plus its drawn shock is the
+    largest, so a policy computed along a state is jagged. The choice probabilities are
+    `lcm.choice_probabilities(model, params, solution, regime, period)` (on the state
+    grid); the most likely choice is their argmax over the action axes, the choice
+    without shocks (`lcm.discrete_values(...)` gives the values it compares).
 
     Example:
         >>> actions, values = lcm.compute_policy(model, params, solution, "working", 0,
         ...                          {"wealth": jnp.linspace(1.0, 100.0, 50)})
+        >>> lcm.compute_policy(model, params, solution, "alive", 0,
+        ...                    {"wealth": wealth, "income": np.full(50, 1.0)})  # a node
+        >>> lcm.compute_policy(model, params, solution, "alive", 0,
+        ...                    {"wealth": wealth, "income:index": np.zeros(50, int)})
     """
     import jax
     import jax.numpy as jnp
 
     regime_plan = _regime_plan(model, regime)
     (period,) = _check_periods(solution, regime, period)
-    missing = [s for s in regime_plan.states if s not in states]
-    if missing:
-        raise PlotError(f"Regime {regime!r}: states lacks {missing}.")
-    points = {
-        s: jnp.asarray(states[s], dtype=jnp.int32 if regime_plan.grids[s].is_discrete else None)
-        for s in regime_plan.states
-    }
+    points = _policy_points(model, params, regime_plan, states)
     n = next(iter(points.values())).shape[0] if points else 1
     key = jax.random.key(0) if key is None else key
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(n))
@@ -353,6 +367,107 @@ def compute_policy(
         params, solution.continuation_values, solution.policies, points, jnp.asarray(period), keys
     )
     return {name: np.asarray(x) for name, x in chosen.items()}, np.asarray(value)
+
+
+def _policy_points(model: Model, params, regime_plan, states: Mapping[str, Any]) -> dict:
+    """`compute_policy`'s states as the solver reads them: values of continuous states,
+    codes of discrete and process states (process states given as node values are
+    matched to their nodes; nothing is rounded to the nearest node)."""
+    regime = regime_plan.name
+    grids = regime_plan.grids
+    process = [s for s in regime_plan.states if isinstance(grids[s], AbstractProcessGrid)]
+    known = {*regime_plan.states, *(s + INDEX_SUFFIX for s in process)}
+    unknown = [k for k in states if k not in known]
+    if unknown:
+        raise PlotError(
+            f"Regime {regime!r}: states has unknown entries {unknown}; its states are "
+            f"{list(regime_plan.states)}"
+            + (
+                f" (process states as node values, or grid indices under "
+                f"{sorted(s + INDEX_SUFFIX for s in process)})"
+                if process
+                else ""
+            )
+            + "."
+        )
+    missing = [s for s in regime_plan.states if s not in states and s + INDEX_SUFFIX not in states]
+    if missing:
+        raise PlotError(f"Regime {regime!r}: states lacks {missing}.")
+    nodes: dict[str, np.ndarray] | None = None
+    points = {}
+    for name in regime_plan.states:
+        grid = regime_plan.grids[name]
+        index_key = name + INDEX_SUFFIX
+        given = [k for k in (name, index_key) if k in states]
+        if len(given) > 1:
+            raise PlotError(
+                f"Regime {regime!r}: states has both {name!r} (values) and {index_key!r} "
+                "(grid indices); give one of them."
+            )
+        raw = np.asarray(states[given[0]])
+        if name in process and given[0] == name and raw.dtype.kind not in "iub":
+            if nodes is None:
+                nodes = _process_points(model, params, regime_plan)
+            points[name] = jnp.asarray(_node_codes(regime, name, raw, nodes[name]))
+        elif grid.is_discrete:
+            if name in process and given[0] == name:
+                warnings.warn(
+                    f"compute_policy: states[{name!r}] holds integers, read as grid indices "
+                    f"of the process state {name!r} as before. Process states are given as "
+                    f"their node values (as in simulate and to_dataframe); pass grid "
+                    f"indices under {index_key!r}.",
+                    FutureWarning,
+                    stacklevel=3,
+                )
+            points[name] = jnp.asarray(_grid_codes(regime, given[0], grid, raw), jnp.int32)
+        else:
+            points[name] = jnp.asarray(raw)
+    return points
+
+
+def _node_codes(regime: str, state: str, values: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Grid indices of process-state values, each a node of `points` (within 1e-6
+    relative), or a `PlotError` naming the nearest nodes."""
+    if values.dtype.kind not in "f":
+        raise PlotError(
+            f"Regime {regime!r}: states[{state!r}] must hold the node values of {state!r} "
+            f"(numbers), or give grid indices under {state + INDEX_SUFFIX!r}."
+        )
+    points = np.asarray(points, dtype=float)
+    tolerance = 1e-6 * max(1.0, float(np.max(np.abs(points))))
+    distance = np.abs(values.astype(float)[:, None] - points[None, :])
+    nearest = np.argmin(distance, axis=1)
+    off = ~(distance[np.arange(values.shape[0]), nearest] <= tolerance)
+    if np.any(off):
+        value = float(values[np.argmax(off)])
+        raise PlotError(
+            f"Regime {regime!r}: states[{state!r}] has {value:.6g}, which is not a node of "
+            f"{state!r} (nodes: {[float(f'{x:.6g}') for x in points]}). Process states are "
+            f"given as node values; give grid indices under {state + INDEX_SUFFIX!r}."
+        )
+    return nearest.astype(np.int32)
+
+
+def _grid_codes(regime: str, key: str, grid, raw: np.ndarray) -> np.ndarray:
+    """Codes of a discrete or process state given as codes (or, for a `DiscreteGrid`,
+    labels), checked against the grid."""
+    n_points = grid.n_points
+    if raw.dtype.kind in "OUS" and isinstance(grid, DiscreteGrid):
+        lookup = {label: i for i, label in enumerate(grid.labels)}
+        bad = sorted({str(v) for v in raw if str(v) not in lookup})
+        if bad:
+            raise PlotError(
+                f"Regime {regime!r}: states[{key!r}] has unknown labels {bad}; valid: "
+                f"{list(grid.labels)}."
+            )
+        return np.array([lookup[str(v)] for v in raw], dtype=np.int32)
+    labels = f" or labels {list(grid.labels)}" if isinstance(grid, DiscreteGrid) else ""
+    message = (
+        f"Regime {regime!r}: states[{key!r}] must hold grid indices 0..{n_points - 1}{labels}."
+    )
+    if raw.dtype.kind not in "iub" or not np.all((raw >= 0) & (raw < n_points)):
+        raise PlotError(message)
+    return raw.astype(np.int32)
 
 
 @functools.lru_cache(maxsize=8)
@@ -411,8 +526,9 @@ def plot_policy(
     `state` (other states at the grid indices in `fixed`), the actions are searched on
     their grids against the next period's value arrays, or read from the regime's
     `DCEGM` policy. A discrete action is drawn as its category (labels on the
-    y axis). With taste shocks the drawn choice is one draw of the shocks. Points with
-    no feasible action are left out.
+    y axis). With taste shocks the drawn choice is one draw of the shocks (so the line
+    is jagged); plot `lcm.choice_probabilities(...)` for the probabilities, or their
+    argmax for the most likely choice. Points with no feasible action are left out.
 
     Args:
         model: the model.
@@ -455,10 +571,13 @@ def plot_policy(
         points = {}
         for name in regime_plan.states:
             grid = regime_plan.grids[name]
+            # Process states by their grid indices (`compute_policy` reads their own
+            # names as node values).
+            key = name + INDEX_SUFFIX if isinstance(grid, AbstractProcessGrid) else name
             if name == x_state:
-                points[name] = np.arange(n) if grid.is_discrete else x
+                points[key] = np.arange(n) if grid.is_discrete else x
             elif grid.is_discrete:
-                points[name] = np.full(n, at[name])
+                points[key] = np.full(n, at[name])
             else:
                 points[name] = np.full(n, _grid_points(grid, period=p)[0][at[name]])
         chosen, value = compute_policy(model, params, solution, regime, p, points)

@@ -293,7 +293,7 @@ def test_a_read_of_next_period_traces_marginal_utility_once_per_interpolant():
     six quadrature points at once; the keeper's and the adjuster's marginal value; the
     adjuster's value integral): each a single traced copy, batched, not one per point.
     Every copy is XLA code of its own, and unrolled copies were most of NEGM's compile
-    time (docs/solvers.md)."""
+    time (docs/development_notes.md, NEGM)."""
     from lcm_eqx._solve._negm._policy import NEGMPolicy, read
 
     liquid, durable, total = (

@@ -99,7 +99,10 @@ def egm_grids(income=INCOME.points, transition=INCOME.probabilities, savings=SAV
 
 def policy(model, params, solution, period, wealth, income_code):
     n = wealth.shape[0]
-    states = {"wealth": wealth, "income": np.full(n, income_code)}
+    # Grid indices: a Markov state's codes under its name, an i.i.d. state's under
+    # "income:index" (its own name takes node values).
+    markov = isinstance(model.regimes["alive"].states["income"], lcm.DiscreteGrid)
+    states = {"wealth": wealth, "income" if markov else "income:index": np.full(n, income_code)}
     actions, _ = lcm.compute_policy(model, params, solution, "alive", period, states)
     return np.asarray(actions["consumption"])
 

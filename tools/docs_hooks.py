@@ -67,7 +67,7 @@ SOLVER_PROTOCOL_USERS = ("GridSearch", "DCEGM", "ExactEnvelope")
 
 # Reading order of the hand-written pages; any other docs/*.md page joins "Guides".
 GUIDES = ["quickstart.md", "models.md", "tuning.md", "estimation.md"]
-PERFORMANCE = ["performance.md", "benchmarking.md"]
+PERFORMANCE = ["performance.md", "benchmarking.md", "development_notes.md"]
 CONTRIBUTORS = ["architecture.md"]
 API = ["api.md", "reference.md"]
 CONTRIBUTORS_GENERATED = ["solver_authors.md"]
