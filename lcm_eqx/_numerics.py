@@ -39,7 +39,7 @@ def relative(tolerance: float, roundings: float, dtype) -> float:
 def default_platform() -> str:
     """The platform that a program without placed inputs runs on: `jax.default_device`'s
     where one is set, else the default backend's."""
-    device = jax.config.jax_default_device
+    device = getattr(jax.config, "jax_default_device", None)
     if device is None:
         return jax.default_backend()
     return device if isinstance(device, str) else device.platform
@@ -48,7 +48,7 @@ def default_platform() -> str:
 def float64_on_device_without_it() -> str | None:
     """A warning when float64 is on and the default device computes it in software."""
     platform = default_platform()
-    if not jax.config.jax_enable_x64 or platform != "tpu":
+    if jnp.zeros(()).dtype != jnp.float64 or platform != "tpu":
         return None
     return (
         "float64 is on (jax_enable_x64), but the default device is a TPU, which has no "
