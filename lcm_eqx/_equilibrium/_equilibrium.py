@@ -337,7 +337,9 @@ class Equilibrium(eqx.Module):
         _check_validate(validate)
         params = self._checked(params)
         root = self._search(_starting_prices(self, params), params)
-        result = self._economy(root.x, params, validate, root.steps, root.status)
+        # The aggregates and excess demands that the search found, with the derivatives
+        # of its rule (the economy at the prices adds the population and the solution).
+        result = self._economy(root.x, params, validate, root.steps, root.status, root)
         _report(self, validate, root, params)
         return result
 
@@ -498,11 +500,17 @@ class Equilibrium(eqx.Module):
             )
         return params
 
-    def _economy(self, x, params, validate: str, steps, status) -> EquilibriumResult:
+    def _economy(
+        self, x, params, validate: str, steps, status, root: _newton.Root | None = None
+    ) -> EquilibriumResult:
         """The result at the prices `x` (`status` None: converged if they clear markets
-        within the tolerance, else `MAX_STEPS`)."""
+        within the tolerance, else `MAX_STEPS`; `root`: the search's aggregates and
+        excess demands at `x`, used in place of the economy's own)."""
         with_prices = _with_prices(self, x, params)
         population, solution, aggregates, excess = _economy(self, with_prices, validate)
+        if root is not None:
+            aggregates = {name: root.aux[name] for name, _ in self.aggregates}
+            excess = root.value
         if status is None:
             clears = jnp.max(jnp.abs(excess)) <= _tolerance(self, x.dtype)
             status = jnp.where(clears, _newton.CONVERGED, _newton.MAX_STEPS)
@@ -773,7 +781,10 @@ def _report(equilibrium: Equilibrium, validate: str, root: _newton.Root, params)
         if not len(failed):
             return
         i = int(failed[0][0])  # the first failed member of a jax.vmap
-        at = lambda a: np.asarray(a).reshape(-1, *np.shape(a)[status.ndim :])[i]
+
+        def at(array):
+            return np.asarray(array).reshape(-1, *np.shape(array)[status.ndim :])[i]
+
         message = _failure(equilibrium, at(status), at(steps), at(x), at(value))
         if status.ndim:
             message += f" (batch member {i} of a jax.vmap)"

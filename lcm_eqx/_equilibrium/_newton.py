@@ -38,7 +38,7 @@ SINGULAR = 4
 
 STATUS_MESSAGES = {
     CONVERGED: "converged",
-    MAX_STEPS: "did not converge within max_steps Newton steps",
+    MAX_STEPS: "did not converge (max_steps reached)",
     NO_DECREASE: (
         "stalled: no step along the Newton direction lowered the excess demands (the "
         "system may have no root near here, or be discontinuous, or the tolerance be "
