@@ -19,7 +19,13 @@ DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 # Pages whose blocks fit and solve several models (each a long compile): `-m slow`.
 SLOW_DOCUMENTS = {
     ROOT / "docs" / name
-    for name in ("estimation.md", "solvers.md", "models.md", "coming_from_pylcm.md")
+    for name in (
+        "estimation.md",
+        "solvers.md",
+        "models.md",
+        "coming_from_pylcm.md",
+        "equilibrium.md",
+    )
 }
 # Pages that tools/docs_hooks.py generates when the site is built (tests/test_docs_site.py
 # builds it and checks every link, these included).
