@@ -245,8 +245,13 @@ def test_diamond_under_jit_vmap_and_jacfwd(diamond):
     beta = 0.6
     k = diamond_capital(beta)
     dk = k / (1 - ALPHA) * (1 / beta - 1 / (1 + beta))
-    expected = [ALPHA * (ALPHA - 1) * k ** (ALPHA - 2) * dk, (1 - ALPHA) * ALPHA * k ** (ALPHA - 1) * dk]
-    np.testing.assert_allclose(np.asarray(jax.jacfwd(prices)(jnp.asarray(beta))), expected, rtol=1e-8)
+    expected = [
+        ALPHA * (ALPHA - 1) * k ** (ALPHA - 2) * dk,
+        (1 - ALPHA) * ALPHA * k ** (ALPHA - 1) * dk,
+    ]
+    np.testing.assert_allclose(
+        np.asarray(jax.jacfwd(prices)(jnp.asarray(beta))), expected, rtol=1e-8
+    )
 
 
 # ------------------------------------------------------- grid search: static labour supply
@@ -283,7 +288,8 @@ def labor_economy(**options):
         aggregates={"labor": lambda population: population.per_capita("labor_supply")},
         clearing={
             "labor": options.pop(
-                "clearing", lambda wage, labor, alpha: wage - (1 - alpha) * (CAPITAL / labor) ** alpha
+                "clearing",
+                lambda wage, labor, alpha: wage - (1 - alpha) * (CAPITAL / labor) ** alpha,
             )
         },
         initial={"regime": np.zeros(1, dtype=int)},
