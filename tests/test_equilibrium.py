@@ -99,6 +99,18 @@ def test_example_result_fields(example, solved):
     labor = float(population.per_capita("labor_supply"))
     np.testing.assert_allclose(float(population.mean("labor_supply")), labor, rtol=1e-12)
     np.testing.assert_allclose(float(population.regime_share("alive")), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(population.per_capita("savings", regime="alive")),
+        float(population.per_capita("savings")),
+        rtol=1e-14,
+    )
+    # Per head: the population-weighted mean of savings by age.
+    by_age = np.asarray(population.distribution.mean("savings"))
+    np.testing.assert_allclose(
+        float(population.per_capita("savings")),
+        np.sum(np.asarray(population.cohort_sizes) * by_age),
+        rtol=1e-12,
+    )
     distribution = population.distribution
     np.testing.assert_allclose(
         np.asarray(distribution.total("savings")),
@@ -403,6 +415,8 @@ def test_specification_errors():
         arguments = dict(prices=["wage"], aggregates=labor, clearing=clear, initial=initial)
         return lcm.Equilibrium(model, **{**arguments, **changes})
 
+    with pytest.raises(lcm.EquilibriumError, match=r"must be an lcm\.Model"):
+        lcm.Equilibrium("model", prices=["wage"], aggregates=labor, clearing=clear, initial=initial)
     with pytest.raises(lcm.EquilibriumError, match="one condition per price"):
         build(prices=["wage", "survival"])
     with pytest.raises(lcm.EquilibriumError, match="neither a parameter of the model"):
@@ -429,3 +443,18 @@ def test_specification_errors():
         equilibrium.calibrate(params, free=["wage"], targets={"labor": 0.5})
     with pytest.raises(lcm.EquilibriumError, match="targets must name"):
         equilibrium.calibrate(params, free=["alpha"], targets={"output": 0.5})
+
+
+def test_float32_converges_to_a_tolerance_of_its_own():
+    """The default tolerance scales with the float type (eps ** 0.75: 6.4e-6 in
+    float32), so a float32 run converges rather than stalling at float64's."""
+    jax.config.update("jax_enable_x64", False)
+    try:
+        equilibrium, params = labor_economy()
+        result = equilibrium.solve(params)
+        assert result.prices["wage"].dtype == jnp.float32
+        assert bool(result.converged)
+        assert abs(float(result.excess["labor"])) <= float(jnp.finfo(jnp.float32).eps) ** 0.75
+        np.testing.assert_allclose(float(result.prices["wage"]), logit_wage(0.4), rtol=1e-5)
+    finally:
+        jax.config.update("jax_enable_x64", True)

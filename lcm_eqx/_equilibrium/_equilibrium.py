@@ -20,7 +20,7 @@ import inspect
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -30,13 +30,11 @@ import pandas as pd
 from jaxtyping import Array, Bool, Int
 
 from .._errors import EquilibriumError, InvalidParamsError, LcmWarning
+from .._facade import Model
 from .._solve._solution import Solution
 from .._validation import is_traced
 from . import _newton
 from ._population import Population
-
-if TYPE_CHECKING:
-    from .._facade import Model
 
 POPULATION = "population"
 VALIDATE_OPTIONS = ("raise", "warn", "off")
@@ -197,6 +195,8 @@ class Equilibrium(eqx.Module):
         tolerance: float | None = None,
         max_steps: int = 20,
     ):
+        if not isinstance(model, Model):
+            raise EquilibriumError(f"Equilibrium: model must be an lcm.Model, got {model!r}.")
         plan = model.plan
         prices = (prices,) if isinstance(prices, str) else tuple(prices)
         if not prices or not all(isinstance(p, str) for p in prices):
@@ -367,7 +367,9 @@ class Equilibrium(eqx.Module):
         Newton's method on the free parameters, as many as targets, with the exact
         Jacobian of the equilibrium (forward mode, by the implicit function theorem):
         one compiled program with the equilibrium's search inside. E.g. the discount
-        factor at which the capital–output ratio is 3.
+        factor at which the capital–output ratio is 3. Call it eagerly (not under
+        `jax.jit`); to differentiate or batch a calibration, write the loss of
+        `solve` and use any optimiser.
 
         Args:
             params: every parameter; the free ones at their starting values, the prices
