@@ -6,6 +6,11 @@ function, simulate panels into pandas, and differentiate through the solution.
 
 # First: importing `_config` sets lcm_eqx's JAX defaults before anything imports jax.
 from . import _config as _config
+from ._equilibrium import Calibration as Calibration
+from ._equilibrium import Equilibrium as Equilibrium
+from ._equilibrium import EquilibriumResult as EquilibriumResult
+from ._equilibrium import Population as Population
+from ._errors import EquilibriumError as EquilibriumError
 from ._errors import EstimationError as EstimationError
 from ._errors import GridInitializationError as GridInitializationError
 from ._errors import InfeasibleStateError as InfeasibleStateError

@@ -92,3 +92,11 @@ class EstimationError(LcmError, ValueError):
     `params`, bounds that do not hold the start, moments with a singular covariance, an
     objective that is not finite at the start (the message names the parameter or
     moment)."""
+
+
+class EquilibriumError(LcmError, ValueError):
+    """An equilibrium that cannot be set up or was not found: prices or aggregates that
+    the model does not know, clearing conditions that do not match the prices, or
+    Newton's method that failed (no equilibrium bracketed, excess demands not finite,
+    too many steps); the message names the prices, the clearing conditions and where
+    the search stopped."""

@@ -25,6 +25,7 @@ SLOW_DOCUMENTS = {
         "models.md",
         "coming_from_pylcm.md",
         "budget_kinks.md",
+        "equilibrium.md",
     )
 }
 # Pages that tools/docs_hooks.py generates when the site is built (tests/test_docs_site.py

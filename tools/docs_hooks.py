@@ -40,6 +40,7 @@ SECTIONS = (
     ("_pandas", "Parameters as pandas"),
     ("_plotting", "Plots"),
     ("_estimation", "Estimation"),
+    ("_equilibrium", "Equilibrium"),
     ("_errors", "Errors"),
     ("_logging", "Logging"),
 )
@@ -50,6 +51,7 @@ SECTION_ORDER = [
     "Solvers",
     "Results",
     "Estimation",
+    "Equilibrium",
     "Errors",
     "Diagnostics",
     "Parameters as pandas",
@@ -66,7 +68,7 @@ SOLVER_PROTOCOL = ("AbstractSolver", "AbstractPointwiseSolver", "AbstractUpperEn
 SOLVER_PROTOCOL_USERS = ("GridSearch", "DCEGM", "ExactEnvelope")
 
 # Reading order of the hand-written pages; any other docs/*.md page joins "Guides".
-GUIDES = ["quickstart.md", "models.md", "tuning.md", "estimation.md"]
+GUIDES = ["quickstart.md", "models.md", "tuning.md", "estimation.md", "equilibrium.md"]
 PERFORMANCE = ["performance.md", "benchmarking.md", "development_notes.md"]
 CONTRIBUTORS = ["architecture.md"]
 API = ["api.md", "reference.md"]

@@ -110,12 +110,34 @@ class Distribution(eqx.Module):
             f"{[lay.name for lay in self.layouts]}."
         )
 
-    def total(self) -> Float[Array, " n_periods"]:
-        """The mass in the model's regimes at the start of each period."""
-        return sum(
-            (jnp.sum(m.reshape(m.shape[0], -1), axis=1) for m in self.mass.values()),
-            start=jnp.zeros_like(self.exited),
-        )
+    def total(
+        self, x: str | Callable[..., Any] | None = None, regime: str | None = None
+    ) -> Float[Array, " n_periods"]:
+        """The mass, or the sum of `x` over the mass, by period.
+
+        Args:
+            x: `None` (default): the mass in the model's regimes (in `regime` only, if
+                given) at the start of each period. A name (a state, action or scalar
+                function, as for `mean`) or a function (as for `expect`): its sum over
+                the mass, each node's mass times the probability of each discrete
+                action, over the regimes that have it (regimes without it add nothing).
+            regime: only this regime.
+
+        Returns:
+            An array `(n_periods,)`: an aggregate (not a mean) of the population, e.g.
+            total savings; `expect(x)` is `total(x)` over the mass that has `x`.
+        """
+        if x is None:
+            masses = (
+                self.mass.values() if regime is None else [self.mass[self._layout(regime).name]]
+            )
+            return sum(
+                (jnp.sum(m.reshape(m.shape[0], -1), axis=1) for m in masses),
+                start=jnp.zeros_like(self.exited),
+            )
+        if isinstance(x, str):
+            return _sum(self, _identity(x), regime)[0]
+        return self._sums(x, regime)[0]
 
     def regime_share(self, regime: str) -> Float[Array, " n_periods"]:
         """The share of the mass present in each period that is in `regime`.
@@ -186,6 +208,11 @@ class Distribution(eqx.Module):
             at each node times the probability of each discrete action; NaN in periods
             where that mass is 0.
         """
+        return _ratio(*self._sums(fn, regime))
+
+    def _sums(self, fn: Callable[..., Any], regime: str | None) -> tuple[Array, Array]:
+        """By period: the sum of `fn` over the weights (mass times choice probability) of
+        the regimes that have its arguments, and the sum of those weights."""
         names = tuple(inspect.signature(fn).parameters)
         layouts = self._having(names, regime)
         numerator = jnp.zeros_like(self.exited)
@@ -201,7 +228,7 @@ class Distribution(eqx.Module):
             values = jnp.where(weight > 0, values, 0.0)
             numerator = numerator + jnp.sum((weight * values).reshape(n_periods, -1), axis=1)
             denominator = denominator + jnp.sum(weight.reshape(n_periods, -1), axis=1)
-        return _ratio(numerator, denominator)
+        return numerator, denominator
 
     def _having(self, names: tuple[str, ...], regime: str | None) -> list[RegimeLayout]:
         if regime is not None:
@@ -253,6 +280,7 @@ class Distribution(eqx.Module):
 # program compiled on a first call. `expect` itself stays eager: a user's function is a
 # new object at each call, and would compile again each time.
 _expect = jax.jit(Distribution.expect, static_argnums=(1, 2))
+_sum = jax.jit(Distribution._sums, static_argnums=(1, 2))
 
 
 @functools.cache
