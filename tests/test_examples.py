@@ -93,6 +93,7 @@ def test_consumption_floor_example_finds_the_spend_down_and_the_mass_at_the_thre
     assert png.is_file() and png.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_olg_example_clears_markets_and_reaches_its_target():
     """examples/olg.py's printed equilibria: excess demands below 1e-10 in at most 10
     Newton steps, and the capital–output ratio calibrated to 3 (measured: excess demands
