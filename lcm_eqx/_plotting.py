@@ -19,8 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import InvalidPeriodError, LcmError
-from ._facade import INDEX_SUFFIX
-from ._grids import AbstractContinuousGrid, AbstractProcessGrid, DiscreteGrid
+from ._grids import INDEX_SUFFIX, AbstractContinuousGrid, AbstractProcessGrid, DiscreteGrid
 from ._grids._age import age_of
 from ._model._params import resolve_params
 from ._simulate._simulate import prepare_next_values
