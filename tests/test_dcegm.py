@@ -849,6 +849,59 @@ def test_upper_envelope_puts_a_jump_where_the_branches_values_are_equal():
     assert abs(crossing()[0] - jump) > 1e-4
 
 
+def test_the_jumps_derivative_is_the_implicit_functions_at_the_root():
+    """Six raw points of the second-hour model (benchmarks/second_hour.py, working at 62,
+    log utility) whose third is dropped (the points fold back), so the policy jumps
+    between the second and the fourth, where the left branch's consumption rises
+    steeply; with their tangents in the disutility of work. Newton's method from the
+    tangents' crossing needed six steps there: after four (a fixed count) the jump was
+    3e-5 off the root and its derivative 3% off central differences, which left the
+    log-likelihood's gradient 2e-5 off."""
+    points = np.array(
+        [
+            [1.921746, 1.261046, -4.913458],
+            [2.0627, 1.306355, -4.803949],
+            [2.153338, 1.333717, -4.735456],
+            [2.148193, 1.303946, -4.739718],
+            [2.279135, 1.339243, -4.641018],
+            [2.542216, 1.396761, -4.44957],
+        ]
+    )
+    tangents = np.array(
+        [
+            [4.535683, 2.797496, -0.384288],
+            [1.860312, 1.860312, -2.670498],
+            [1.943789, 1.943789, -2.698846],
+            [4.550879, 2.812693, -0.736688],
+            [2.660178, 2.660178, -2.33265],
+            [2.123168, 2.123168, -3.05429],
+        ]
+    )
+
+    def envelope(m, c, v):
+        def nowhere(x):
+            return jnp.full_like(x, -jnp.inf)
+
+        def marginal(c):
+            return 1.0 / c
+
+        nodes, _ = lcm.ExactEnvelope()(m, c, v, marginal(c), nowhere, marginal, utility=jnp.log)
+        return nodes[:, :3]
+
+    primal = [jnp.asarray(points[:, i]) for i in range(3)]
+    direction = [jnp.asarray(tangents[:, i]) for i in range(3)]
+    nodes, derivative = (np.asarray(a) for a in jax.jvp(envelope, primal, direction))
+    # The jump: two rows at one m, the left and the right branch's consumption.
+    (k,) = np.flatnonzero((nodes[1:, 0] == nodes[:-1, 0]) & (nodes[1:, 1] != nodes[:-1, 1]))
+    assert points[1, 0] < nodes[k, 0] < points[4, 0]
+    h = 1e-7
+    up, down = (
+        np.asarray(envelope(*(p + s * h * d for p, d in zip(primal, direction, strict=True))))
+        for s in (1, -1)
+    )
+    np.testing.assert_allclose(derivative, (up - down) / (2 * h), rtol=1e-6, atol=1e-6)
+
+
 def test_upper_envelope_without_a_kept_point_is_empty():
     n = 6
     m = jnp.linspace(1.0, 2.0, n)

@@ -240,13 +240,13 @@ def test_datasets_of_the_same_size_trace_the_likelihood_once(one_period, monkeyp
     subjects start in either regime, and the second panel has no retired subject)."""
     model, _ = one_period
     traces = []
-    counted = estimate_module.log_likelihood
+    counted = estimate_module.block_log_likelihoods
 
     def counting(*args, **kwargs):
         traces.append(1)
         return counted(*args, **kwargs)
 
-    monkeypatch.setattr(estimate_module, "log_likelihood", counting)
+    monkeypatch.setattr(estimate_module, "block_log_likelihoods", counting)
     panels = []
     for seed, retired_share in ((1, 0.3), (2, 0.0)):
         rng = np.random.default_rng(seed)
@@ -264,6 +264,39 @@ def test_datasets_of_the_same_size_trace_the_likelihood_once(one_period, monkeyp
         assert result.converged, result.message
         counts.append(len(traces))
     assert counts[0] <= 1 and counts[1] == counts[0]
+
+
+def test_panels_with_another_number_of_rows_trace_the_likelihood_once(monkeypatch):
+    """Issue 62: with mortality, panels of as many subjects have other numbers of rows
+    (the dead leave), which `ChoiceData` holds as a static number; the objective reads
+    the blocks and each entry's subject instead, whose shapes are the same, so a second
+    panel compiles nothing (it took 113 s against 50 s for the first). Three regimes,
+    one of them terminal, and a stochastic regime transition."""
+    from tests import test_ruled_out_choices as mortal
+
+    model = mortal.build()
+    panels = []
+    for seed in (0, 4):
+        rng = np.random.default_rng(seed)
+        initial = {"regime": np.zeros(150, dtype=int), "wealth": rng.uniform(4.0, 15.0, 150)}
+        simulated = model.simulate(mortal.params(), initial, key=jax.random.key(seed))
+        panels.append(simulated.to_dataframe())
+    assert len(panels[0]) != len(panels[1])
+    traces = []
+    counted = estimate_module.block_log_likelihoods
+
+    def counting(*args, **kwargs):
+        traces.append(1)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(estimate_module, "block_log_likelihoods", counting)
+    start = {**mortal.params(), "disutility_of_work": jnp.asarray(0.5)}
+    counts = []
+    for df in panels:
+        with pytest.warns(lcm.LcmWarning, match="max_steps=2"):
+            lcm.estimate(model, start, data=df, free=["disutility_of_work"], max_steps=2)
+        counts.append(len(traces))
+    assert counts == [1, 1]
 
 
 # ------------------------------------------------------------------ unobserved types

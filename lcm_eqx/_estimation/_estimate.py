@@ -58,8 +58,8 @@ import pandas as pd
 from .._errors import EstimationError, InvalidDataError, InvalidInitialConditionsError, warn
 from .._grids import INDEX_SUFFIX, AbstractProcessGrid, DiscreteGrid
 from .._pandas import coerce_params
-from ._data import ChoiceData, prepare_data, regime_codes
-from ._likelihood import log_likelihood
+from ._data import RegimeBlock, prepare_data, regime_codes
+from ._likelihood import block_log_likelihoods, likelihood_terms
 from ._moments import Profile, panel_moments, profiles_tuple
 
 if TYPE_CHECKING:
@@ -123,10 +123,14 @@ class Objective(eqx.Module):
     params: dict
     free: tuple[Free, ...] = eqx.field(static=True)
     types: Types | None = eqx.field(static=True)
-    # "mle"
-    data: tuple[ChoiceData, ...] | None
-    clusters: Any
+    # "mle": the data's blocks (one set per unobserved type), each row's subject (a
+    # cluster) in the blocks' layout (`n_clusters` at padding), and what the likelihood
+    # reads. Not `ChoiceData`, whose number of rows is static: a panel of as many
+    # subjects with another number of rows would trace and compile the objective again.
+    data: tuple[dict[str, RegimeBlock], ...] | None
+    clusters: dict[str, Any] | None
     n_clusters: int = eqx.field(static=True)
+    terms: tuple = eqx.field(static=True)
     measurement_sd: Any
     # "msm"
     mass: dict | None
@@ -165,17 +169,18 @@ class Objective(eqx.Module):
     def contributions(self, params, theta):
         """`"mle"`: each subject's log-likelihood (the type shares read from `theta`)."""
         solution = self.model.solve(params, validate="off")
+        clusters = cast(dict, self.clusters)
 
-        def by_subject(data):
-            rows = log_likelihood(
-                self.model,
-                params,
-                data,
-                solution=solution,
-                measurement_sd=self.measurement_sd,
-                per_row=True,
+        def by_subject(blocks):
+            by_block = block_log_likelihoods(
+                self.model, self.terms, "off", params, blocks, solution, self.measurement_sd
             )
-            return jax.ops.segment_sum(rows, self.clusters, self.n_clusters)
+            total = jnp.zeros(self.n_clusters, jnp.result_type(float))
+            for name, values in by_block.items():
+                total = total + jax.ops.segment_sum(
+                    values.reshape(-1), clusters[name].reshape(-1), self.n_clusters
+                )
+            return total
 
         if self.types is None:
             return by_subject(cast(Any, self.data)[0])
@@ -860,11 +865,11 @@ def estimate(
         if method != "mle":
             raise EstimationError("estimate: unobserved_type works with method='mle'.")
         types, shares0 = _types(model, unobserved_type, type_shares)
-    empty: dict[str, Any] = dict(data=None, clusters=None, n_clusters=0, measurement_sd=None)
+    empty: dict[str, Any] = dict(data=None, clusters=None, n_clusters=0, terms=())
+    empty.update(measurement_sd=None)
     empty.update(mass=None, profiles=(), data_moments=None, weight=None)
     if method == "mle":
-        fields, n_subjects = _mle_fields(model, data, types, subject), None
-        fields["measurement_sd"] = measurement_sd
+        fields = _mle_fields(model, data, types, subject, measurement_sd)
         if types is not None and measurement_sd is None:
             _warn_unused_continuous(types, fields["data"][0])
         n_subjects = fields["n_clusters"]
@@ -1195,7 +1200,7 @@ def _starts(free_specs, params, shares0, starts) -> list[np.ndarray]:
     return [one({}), *(one(values) for values in starts or ())]
 
 
-def _mle_fields(model, data, types, subject) -> dict:
+def _mle_fields(model, data, types, subject, measurement_sd) -> dict:
     if types is not None:
         if not isinstance(data, pd.DataFrame):
             raise EstimationError("estimate: unobserved_type needs data as a DataFrame.")
@@ -1211,25 +1216,36 @@ def _mle_fields(model, data, types, subject) -> dict:
         prepared = (prepare_data(model, data),)
     n_rows = prepared[0].n_rows
     if isinstance(data, pd.DataFrame) and subject in data.columns:
-        clusters, uniques = pd.factorize(data[subject])
+        codes, uniques = pd.factorize(data[subject])
         n_clusters = uniques.size
     else:
         if types is not None:
             raise InvalidDataError(f"estimate: unobserved_type needs the column {subject!r}.")
-        clusters, n_clusters = np.arange(n_rows), n_rows
+        codes, n_clusters = np.arange(n_rows), n_rows
+    # Each block entry's subject; padding is `n_clusters`, which `segment_sum` drops.
+    clusters = {
+        name: jnp.asarray(
+            np.where(block.mask, codes[np.maximum(block.row, 0)], n_clusters), jnp.int32
+        )
+        for name, block in prepared[0].blocks.items()
+    }
     return dict(
-        data=prepared, clusters=jnp.asarray(clusters, jnp.int32), n_clusters=int(n_clusters)
+        data=tuple(p.blocks for p in prepared),
+        clusters=clusters,
+        n_clusters=int(n_clusters),
+        terms=likelihood_terms(model, prepared[0], measurement_sd),
+        measurement_sd=measurement_sd,
     )
 
 
-def _warn_unused_continuous(types: Types, data: ChoiceData) -> None:
+def _warn_unused_continuous(types: Types, blocks: dict[str, RegimeBlock]) -> None:
     """Without a measurement error the likelihood reads only the discrete choices, so
     observed continuous choices, which depend on the type through its future choices,
     are thrown away: the types are then told apart by the discrete choices alone."""
     observed = sorted(
         {
             action
-            for block in data.blocks.values()
+            for block in blocks.values()
             for action, values in block.continuous_actions.items()
             if np.any(np.isfinite(values) & block.mask)
         }
