@@ -61,11 +61,28 @@ _PASS_THROUGH = ("convert_element_type", "broadcast_in_dim")
 
 
 @dataclasses.dataclass(frozen=True)
+class Term:
+    """One additive term of the objective: `sign * f_1(f_2(... f_n(var)))`, where each
+    factor `f_i` is `("mul", x)` (times `x`), `("div", x)` (divided by `x`), `("if", p)`
+    (`where(p, ·, 0)`) or `("unless", p)` (`where(p, 0, ·)`), the outermost first: what
+    distributing a product, a quotient or a select over a sum leaves of each summand
+    (`s * (a - b)` is the terms `s * a` and `-(s * b)`)."""
+
+    var: object  # a jaxpr variable
+    sign: int
+    factors: tuple[tuple[str, object], ...] = ()
+
+    def outputs(self) -> list:
+        """The jaxpr variables its value reads: `var`, then its factors'."""
+        return [self.var, *(x for _, x in self.factors)]
+
+
+@dataclasses.dataclass(frozen=True)
 class Piece:
     """Terms and masks that depend on the same axes (canonical order)."""
 
     axes: tuple[str, ...]
-    terms: tuple[tuple[object, int], ...]  # (jaxpr variable, sign)
+    terms: tuple[Term, ...]
     masks: tuple[object, ...]  # boolean jaxpr variables
 
 
@@ -131,6 +148,7 @@ class _Graph:
         self.jaxpr = jaxpr
         self.producer: dict = {}
         self.depends: dict = {}
+        self._splitting: dict = {}  # `_splits`, by variable
         for var, name in zip(jaxpr.invars, names, strict=True):
             self.depends[var] = frozenset([name])
         for var in jaxpr.constvars:
@@ -173,28 +191,103 @@ class _Graph:
         eqn = self.equation(var)
         return ("", []) if eqn is None else (eqn.primitive.name, list(eqn.invars))
 
-    def split(self, var, sign: int, terms: list, masks: list) -> None:
-        """`var` as a sum of signed terms, restricted to where `masks` hold."""
+    def split(self, var, sign: int, terms: list, masks: list, factors: tuple = ()) -> None:
+        """`var` (times `factors`: see `Term`) as a sum of signed terms, restricted to
+        where `masks` hold.
+
+        Exact rewrites only, whatever the values' signs: a sum, a difference or a
+        negation splits; a product or a quotient distributes its other operand over the
+        terms of the operand that splits (`s * (a + b)` is `s*a + s*b`: no maximum is
+        taken of a scaled sum, so a negative or unknown `s` is as exact as a positive
+        one, with taste shocks too); a select on a predicate of fewer axes than its
+        branches splits into the terms of each branch, each kept where the predicate
+        holds (or fails) and 0 elsewhere. The select that gives `-inf` where a
+        constraint fails gives masks, outside any factor (where `s * -inf` would depend
+        on the sign of `s`). What does not split is one term.
+        """
         name, operands = self.operation(var)
-        if name == "add":
-            self.split(operands[0], sign, terms, masks)
-            self.split(operands[1], sign, terms, masks)
-        elif name == "sub":
-            self.split(operands[0], sign, terms, masks)
-            self.split(operands[1], -sign, terms, masks)
+        if name in ("add", "sub") and _is_float(var):
+            for operand, side in zip(operands, (1, 1 if name == "add" else -1), strict=True):
+                if not self.is_zero(operand):  # Python's `sum` starts from 0
+                    self.split(operand, side * sign, terms, masks, factors)
+        elif name == "reduce_sum" and self.stacked(operands[0]) and _is_float(var):
+            # `jnp.sum(jnp.stack([a, b, c]))`
+            for operand in self.stacked(operands[0]):
+                self.split(operand, sign, terms, masks, factors)
         elif name == "neg":
-            self.split(operands[0], -sign, terms, masks)
+            self.split(operands[0], -sign, terms, masks, factors)
         elif name == "convert_element_type" and _is_float(operands[0]) and _is_float(var):
-            self.split(operands[0], sign, terms, masks)
-        elif name == "select_n" and sign > 0 and len(operands) == 3:
+            self.split(operands[0], sign, terms, masks, factors)
+        elif name == "select_n" and len(operands) == 3 and _is_bool(operands[0]):
             predicate, when_false, when_true = operands
-            if self.is_neg_inf(when_false) and _is_bool(predicate):
+            if not factors and sign > 0 and self.is_neg_inf(when_false):
                 self.conjuncts(predicate, masks)
                 self.split(when_true, sign, terms, masks)
+            elif self.deps(predicate) < self.deps(var):
+                branches = ((when_true, ("if", predicate)), (when_false, ("unless", predicate)))
+                self._distribute(var, sign, terms, masks, factors, branches)
             else:
-                terms.append((var, sign))
+                terms.append(Term(var, sign, factors))
+        elif name == "mul" and _is_float(var):
+            # The operand on fewer axes is the factor (a scale of states, the period),
+            # distributed over the terms of the other.
+            first, second = sorted(operands, key=lambda v: len(self.deps(v)))
+            if self._splits(second):
+                self._distribute(var, sign, terms, masks, factors, ((second, ("mul", first)),))
+            elif self._splits(first):
+                self._distribute(var, sign, terms, masks, factors, ((first, ("mul", second)),))
+            else:
+                terms.append(Term(var, sign, factors))
+        elif name == "div" and _is_float(var):
+            numerator, denominator = operands
+            self._distribute(var, sign, terms, masks, factors, ((numerator, ("div", denominator)),))
         else:
-            terms.append((var, sign))
+            terms.append(Term(var, sign, factors))
+
+    def stacked(self, var) -> list:
+        """The scalars that `var` (a vector) stacks, or none where it is no such stack."""
+        name, operands = self.operation(var)
+        if name == "stack" and all(_aval(v).shape == () for v in operands):
+            return operands
+        if name == "concatenate":  # JAX before the `stack` primitive
+            parts = [self.operation(v) for v in operands]
+            if all(
+                n == "broadcast_in_dim" and _aval(ops[0]).shape == () and _aval(v).shape == (1,)
+                for (n, ops), v in zip(parts, operands, strict=True)
+            ):
+                return [ops[0] for _, ops in parts]
+        return []
+
+    def _splits(self, var) -> bool:
+        """Whether `var` is a sum of more than one term (under a factor: no masks)."""
+        if isinstance(var, Literal):
+            return False
+        if var not in self._splitting:
+            found: list = []
+            self.split(var, 1, found, [], (("mul", var),))
+            self._splitting[var] = len(found) > 1
+        return self._splitting[var]
+
+    def _distribute(self, var, sign: int, terms: list, masks: list, factors: tuple, parts) -> None:
+        """The terms of each `(operand, factor)` of `parts` with `factor` innermost, in
+        place of `var`; `var` itself where that gives one term or none (nothing to gain).
+        A term that is a constant 0 under selects alone is 0 and dropped."""
+        found: list = []
+        for operand, factor in parts:
+            self.split(operand, sign, found, [], (*factors, factor))
+        # (The factors outside, shared by every term found, keep their NaN and inf.)
+        found = [
+            t
+            for t in found
+            if not (
+                self.is_zero(t.var)
+                and all(k in ("if", "unless") for k, _ in t.factors[len(factors) :])
+            )
+        ]
+        if len(found) > 1:
+            terms.extend(found)
+        else:
+            terms.append(Term(var, sign, factors))
 
     def conjuncts(self, var, masks: list) -> None:
         name, operands = self.operation(var)
@@ -339,8 +432,9 @@ def plan_factoring(
         return math.prod(sizes[a] for a in ax)
 
     by_axes: dict[tuple[str, ...], tuple[list, list]] = {}
-    for var, sign in terms:
-        by_axes.setdefault(canonical(graph.deps(var)), ([], []))[0].append((var, sign))
+    for term in terms:
+        reach = frozenset().union(*(graph.deps(v) for v in term.outputs()))
+        by_axes.setdefault(canonical(reach), ([], []))[0].append(term)
     for var in masks:
         ax = canonical(graph.deps(var))
         # A mask joins the smallest piece of terms that covers its axes (cheap there, and
@@ -394,9 +488,7 @@ def plan_factoring(
     # The work, weighed by equations per point: the plain product evaluates every
     # equation at every pair; a piece its own, a step one addition per member.
     plain_cost = size(names) * len(closed.jaxpr.eqns)
-    cost = sum(
-        size(p.axes) * len(graph.needed([v for v, _ in p.terms] + list(p.masks))) for p in pieces
-    )
+    cost = sum(size(p.axes) * len(graph.needed(_piece_outputs(p))) for p in pieces)
     cost += sum(size(s.axes) * (len(s.group) + 1) for s in steps)
     cost += sum(size(k) * len(graph.needed(list(f))) for k, f in check_components)
     factoring = Factoring(
@@ -830,7 +922,8 @@ def _best_by_elimination(
 
 def _product(values: list, dtype) -> Array:
     """The product of a check component's factors: the non-boolean ones multiplied,
-    0 where a boolean one is False."""
+    0 where a boolean one is False (a literal factor comes as a Python scalar)."""
+    values = [jnp.asarray(v) for v in values]
     total = jnp.ones((), dtype)
     for v in values:
         if v.dtype != jnp.bool_:
@@ -851,21 +944,40 @@ def _nothing(step: Step, factoring: Factoring, dtype) -> tuple[tuple[str, ...], 
 
 
 def _piece_outputs(piece: Piece) -> list:
-    """The jaxpr variables a piece reads: its terms, then its masks."""
-    return [v for v, _ in piece.terms] + list(piece.masks)
+    """The jaxpr variables a piece reads: each term's (`Term.outputs`), then its masks."""
+    return [v for term in piece.terms for v in term.outputs()] + list(piece.masks)
+
+
+def _term_value(term: Term, values: list, dtype) -> Array:
+    """The value of `term` from `values` (`Term.outputs` evaluated at a point): its
+    factors applied innermost first, as the objective applies them."""
+    total = jnp.asarray(values[0], dtype)
+    for (kind, _), x in zip(reversed(term.factors), reversed(values[1:]), strict=True):
+        if kind == "mul":
+            total = total * jnp.asarray(x, dtype)
+        elif kind == "div":
+            total = total / jnp.asarray(x, dtype)
+        elif kind == "if":
+            total = jnp.where(x, total, jnp.zeros((), dtype))
+        else:
+            total = jnp.where(x, jnp.zeros((), dtype), total)
+    return total
 
 
 def _piece_value(piece: Piece, values: list, dtype):
     """The sum of a piece's signed terms, `-inf` where a mask fails, from `values`
     (`_piece_outputs` evaluated at a point)."""
     total = jnp.zeros((), dtype)
-    for (_, sign), term in zip(piece.terms, values, strict=False):
-        term = jnp.asarray(term, dtype)
-        total = total + term if sign > 0 else total - term
+    start = 0
+    for term in piece.terms:
+        stop = start + 1 + len(term.factors)
+        value = _term_value(term, values[start:stop], dtype)
+        total = total + value if term.sign > 0 else total - value
+        start = stop
     if not piece.masks:
         return total
-    feasible = values[len(piece.terms)]
-    for mask in values[len(piece.terms) + 1 :]:
+    feasible = values[start]
+    for mask in values[start + 1 :]:
         feasible = feasible & mask
     return jnp.where(feasible, total, -jnp.inf)
 
