@@ -2,8 +2,11 @@
 same model written ten ways (a utility scale of a discrete state and the period times a
 sum, helpers, negation and subtraction, division by an action-free value, `jnp.where`
 on a state or an action, a stacked sum, one large user function) is evaluated on the
-same pieces, and each spelling's values equal the plain state x action product's."""
+same pieces, and each spelling's values equal the plain state x action product's;
+where it cannot split the objective, `describe` says what joins the axes, and the
+solve warns above a size."""
 
+import warnings
 from enum import IntEnum
 
 import jax
@@ -12,6 +15,8 @@ import numpy as np
 import pytest
 
 import lcm_eqx as lcm
+from lcm_eqx._solve import _grid_search
+from tests.models import retirement
 
 jax.config.update("jax_enable_x64", True)
 
@@ -262,7 +267,7 @@ def test_every_spelling_factors_alike_and_equals_the_plain_product(spelling, ref
     plain_values, points = reference
     model = build(SPELLINGS[spelling])
     summary = _alive(model.describe(params()))
-    assert summary.work is not None
+    assert summary.work is not None, summary.obstacles
     assert summary.evaluated_points == points
     _assert_same(_values(model, params()), plain_values)
 
@@ -328,3 +333,42 @@ def test_scaled_spelling_differentiates_as_the_plain_product():
     )
     assert np.all(np.abs(np.asarray(plain)) > 0)
     np.testing.assert_allclose(factored, plain, rtol=1e-10)
+
+
+def test_describe_says_what_joins_the_axes_of_the_plain_product():
+    # API.md's retirement model: next period's wealth depends on every axis.
+    model = retirement.build(3, n_wealth=8, n_consumption=10, solver=lcm.GridSearch())
+    summary = model.describe(dict(retirement.PARAMS))
+    working = next(r for r in summary.regimes if r.name == "working")
+    assert working.work is None
+    (reason,) = working.obstacles
+    assert "`next_wealth`" in reason and "(wealth, consumption) and (labor)" in reason
+    assert "what kept axes from being eliminated early" in str(summary)
+    # A factored regime has nothing to say; the switch says it is the switch.
+    assert _alive(build(SPELLINGS["helpers"]).describe(params())).obstacles == ()
+    plain = build(SPELLINGS["helpers"], lcm.GridSearch(factored=False))
+    assert "factored=False" in _alive(plain.describe(params())).obstacles[0]
+
+
+def _plain_product_warnings(model, p) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.solve(p)
+    return [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, lcm.LcmWarning) and "plain state x action" in str(w.message)
+    ]
+
+
+def test_a_large_plain_product_with_structure_it_could_not_use_warns_once(monkeypatch):
+    monkeypatch.setattr(_grid_search, "PLAIN_PRODUCT_WARNING_PAIRS", 100)
+    model = retirement.build(3, n_wealth=8, n_consumption=10, solver=lcm.GridSearch())
+    found = _plain_product_warnings(model, dict(retirement.PARAMS))
+    # Once per regime (working: 160 pairs, retired: 80), whatever the number of periods.
+    assert len(found) == 1
+    assert "'working'" in found[0] and "160 pairs" in found[0] and "`next_wealth`" in found[0]
+    # Not where the regime is factored, nor where the plain product was asked for.
+    assert _plain_product_warnings(build(SPELLINGS["helpers"]), params()) == []
+    plain = build(SPELLINGS["helpers"], lcm.GridSearch(factored=False))
+    assert _plain_product_warnings(plain, params()) == []

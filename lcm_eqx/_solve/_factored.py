@@ -42,7 +42,7 @@ from ._axes import (
     map_axis,
     reduce_axis,
 )
-from ._kernel import RegimeProblem, max_each
+from ._kernel import CONTINUATION_SCOPE, RegimeProblem, max_each
 from ._reduce import max_along, smooth_max
 
 # Evaluate the pieces where they need at most this fraction of the plain product's work
@@ -115,6 +115,10 @@ class Factoring:
     # Points times equations per point: of the plan, and of the plain product.
     cost: int
     plain_cost: int
+    # Per piece, what joins its axes (`_Graph.joining`), for the pieces that span more
+    # than `_MAX_PIECE` of the product, or else the largest: the reasons `obstacles`
+    # gives where the plan is not used.
+    joins: tuple[tuple[int, str], ...] = ()
 
     def work_by_piece(self) -> list[tuple[str, int]]:
         """(label, points evaluated) for each piece and elimination step, and for the
@@ -139,6 +143,33 @@ class Factoring:
         `plan_factoring(..., limit_pieces=True)` asks before it plans the rest)."""
         largest = max((self.points(p.axes) for p in self.pieces), default=0)
         return largest <= _MAX_PIECE * self.points(self.names)
+
+    def obstacles(self) -> tuple[str, ...]:
+        """Why `GridSearch` evaluates the plain product rather than this plan, in words
+        (the operation and the user function that join a piece's axes, the work of the
+        steps); empty where the plan is used."""
+        fits = self.pieces_fit()
+        if fits and worth_it(self):
+            return ()
+        total = self.points(self.names)
+        reasons = [
+            f"piece on ({', '.join(self.pieces[i].axes)}), "
+            f"{_share(self.points(self.pieces[i].axes), total)} of the product: {why}"
+            for i, why in self.joins
+        ]
+        if fits:
+            largest = max(self.steps, key=lambda s: self.points(s.axes), default=None)
+            if largest is not None:
+                reasons.append(
+                    f"the largest step, max over {largest.action!r}, spans "
+                    f"({', '.join(largest.axes)}), {_share(self.points(largest.axes), total)} "
+                    "of the product"
+                )
+            reasons.append(
+                f"the pieces, steps and checks take {self.cost / self.plain_cost:.0%} of the "
+                f"plain product's work (evaluated by piece at most {_MIN_GAIN:.0%})"
+            )
+        return tuple(reasons)
 
 
 class _Graph:
@@ -243,6 +274,20 @@ class _Graph:
             self._distribute(var, sign, terms, masks, factors, ((numerator, ("div", denominator)),))
         else:
             terms.append(Term(var, sign, factors))
+
+    def joining(self, var):
+        """The equation that joins the axes of `var`: from `var` down through an operand
+        that depends on all of them, the first whose operands each depend on fewer
+        (None for an input)."""
+        axes = self.deps(var)
+        while True:
+            eqn = self.equation(var)
+            if eqn is None:
+                return None
+            carrier = next((v for v in eqn.invars if self.deps(v) == axes), None)
+            if carrier is None:
+                return eqn
+            var = carrier
 
     def stacked(self, var) -> list:
         """The scalars that `var` (a vector) stacks, or none where it is no such stack."""
@@ -449,6 +494,21 @@ def plan_factoring(
     largest = max((size(p.axes) for p in pieces), default=0)
     if limit_pieces and largest > _MAX_PIECE * size(names):  # `Factoring.pieces_fit`
         return None
+    # What joins the axes of the pieces that span too much (else of the largest).
+    regime = problem.regime
+    functions = frozenset(
+        (
+            "utility",
+            "next_regime",
+            *regime.helpers,
+            *regime.constraints,
+            *(f"next_{n}" for n in regime.state_transitions),
+        )
+    )
+    explained = [i for i, p in enumerate(pieces) if size(p.axes) > _MAX_PIECE * size(names)]
+    if not explained and pieces:
+        explained = [max(range(len(pieces)), key=lambda i: size(pieces[i].axes))]
+    joins = tuple((i, _joined(graph, pieces[i], canonical, functions)) for i in explained)
 
     # Continuous actions (max) before discrete ones under taste shocks (log-sum-exp).
     smooth = frozenset(problem.regime.discrete_actions) if smooth_discrete else frozenset()
@@ -503,6 +563,7 @@ def plan_factoring(
         value=value,
         cost=cost,
         plain_cost=plain_cost,
+        joins=joins,
     )
 
     inputs = dict(zip(sorted(names), closed.jaxpr.invars, strict=True))
@@ -521,6 +582,48 @@ def plan_factoring(
         return [read(v) for v in outputs]
 
     return factoring, evaluate
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if part * 100 >= whole else f"{part / whole:.2g}"
+
+
+def _joined(graph: _Graph, piece: Piece, canonical: Callable, functions: frozenset[str]) -> str:
+    """What joins the axes of `piece`, in words: the operation, the user function it is
+    in (by its named scope) and the axes of its operands."""
+    axes = frozenset(piece.axes)
+    for var in [t.var for t in piece.terms] + list(piece.masks):
+        eqn = graph.joining(var) if graph.deps(var) == axes else None
+        if eqn is None:
+            continue
+        groups = []
+        for operand in eqn.invars:
+            reach = canonical(graph.deps(operand))
+            if reach and reach not in groups:
+                groups.append(reach)
+        joined = " and ".join(f"({', '.join(g)})" for g in groups)
+        return f"`{eqn.primitive.name}` in {_location(eqn, functions)} joins {joined}"
+    term = piece.terms[0] if piece.terms else None
+    if term is not None and term.factors:
+        factor_axes = canonical(frozenset().union(*(graph.deps(x) for _, x in term.factors)))
+        return (
+            f"a term on ({', '.join(canonical(graph.deps(term.var)))}) times a factor on "
+            f"({', '.join(factor_axes)})"
+        )
+    return "its terms and constraints together"
+
+
+def _location(eqn, functions: frozenset[str]) -> str:
+    """The user function whose operation `eqn` is (its innermost named scope that names
+    one), and whether it is computed for the continuation; the kernel's own otherwise."""
+    scopes = str(eqn.source_info.name_stack).split("/")
+    named = [s for s in scopes if s in functions]
+    continuation = CONTINUATION_SCOPE in scopes
+    if named:
+        return f"`{named[-1]}`" + (" (for the continuation)" if continuation else "")
+    if continuation:
+        return "the continuation (the discount factor times the expected next value)"
+    return "the Bellman kernel (utility, constraints and continuation combined)"
 
 
 def worth_it(factoring: Factoring) -> bool:
