@@ -218,6 +218,24 @@ def discount_factor(discount_type, discount_factor_by_type):
     return discount_factor_by_type[discount_type]
 
 
+# With `build(..., scaled_utility=True)`: the reference library's spelling of the
+# discount types. One discount factor `β` for everyone, and each type's utility scaled
+# by `(β_type / β)^period`: the scaled values `W_t = (β_type / β)^t V_t` solve
+# `W_t = scale_t u_t + β E W_{t+1}`, the same choices as `V_t = u_t + β_type E V_{t+1}`.
+
+
+def utility_scale(discount_type, period, relative_discount_factor):
+    return relative_discount_factor[discount_type] ** period
+
+
+def type_scaled_utility(
+    utility_scale, consumption_utility, work_disutility, effort_cost, adjustment_cost_penalty
+):
+    return utility_scale * (
+        consumption_utility - work_disutility - effort_cost - adjustment_cost_penalty
+    )
+
+
 def effort_value(effort, effort_grid):
     return effort_grid[effort]
 
@@ -466,6 +484,7 @@ def build(
     seed: int = 0,
     solver: lcm.AbstractSolver | None = None,
     continuous_effort: bool = False,
+    scaled_utility: bool = False,
     **grid_sizes: int,
 ):
     """The model, its parameters and initial conditions at `size` ("full", "medium",
@@ -482,7 +501,12 @@ def build(
     is no point of the effort grid, keeping it (the only choice without the adjustment
     cost) is the discrete action `effort_adjustment` (`stay` / `adjust`). On the grid this
     is the discrete model: at every grid state the values are the same (`stay` is
-    choosing the lagged level; adjusting to it pays the cost and never wins)."""
+    choosing the lagged level; adjusting to it pays the cost and never wins).
+
+    `scaled_utility=True`: the discount types written as the reference library writes
+    them, one discount factor and the utility scaled by `utility_scale(discount_type,
+    period)` (`type_scaled_utility`); values are `utility_scale` times this model's, choices
+    the same."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, not {size!r}")
     unknown = set(grid_sizes) - set(SIZES[size])
@@ -536,8 +560,11 @@ def build(
             **effort_actions,
         },
         functions={
-            "utility": utility,
-            "discount_factor": discount_factor,
+            **(
+                {"utility": type_scaled_utility, "utility_scale": utility_scale}
+                if scaled_utility
+                else {"utility": utility, "discount_factor": discount_factor}
+            ),
             **effort_functions,
             "work_disutility": work_disutility,
             "effort_cost": effort_cost,
@@ -577,7 +604,7 @@ def build(
         fixed_params=make_fixed_params(n_periods, None if continuous_effort else effort_grid),
         solver=lcm.GridSearch() if solver is None else solver,
     )
-    params = make_params(n_periods)
+    params = make_params(n_periods, scaled_utility=scaled_utility)
     initial_conditions = make_initial_conditions(
         n_subjects=n_subjects,
         seed=seed,
@@ -612,7 +639,7 @@ def income_normalization(sigx: float) -> float:
     return float(np.cosh(PRODUCTIVITY_TYPE_LOG) * np.exp(stationary_variance / 2))
 
 
-def make_params(n_periods: int) -> dict:
+def make_params(n_periods: int, *, scaled_utility: bool = False) -> dict:
     process = START_PARAMS["income_process"]
     normalization = income_normalization(process["sigx"])
     edu = ("low", "high")
@@ -625,18 +652,23 @@ def make_params(n_periods: int) -> dict:
     beta = START_PARAMS["discount_factor"]
     level, growth = START_PARAMS["adjustment_cost"]
     envelope = np.maximum(level * np.exp(growth * np.arange(n_periods)), 0.0)
+    by_type = np.array([beta["mean"] - beta["std"], beta["mean"] + beta["std"]])
+    discounting = (
+        {
+            "discount_factor": beta["mean"],
+            "utility_scale": {"relative_discount_factor": by_type / beta["mean"]},
+        }
+        if scaled_utility
+        else {"discount_factor": {"discount_factor_by_type": by_type}}
+    )
     return {
         "alive": {
+            **discounting,
             "gross_interest_rate": 1.04**2,
             "avg_earnings": avg_earnings,
             "consumption": {"min_consumption": 0.10 * avg_earnings},
             "taxed_income": {"tax_scale": 1 - 0.321, "labor_tax_rate": 0.128},
             "benefits": {"benefit_rate": 0.115},
-            "discount_factor": {
-                "discount_factor_by_type": np.array(
-                    [beta["mean"] - beta["std"], beta["mean"] + beta["std"]]
-                )
-            },
             "work_disutility": {"work_disutility_grid": work_disutility_table(n_periods)},
             "effort_cost": {
                 "effort_elasticity": START_PARAMS["effort_elasticity"],
