@@ -19,7 +19,9 @@ recursion, eq. (6): today's effort is tomorrow's habit):
 `build(size)` returns `(model, params, initial_conditions)`; `build(size,
 continuous_effort=True)` makes effort a continuous action (and lagged effort a continuous
 state) that `GridSearch(refine=["effort"])` chooses off its grid
-(`benchmarks/refine_mahler_yum.py`):
+(`benchmarks/refine_mahler_yum.py`); `build(size, scaled_utility=True)` writes the
+discount types as the reference library does, one discount factor and the utility scaled
+by `utility_scale(discount_type, period)` (`benchmarks/spellings.py`):
 
 - `"full"`: the paper's grids (pylcm's): 1.6·10⁶ states × 6,000 actions, about 9.6·10⁹
   state-action pairs per period. `GridSearch` evaluates it piece by piece (1.6·10⁸
