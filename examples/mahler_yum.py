@@ -19,7 +19,9 @@ recursion, eq. (6): today's effort is tomorrow's habit):
 `build(size)` returns `(model, params, initial_conditions)`; `build(size,
 continuous_effort=True)` makes effort a continuous action (and lagged effort a continuous
 state) that `GridSearch(refine=["effort"])` chooses off its grid
-(`benchmarks/refine_mahler_yum.py`):
+(`benchmarks/refine_mahler_yum.py`); `build(size, scaled_utility=True)` writes the
+discount types as the reference library does, one discount factor and the utility scaled
+by `utility_scale(discount_type, period)` (`benchmarks/spellings.py`):
 
 - `"full"`: the paper's grids (pylcm's): 1.6·10⁶ states × 6,000 actions, about 9.6·10⁹
   state-action pairs per period. `GridSearch` evaluates it piece by piece (1.6·10⁸
@@ -216,6 +218,24 @@ def utility(consumption_utility, work_disutility, effort_cost, adjustment_cost_p
 
 def discount_factor(discount_type, discount_factor_by_type):
     return discount_factor_by_type[discount_type]
+
+
+# With `build(..., scaled_utility=True)`: the reference library's spelling of the
+# discount types. One discount factor `β` for everyone, and each type's utility scaled
+# by `(β_type / β)^period`: the scaled values `W_t = (β_type / β)^t V_t` solve
+# `W_t = scale_t u_t + β E W_{t+1}`, the same choices as `V_t = u_t + β_type E V_{t+1}`.
+
+
+def utility_scale(discount_type, period, relative_discount_factor):
+    return relative_discount_factor[discount_type] ** period
+
+
+def type_scaled_utility(
+    utility_scale, consumption_utility, work_disutility, effort_cost, adjustment_cost_penalty
+):
+    return utility_scale * (
+        consumption_utility - work_disutility - effort_cost - adjustment_cost_penalty
+    )
 
 
 def effort_value(effort, effort_grid):
@@ -467,6 +487,7 @@ def build(
     solver: lcm.AbstractSolver | None = None,
     continuous_effort: bool = False,
     taste_shock_scale: float | None = None,
+    scaled_utility: bool = False,
     **grid_sizes: int,
 ):
     """The model, its parameters and initial conditions at `size` ("full", "medium",
@@ -487,7 +508,12 @@ def build(
 
     `taste_shock_scale`: EV1 taste shocks of this scale (`params["alive"]
     ["taste_shock_scale"]`) on the alive regime's discrete actions (labour supply, and
-    with continuous effort the adjustment); None (the default): none, as in the paper."""
+    with continuous effort the adjustment); None (the default): none, as in the paper.
+
+    `scaled_utility=True`: the discount types written as the reference library writes
+    them, one discount factor and the utility scaled by `utility_scale(discount_type,
+    period)` (`type_scaled_utility`); values are `utility_scale` times this model's, choices
+    the same."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, not {size!r}")
     unknown = set(grid_sizes) - set(SIZES[size])
@@ -541,8 +567,11 @@ def build(
             **effort_actions,
         },
         functions={
-            "utility": utility,
-            "discount_factor": discount_factor,
+            **(
+                {"utility": type_scaled_utility, "utility_scale": utility_scale}
+                if scaled_utility
+                else {"utility": utility, "discount_factor": discount_factor}
+            ),
             **effort_functions,
             "work_disutility": work_disutility,
             "effort_cost": effort_cost,
@@ -583,7 +612,7 @@ def build(
         fixed_params=make_fixed_params(n_periods, None if continuous_effort else effort_grid),
         solver=lcm.GridSearch() if solver is None else solver,
     )
-    params = make_params(n_periods)
+    params = make_params(n_periods, scaled_utility=scaled_utility)
     if taste_shock_scale is not None:
         params["alive"]["taste_shock_scale"] = taste_shock_scale
     initial_conditions = make_initial_conditions(
@@ -620,7 +649,7 @@ def income_normalization(sigx: float) -> float:
     return float(np.cosh(PRODUCTIVITY_TYPE_LOG) * np.exp(stationary_variance / 2))
 
 
-def make_params(n_periods: int) -> dict:
+def make_params(n_periods: int, *, scaled_utility: bool = False) -> dict:
     process = START_PARAMS["income_process"]
     normalization = income_normalization(process["sigx"])
     edu = ("low", "high")
@@ -633,18 +662,23 @@ def make_params(n_periods: int) -> dict:
     beta = START_PARAMS["discount_factor"]
     level, growth = START_PARAMS["adjustment_cost"]
     envelope = np.maximum(level * np.exp(growth * np.arange(n_periods)), 0.0)
+    by_type = np.array([beta["mean"] - beta["std"], beta["mean"] + beta["std"]])
+    discounting = (
+        {
+            "discount_factor": beta["mean"],
+            "utility_scale": {"relative_discount_factor": by_type / beta["mean"]},
+        }
+        if scaled_utility
+        else {"discount_factor": {"discount_factor_by_type": by_type}}
+    )
     return {
         "alive": {
+            **discounting,
             "gross_interest_rate": 1.04**2,
             "avg_earnings": avg_earnings,
             "consumption": {"min_consumption": 0.10 * avg_earnings},
             "taxed_income": {"tax_scale": 1 - 0.321, "labor_tax_rate": 0.128},
             "benefits": {"benefit_rate": 0.115},
-            "discount_factor": {
-                "discount_factor_by_type": np.array(
-                    [beta["mean"] - beta["std"], beta["mean"] + beta["std"]]
-                )
-            },
             "work_disutility": {"work_disutility_grid": work_disutility_table(n_periods)},
             "effort_cost": {
                 "effort_elasticity": START_PARAMS["effort_elasticity"],

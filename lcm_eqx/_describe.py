@@ -35,6 +35,10 @@ class RegimeSummary:
     # What the solver evaluates in one period where it is not the plain product
     # (`AbstractSolver.work`: points by piece), known with `params`; None otherwise.
     work: tuple[tuple[str, int], ...] | None = None
+    # What kept axes from being eliminated early where the solver evaluates the plain
+    # product (`AbstractSolver.obstacles`: the operation and the user function that join
+    # a piece's axes), known with `params`; empty otherwise.
+    obstacles: tuple[str, ...] = ()
 
     @property
     def evaluated_points(self) -> int:
@@ -93,6 +97,11 @@ class ModelSummary:
                     f"{max(n for _, n in regime.work):,} points"
                 )
                 lines.extend(f"    {n:>15,}  {label}" for label, n in regime.work)
+            if regime.obstacles:
+                lines.append(
+                    "  evaluated as the plain product; what kept axes from being eliminated early:"
+                )
+                lines.extend(f"    - {reason}" for reason in regime.obstacles)
             if regime.automatic_splay:
                 chunks = ", ".join(f"{n} batch_size={b}" for n, b in regime.automatic_splay.items())
                 lines.append(f"  evaluated in chunks by itself (automatic splay): {chunks}")
@@ -194,9 +203,10 @@ def _automatic_splay(regime) -> dict[str, int]:
     }
 
 
-def _work(model, params, name: str) -> tuple[tuple[str, int], ...] | None:
+def _work(model, params, name: str) -> tuple[tuple[tuple[str, int], ...] | None, tuple[str, ...]]:
     """What the solver of regime `name` evaluates in its first active period
-    (`AbstractSolver.work`), traced without computing anything."""
+    (`AbstractSolver.work`) and what keeps it from the regime's structure
+    (`AbstractSolver.obstacles`), traced without computing anything."""
     plan = model.plan
     regime = plan.regimes[name]
     period = min(regime.active)
@@ -213,7 +223,8 @@ def _work(model, params, name: str) -> tuple[tuple[str, int], ...] | None:
             next_values,
             True,
         )
-        found.append(model.solvers[name].work(problem))
+        solver = model.solvers[name]
+        found.append((solver.work(problem), solver.obstacles(problem)))
         return jnp.zeros(())
 
     jax.eval_shape(trace, params)
@@ -268,8 +279,11 @@ def describe(
     if params is not None:
         # normalised as solve normalises them (a params Series, labelled Series leaves)
         params = model.checked_params(params)
+        found = {r.name: _work(model, params, r.name) for r in regimes if not r.terminal}
         regimes = [
-            dataclasses.replace(r, work=_work(model, params, r.name)) if not r.terminal else r
+            dataclasses.replace(r, work=found[r.name][0], obstacles=found[r.name][1])
+            if not r.terminal
+            else r
             for r in regimes
         ]
     memory = None if params is None else _memory(model, params)

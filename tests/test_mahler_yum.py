@@ -314,6 +314,28 @@ def test_describe_compiles_with_labelled_series_params(tiny):
     assert "evaluated by piece" in str(summary)
 
 
+def test_the_reference_librarys_scaled_utility_factors_and_scales_the_values(my, tiny):
+    # The discount types written as the reference library writes them (issue 60): one
+    # discount factor and `utility_scale(discount_type, period) * (utility's terms)`.
+    # The same choices, values scaled by `(β_type / β)^period`, and the same structure
+    # found: the scale only adds the discount type to the utility's pieces.
+    model, params, _, solution = tiny
+    scaled, scaled_params, _ = my.build("tiny", n_subjects=64, saving=4, scaled_utility=True)
+    example, written = (
+        next(r for r in m.describe(p).regimes if r.name == "alive")
+        for m, p in ((model, params), (scaled, scaled_params))
+    )
+    assert written.work is not None
+    assert written.evaluated_points <= 1.2 * example.evaluated_points  # reduced: 1.04
+    relative = scaled_params["alive"]["utility_scale"]["relative_discount_factor"]
+    values = scaled.solve(scaled_params)
+    for t in range(my.SIZES["tiny"]["periods"] - 1):
+        expected = np.asarray(solution.value("alive", t)) * relative**t
+        np.testing.assert_allclose(
+            np.asarray(values.value("alive", t)), expected, rtol=1e-12, err_msg=f"period {t}"
+        )
+
+
 def _value_gradients(my, model, params, mode):
     """d sum(V_alive(period 0)) / d(effort_elasticity, utility_constant), by `mode`."""
 

@@ -316,8 +316,10 @@ class Evaluator:
                 kwargs[name] = function_params[name]
         try:
             # A contraction in the user's function (a `jnp.dot`) computes alike on every
-            # device (`exact_contractions`).
-            with exact_contractions():
+            # device (`exact_contractions`). The named scope marks its operations with
+            # its key, by which the structure-aware grid search says which function
+            # joins the axes it could not separate (`_solve/_factored.py`).
+            with exact_contractions(), jax.named_scope(function.key):
                 if self._check_indices and has_array_parameter(function, function_params):
                     checked = checkify.checkify(function.fn, errors=checkify.index_checks)
                     error, out = checked(**kwargs)

@@ -17,6 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .._errors import warn
 from .._grids._age import AgeGrid, age_of
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan, Segment
@@ -135,6 +136,8 @@ def solve_model(
     )
     following: frozenset[str] | None = None  # the regimes of the segment after this one
     checks: dict[str, tuple[str, ...]] = {}
+    # Each regime's solver's warnings (`AbstractSolver.notices`), asked once per trace.
+    notices: dict[str, tuple[str, ...]] = {}
     parts: dict[str, dict[str, list]] = {
         kind: {} for kind in ("values", "violations", "policies", "exponential")
     }
@@ -158,6 +161,7 @@ def solve_model(
             segment=segment,
             following=frozenset(segment.regimes) if apart else following,
             checks=checks,
+            notices=notices,
             deferred=deferred,
             columns=columns,
         )
@@ -191,6 +195,9 @@ def solve_model(
             carry, outputs = jax.lax.scan(ticked_step, carry, inputs, reverse=True)
         following = frozenset(segment.regimes)
         _collect(induction, segment, inputs, outputs, frozenset(deferred), columns, parts)
+    for messages in notices.values():
+        for message in messages:
+            warn(message)
     return _solution(induction, checks, parts, tables, ages)
 
 
@@ -202,6 +209,7 @@ def _period_step(
     segment: Segment,
     following: frozenset[str] | None,
     checks: dict,
+    notices: dict[str, tuple[str, ...]],
     deferred: set[str],
     columns: dict[str, tuple[int, int]],
     last: bool = False,
@@ -214,6 +222,8 @@ def _period_step(
     for name, problem in problems.items():
         extra = induction.solvers[name].extra_checks(plan.regimes[name])
         checks[name] = (*problem.checks, *extra) if induction.validate else ()
+        if name not in notices:
+            notices[name] = induction.solvers[name].notices(problem)
     group_of = {name: i for i, (_, names) in enumerate(induction.groups) for name in names}
 
     def read(target: str, along: str):

@@ -42,7 +42,7 @@ from ._axes import (
     map_axis,
     reduce_axis,
 )
-from ._kernel import RegimeProblem, max_each
+from ._kernel import CONTINUATION_SCOPE, RegimeProblem, max_each
 from ._reduce import max_along, smooth_max
 
 # Evaluate the pieces where they need at most this fraction of the plain product's work
@@ -61,11 +61,28 @@ _PASS_THROUGH = ("convert_element_type", "broadcast_in_dim")
 
 
 @dataclasses.dataclass(frozen=True)
+class Term:
+    """One additive term of the objective: `sign * f_1(f_2(... f_n(var)))`, where each
+    factor `f_i` is `("mul", x)` (times `x`), `("div", x)` (divided by `x`), `("if", p)`
+    (`where(p, ·, 0)`) or `("unless", p)` (`where(p, 0, ·)`), the outermost first: what
+    distributing a product, a quotient or a select over a sum leaves of each summand
+    (`s * (a - b)` is the terms `s * a` and `-(s * b)`)."""
+
+    var: object  # a jaxpr variable
+    sign: int
+    factors: tuple[tuple[str, object], ...] = ()
+
+    def outputs(self) -> list:
+        """The jaxpr variables its value reads: `var`, then its factors'."""
+        return [self.var, *(x for _, x in self.factors)]
+
+
+@dataclasses.dataclass(frozen=True)
 class Piece:
     """Terms and masks that depend on the same axes (canonical order)."""
 
     axes: tuple[str, ...]
-    terms: tuple[tuple[object, int], ...]  # (jaxpr variable, sign)
+    terms: tuple[Term, ...]
     masks: tuple[object, ...]  # boolean jaxpr variables
 
 
@@ -98,6 +115,10 @@ class Factoring:
     # Points times equations per point: of the plan, and of the plain product.
     cost: int
     plain_cost: int
+    # Per piece, what joins its axes (`_Graph.joining`), for the pieces that span more
+    # than `_MAX_PIECE` of the product, or else the largest: the reasons `obstacles`
+    # gives where the plan is not used.
+    joins: tuple[tuple[int, str], ...] = ()
 
     def work_by_piece(self) -> list[tuple[str, int]]:
         """(label, points evaluated) for each piece and elimination step, and for the
@@ -123,6 +144,33 @@ class Factoring:
         largest = max((self.points(p.axes) for p in self.pieces), default=0)
         return largest <= _MAX_PIECE * self.points(self.names)
 
+    def obstacles(self) -> tuple[str, ...]:
+        """Why `GridSearch` evaluates the plain product rather than this plan, in words
+        (the operation and the user function that join a piece's axes, the work of the
+        steps); empty where the plan is used."""
+        fits = self.pieces_fit()
+        if fits and worth_it(self):
+            return ()
+        total = self.points(self.names)
+        reasons = [
+            f"piece on ({', '.join(self.pieces[i].axes)}), "
+            f"{_share(self.points(self.pieces[i].axes), total)} of the product: {why}"
+            for i, why in self.joins
+        ]
+        if fits:
+            largest = max(self.steps, key=lambda s: self.points(s.axes), default=None)
+            if largest is not None:
+                reasons.append(
+                    f"the largest step, max over {largest.action!r}, spans "
+                    f"({', '.join(largest.axes)}), {_share(self.points(largest.axes), total)} "
+                    "of the product"
+                )
+            reasons.append(
+                f"the pieces, steps and checks take {self.cost / self.plain_cost:.0%} of the "
+                f"plain product's work (evaluated by piece at most {_MIN_GAIN:.0%})"
+            )
+        return tuple(reasons)
+
 
 class _Graph:
     """A flat jaxpr with, per variable, its producing equation and its input axes."""
@@ -131,6 +179,7 @@ class _Graph:
         self.jaxpr = jaxpr
         self.producer: dict = {}
         self.depends: dict = {}
+        self._splitting: dict = {}  # `_splits`, by variable
         for var, name in zip(jaxpr.invars, names, strict=True):
             self.depends[var] = frozenset([name])
         for var in jaxpr.constvars:
@@ -173,28 +222,117 @@ class _Graph:
         eqn = self.equation(var)
         return ("", []) if eqn is None else (eqn.primitive.name, list(eqn.invars))
 
-    def split(self, var, sign: int, terms: list, masks: list) -> None:
-        """`var` as a sum of signed terms, restricted to where `masks` hold."""
+    def split(self, var, sign: int, terms: list, masks: list, factors: tuple = ()) -> None:
+        """`var` (times `factors`: see `Term`) as a sum of signed terms, restricted to
+        where `masks` hold.
+
+        Exact rewrites only, whatever the values' signs: a sum, a difference or a
+        negation splits; a product or a quotient distributes its other operand over the
+        terms of the operand that splits (`s * (a + b)` is `s*a + s*b`: no maximum is
+        taken of a scaled sum, so a negative or unknown `s` is as exact as a positive
+        one, with taste shocks too); a select on a predicate of fewer axes than its
+        branches splits into the terms of each branch, each kept where the predicate
+        holds (or fails) and 0 elsewhere. The select that gives `-inf` where a
+        constraint fails gives masks, outside any factor (where `s * -inf` would depend
+        on the sign of `s`). What does not split is one term.
+        """
         name, operands = self.operation(var)
-        if name == "add":
-            self.split(operands[0], sign, terms, masks)
-            self.split(operands[1], sign, terms, masks)
-        elif name == "sub":
-            self.split(operands[0], sign, terms, masks)
-            self.split(operands[1], -sign, terms, masks)
+        if name in ("add", "sub") and _is_float(var):
+            for operand, side in zip(operands, (1, 1 if name == "add" else -1), strict=True):
+                if not self.is_zero(operand):  # Python's `sum` starts from 0
+                    self.split(operand, side * sign, terms, masks, factors)
+        elif name == "reduce_sum" and self.stacked(operands[0]) and _is_float(var):
+            # `jnp.sum(jnp.stack([a, b, c]))`
+            for operand in self.stacked(operands[0]):
+                self.split(operand, sign, terms, masks, factors)
         elif name == "neg":
-            self.split(operands[0], -sign, terms, masks)
+            self.split(operands[0], -sign, terms, masks, factors)
         elif name == "convert_element_type" and _is_float(operands[0]) and _is_float(var):
-            self.split(operands[0], sign, terms, masks)
-        elif name == "select_n" and sign > 0 and len(operands) == 3:
+            self.split(operands[0], sign, terms, masks, factors)
+        elif name == "select_n" and len(operands) == 3 and _is_bool(operands[0]):
             predicate, when_false, when_true = operands
-            if self.is_neg_inf(when_false) and _is_bool(predicate):
+            if not factors and sign > 0 and self.is_neg_inf(when_false):
                 self.conjuncts(predicate, masks)
                 self.split(when_true, sign, terms, masks)
+            elif self.deps(predicate) < self.deps(var):
+                branches = ((when_true, ("if", predicate)), (when_false, ("unless", predicate)))
+                self._distribute(var, sign, terms, masks, factors, branches)
             else:
-                terms.append((var, sign))
+                terms.append(Term(var, sign, factors))
+        elif name == "mul" and _is_float(var):
+            # The operand on fewer axes is the factor (a scale of states, the period),
+            # distributed over the terms of the other.
+            first, second = sorted(operands, key=lambda v: len(self.deps(v)))
+            if self._splits(second):
+                self._distribute(var, sign, terms, masks, factors, ((second, ("mul", first)),))
+            elif self._splits(first):
+                self._distribute(var, sign, terms, masks, factors, ((first, ("mul", second)),))
+            else:
+                terms.append(Term(var, sign, factors))
+        elif name == "div" and _is_float(var):
+            numerator, denominator = operands
+            self._distribute(var, sign, terms, masks, factors, ((numerator, ("div", denominator)),))
         else:
-            terms.append((var, sign))
+            terms.append(Term(var, sign, factors))
+
+    def joining(self, var):
+        """The equation that joins the axes of `var`: from `var` down through an operand
+        that depends on all of them, the first whose operands each depend on fewer
+        (None for an input)."""
+        axes = self.deps(var)
+        while True:
+            eqn = self.equation(var)
+            if eqn is None:
+                return None
+            carrier = next((v for v in eqn.invars if self.deps(v) == axes), None)
+            if carrier is None:
+                return eqn
+            var = carrier
+
+    def stacked(self, var) -> list:
+        """The scalars that `var` (a vector) stacks, or none where it is no such stack."""
+        name, operands = self.operation(var)
+        if name == "stack" and all(_aval(v).shape == () for v in operands):
+            return operands
+        if name == "concatenate":  # JAX before the `stack` primitive
+            parts = [self.operation(v) for v in operands]
+            if all(
+                n == "broadcast_in_dim" and _aval(ops[0]).shape == () and _aval(v).shape == (1,)
+                for (n, ops), v in zip(parts, operands, strict=True)
+            ):
+                return [ops[0] for _, ops in parts]
+        return []
+
+    def _splits(self, var) -> bool:
+        """Whether `var` is a sum of more than one term (under a factor: no masks)."""
+        if isinstance(var, Literal):
+            return False
+        if var not in self._splitting:
+            found: list = []
+            self.split(var, 1, found, [], (("mul", var),))
+            self._splitting[var] = len(found) > 1
+        return self._splitting[var]
+
+    def _distribute(self, var, sign: int, terms: list, masks: list, factors: tuple, parts) -> None:
+        """The terms of each `(operand, factor)` of `parts` with `factor` innermost, in
+        place of `var`; `var` itself where that gives one term or none (nothing to gain).
+        A term that is a constant 0 under selects alone is 0 and dropped."""
+        found: list = []
+        for operand, factor in parts:
+            self.split(operand, sign, found, [], (*factors, factor))
+        # (The factors outside, shared by every term found, keep their NaN and inf.)
+        found = [
+            t
+            for t in found
+            if not (
+                self.is_zero(t.var)
+                and all(k in ("if", "unless") for k, _ in t.factors[len(factors) :])
+            )
+        ]
+        if len(found) > 1:
+            terms.extend(found)
+        else:
+            terms.append(Term(var, sign, factors))
 
     def conjuncts(self, var, masks: list) -> None:
         name, operands = self.operation(var)
@@ -339,8 +477,9 @@ def plan_factoring(
         return math.prod(sizes[a] for a in ax)
 
     by_axes: dict[tuple[str, ...], tuple[list, list]] = {}
-    for var, sign in terms:
-        by_axes.setdefault(canonical(graph.deps(var)), ([], []))[0].append((var, sign))
+    for term in terms:
+        reach = frozenset().union(*(graph.deps(v) for v in term.outputs()))
+        by_axes.setdefault(canonical(reach), ([], []))[0].append(term)
     for var in masks:
         ax = canonical(graph.deps(var))
         # A mask joins the smallest piece of terms that covers its axes (cheap there, and
@@ -355,6 +494,21 @@ def plan_factoring(
     largest = max((size(p.axes) for p in pieces), default=0)
     if limit_pieces and largest > _MAX_PIECE * size(names):  # `Factoring.pieces_fit`
         return None
+    # What joins the axes of the pieces that span too much (else of the largest).
+    regime = problem.regime
+    functions = frozenset(
+        (
+            "utility",
+            "next_regime",
+            *regime.helpers,
+            *regime.constraints,
+            *(f"next_{n}" for n in regime.state_transitions),
+        )
+    )
+    explained = [i for i, p in enumerate(pieces) if size(p.axes) > _MAX_PIECE * size(names)]
+    if not explained and pieces:
+        explained = [max(range(len(pieces)), key=lambda i: size(pieces[i].axes))]
+    joins = tuple((i, _joined(graph, pieces[i], canonical, functions)) for i in explained)
 
     # Continuous actions (max) before discrete ones under taste shocks (log-sum-exp).
     smooth = frozenset(problem.regime.discrete_actions) if smooth_discrete else frozenset()
@@ -394,9 +548,7 @@ def plan_factoring(
     # The work, weighed by equations per point: the plain product evaluates every
     # equation at every pair; a piece its own, a step one addition per member.
     plain_cost = size(names) * len(closed.jaxpr.eqns)
-    cost = sum(
-        size(p.axes) * len(graph.needed([v for v, _ in p.terms] + list(p.masks))) for p in pieces
-    )
+    cost = sum(size(p.axes) * len(graph.needed(_piece_outputs(p))) for p in pieces)
     cost += sum(size(s.axes) * (len(s.group) + 1) for s in steps)
     cost += sum(size(k) * len(graph.needed(list(f))) for k, f in check_components)
     factoring = Factoring(
@@ -411,6 +563,7 @@ def plan_factoring(
         value=value,
         cost=cost,
         plain_cost=plain_cost,
+        joins=joins,
     )
 
     inputs = dict(zip(sorted(names), closed.jaxpr.invars, strict=True))
@@ -429,6 +582,48 @@ def plan_factoring(
         return [read(v) for v in outputs]
 
     return factoring, evaluate
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if part * 100 >= whole else f"{part / whole:.2g}"
+
+
+def _joined(graph: _Graph, piece: Piece, canonical: Callable, functions: frozenset[str]) -> str:
+    """What joins the axes of `piece`, in words: the operation, the user function it is
+    in (by its named scope) and the axes of its operands."""
+    axes = frozenset(piece.axes)
+    for var in [t.var for t in piece.terms] + list(piece.masks):
+        eqn = graph.joining(var) if graph.deps(var) == axes else None
+        if eqn is None:
+            continue
+        groups = []
+        for operand in eqn.invars:
+            reach = canonical(graph.deps(operand))
+            if reach and reach not in groups:
+                groups.append(reach)
+        joined = " and ".join(f"({', '.join(g)})" for g in groups)
+        return f"`{eqn.primitive.name}` in {_location(eqn, functions)} joins {joined}"
+    term = piece.terms[0] if piece.terms else None
+    if term is not None and term.factors:
+        factor_axes = canonical(frozenset().union(*(graph.deps(x) for _, x in term.factors)))
+        return (
+            f"a term on ({', '.join(canonical(graph.deps(term.var)))}) times a factor on "
+            f"({', '.join(factor_axes)})"
+        )
+    return "its terms and constraints together"
+
+
+def _location(eqn, functions: frozenset[str]) -> str:
+    """The user function whose operation `eqn` is (its innermost named scope that names
+    one), and whether it is computed for the continuation; the kernel's own otherwise."""
+    scopes = str(eqn.source_info.name_stack).split("/")
+    named = [s for s in scopes if s in functions]
+    continuation = CONTINUATION_SCOPE in scopes
+    if named:
+        return f"`{named[-1]}`" + (" (for the continuation)" if continuation else "")
+    if continuation:
+        return "the continuation (the discount factor times the expected next value)"
+    return "the Bellman kernel (utility, constraints and continuation combined)"
 
 
 def worth_it(factoring: Factoring) -> bool:
@@ -832,7 +1027,8 @@ def _best_by_elimination(
 
 def _product(values: list, dtype) -> Array:
     """The product of a check component's factors: the non-boolean ones multiplied,
-    0 where a boolean one is False."""
+    0 where a boolean one is False (a literal factor comes as a Python scalar)."""
+    values = [jnp.asarray(v) for v in values]
     total = jnp.ones((), dtype)
     for v in values:
         if v.dtype != jnp.bool_:
@@ -853,21 +1049,40 @@ def _nothing(step: Step, factoring: Factoring, dtype) -> tuple[tuple[str, ...], 
 
 
 def _piece_outputs(piece: Piece) -> list:
-    """The jaxpr variables a piece reads: its terms, then its masks."""
-    return [v for v, _ in piece.terms] + list(piece.masks)
+    """The jaxpr variables a piece reads: each term's (`Term.outputs`), then its masks."""
+    return [v for term in piece.terms for v in term.outputs()] + list(piece.masks)
+
+
+def _term_value(term: Term, values: list, dtype) -> Array:
+    """The value of `term` from `values` (`Term.outputs` evaluated at a point): its
+    factors applied innermost first, as the objective applies them."""
+    total = jnp.asarray(values[0], dtype)
+    for (kind, _), x in zip(reversed(term.factors), reversed(values[1:]), strict=True):
+        if kind == "mul":
+            total = total * jnp.asarray(x, dtype)
+        elif kind == "div":
+            total = total / jnp.asarray(x, dtype)
+        elif kind == "if":
+            total = jnp.where(x, total, jnp.zeros((), dtype))
+        else:
+            total = jnp.where(x, jnp.zeros((), dtype), total)
+    return total
 
 
 def _piece_value(piece: Piece, values: list, dtype):
     """The sum of a piece's signed terms, `-inf` where a mask fails, from `values`
     (`_piece_outputs` evaluated at a point)."""
     total = jnp.zeros((), dtype)
-    for (_, sign), term in zip(piece.terms, values, strict=False):
-        term = jnp.asarray(term, dtype)
-        total = total + term if sign > 0 else total - term
+    start = 0
+    for term in piece.terms:
+        stop = start + 1 + len(term.factors)
+        value = _term_value(term, values[start:stop], dtype)
+        total = total + value if term.sign > 0 else total - value
+        start = stop
     if not piece.masks:
         return total
-    feasible = values[len(piece.terms)]
-    for mask in values[len(piece.terms) + 1 :]:
+    feasible = values[start]
+    for mask in values[start + 1 :]:
         feasible = feasible & mask
     return jnp.where(feasible, total, -jnp.inf)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import equinox as eqx
@@ -18,6 +19,10 @@ from ._solver import AbstractPointwiseSolver, AbstractSolver, PeriodSolution, ta
 
 if TYPE_CHECKING:
     from .._model._plan import ModelPlan, RegimePlan
+
+# A regime that the structure-aware search leaves to the plain product above this many
+# state-action pairs per period is warned about (`GridSearch.notices`).
+PLAIN_PRODUCT_WARNING_PAIRS = 10**8
 
 
 class GridSearch(AbstractPointwiseSolver):
@@ -104,6 +109,40 @@ class GridSearch(AbstractPointwiseSolver):
     def work(self, problem):
         planned = self.factoring(problem)
         return None if planned is None else tuple(planned[0].work_by_piece())
+
+    def obstacles(self, problem):
+        if not problem.action_axes:
+            return ()
+        if not self.factored:
+            return ("GridSearch(factored=False) evaluates the plain product",)
+        aggregator = problem.aggregator
+        if aggregator is not None and aggregator.n_values > 1:
+            return (
+                f"{type(aggregator).__name__} carries two values per point, which only the "
+                "plain product evaluates",
+            )
+        if self._refines(problem):
+            return ("refinement (GridSearch(refine=...)) evaluates the plain product",)
+        smooth = taste_shock_scale(problem) is not None
+        planned = _factored.plan_factoring(problem, smooth, limit_pieces=False)
+        assert planned is not None
+        return planned[0].obstacles()
+
+    def notices(self, problem):
+        pairs = math.prod(
+            int(a.points.shape[0]) for a in (*problem.state_axes, *problem.action_axes)
+        )
+        if not self.factored or pairs <= PLAIN_PRODUCT_WARNING_PAIRS:
+            return ()
+        reasons = self.obstacles(problem)
+        if not reasons:
+            return ()
+        return (
+            f"Regime {problem.regime.name!r}: GridSearch evaluates the plain state x action "
+            f"product, {pairs:,} pairs per period, because it could not evaluate the "
+            f"objective piece by piece: {'; '.join(reasons)}. `model.describe(params)` shows "
+            "the pieces (docs/architecture.md, 'Structure-aware grid search').",
+        )
 
     def solve_period(self, problem):
         # Checks apart need the plan whatever the size of its pieces: planned once (the

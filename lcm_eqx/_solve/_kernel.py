@@ -42,6 +42,9 @@ from ._sharding import ShardingPlan, is_identity_transition
 # kernel of its own, and on the CPU each kernel adds compile time (see `probability_violation`).
 _UNROLL = 16
 
+# The named scope of the discounted continuation in `q` (its operations carry it).
+CONTINUATION_SCOPE = "continuation"
+
 
 def probability_violation(p: Array, tolerance: float) -> Array:
     """How far a probability vector is from valid (0 when valid, > 0 otherwise)."""
@@ -751,16 +754,18 @@ class RegimeProblem:
             values: tuple[Array, ...] = (utility,)
         else:
             # NaN in next period's values: a NaN discount factor makes the period NaN
-            # at no cost per point (see `continuation_has_nan`).
-            beta = self.discount_factor(evaluate)
-            beta = jnp.where(self.continuation_has_nan, jnp.nan, beta)
-            if aggregator is None:
-                expected = self._expected_value(evaluate, state, violations)
-                values = (utility + discounted(beta, expected),)
+            # at no cost per point (see `continuation_has_nan`). The named scope marks
+            # what the structure-aware grid search reports as the continuation.
+            with jax.named_scope(CONTINUATION_SCOPE):
+                beta = self.discount_factor(evaluate)
+                beta = jnp.where(self.continuation_has_nan, jnp.nan, beta)
+                split = aggregator is not None and aggregator.splits_terminal
+                continuation = self._expected_value(evaluate, state, violations, split=split)
+                future = discounted(beta, continuation) if aggregator is None else None
+            if future is not None:
+                values = (utility + future,)
             else:
-                continuation = self._expected_value(
-                    evaluate, state, violations, split=aggregator.splits_terminal
-                )
+                assert aggregator is not None
                 values = aggregator.combine(
                     utility,
                     continuation,

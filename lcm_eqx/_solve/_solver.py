@@ -299,6 +299,18 @@ class AbstractSolver(eqx.Module):
         the plain product."""
         return None
 
+    def obstacles(self, problem: RegimeProblem) -> tuple[str, ...]:
+        """What keeps one period of `problem` from being evaluated by its structure, in
+        words (shown by `Model.describe`); empty where nothing does or the solver does
+        not exploit structure."""
+        return ()
+
+    def notices(self, problem: RegimeProblem) -> tuple[str, ...]:
+        """Warnings about how this solver will solve `problem` (a plain product it could
+        not split, at a size that costs): issued once per regime when the solve is
+        traced (`LcmWarning`); none by default."""
+        return ()
+
     def policy_reader(
         self, plan: ModelPlan, target: str, policy: Any, params, period, age
     ) -> ContinuationReader | None:
