@@ -369,6 +369,7 @@ def _candidate(line: _Line) -> tuple[Array, Array, Array]:
     margin = jnp.minimum(jnp.maximum(2 * cubic, floor) * 10.0**line.short, 0.5 * far)
     aim = jnp.where(above > below, 1.0, -1.0)
     past = kink + aim * margin
+
     def newton_from(x, g, h):
         return x - g / jnp.where(h < 0, h, jnp.nan)
 
