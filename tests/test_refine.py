@@ -262,6 +262,74 @@ def test_bounds_kinks_ties_and_constraints_are_flagged_with_finite_gradients():
     assert np.isfinite(gradient)
 
 
+# ----------------------------------------------------------------------------- kinks
+SAVING_WEALTH = np.linspace(1.0, 20.0, 12)
+
+
+def _saving_model() -> lcm.Model:
+    """Two periods of consumption and saving: next period's value is interpolated
+    linearly over the wealth nodes, so `q` has a kink where next wealth crosses one,
+    at `c = w − node / (1 + r)`, and the maximum often sits there (between the nodes
+    the interpolated value is linear, and `log c` is concave)."""
+
+    def next_wealth(wealth, consumption, interest_rate):
+        return (1 + interest_rate) * (wealth - consumption)
+
+    regime = lcm.Regime(
+        states={"wealth": lcm.LinSpacedGrid(1.0, 20.0, 12)},
+        actions={"consumption": lcm.LinSpacedGrid(0.5, 20.0, 40)},
+        functions={"utility": lambda consumption: jnp.log(consumption)},
+        state_transitions={"wealth": next_wealth},
+        constraints={"borrowing": lambda consumption, wealth: consumption <= wealth},
+        transition=lambda: 0,
+        solver=REFINED,
+    )
+    return lcm.Model(regimes={"alive": regime}, n_periods=2)
+
+
+SAVING = {"discount_factor": 0.95, "interest_rate": 0.03}
+
+
+def test_a_maximum_on_a_kink_moves_along_it():
+    """At a kink `q`'s slope jumps from `Q⁻_c > 0` to `Q⁺_c < 0`, so neither side's
+    `q_θ` is the value's derivative (the envelope theorem needs `q_c = 0`); the maximum
+    moves with the kink, `c* = w − node / (1 + r)`. Closed forms at each kink cell:
+    `dc*/dr = node / (1 + r)²`, `dV/dr = (dc*/dr) / c*` and `dV/dβ = V₁(node)` (next
+    period's value at the node does not depend on `r`). The envelope value read `q_r`
+    on one side, and a third of these cells were `unconverged`, short of the kink."""
+    model = _saving_model()
+    solution = model.solve(SAVING)
+    codes = np.asarray(lcm.refine_codes(model, SAVING, solution, "alive", 0)["consumption"])
+    assert not np.any(codes == lcm.RefineCode.unconverged)
+    kinks = np.flatnonzero(codes == lcm.RefineCode.kink)
+    assert len(kinks) >= 4
+    rate = SAVING["interest_rate"]
+    everyone = {"alive": jnp.full(12, 1 / 12)}
+
+    def consumption(params):
+        return model.distribution(params, everyone).actions["alive"]["consumption"][0]
+
+    chosen = np.asarray(consumption(SAVING))[kinks]
+    wealth = SAVING_WEALTH[kinks]
+    nodes = SAVING_WEALTH[
+        np.argmin(np.abs((1 + rate) * (wealth - chosen)[:, None] - SAVING_WEALTH), axis=1)
+    ]
+    np.testing.assert_allclose(chosen, wealth - nodes / (1 + rate), rtol=1e-12)
+    moves = jax.jacfwd(consumption)(SAVING)
+    np.testing.assert_allclose(moves["interest_rate"][kinks], nodes / (1 + rate) ** 2, rtol=1e-8)
+    np.testing.assert_allclose(moves["discount_factor"][kinks], 0.0, atol=1e-10)
+
+    def values(params):
+        return model.solve(params).value("alive", 0)
+
+    derivatives = jax.jacrev(values)(SAVING)
+    next_values = np.asarray(solution.value("alive", 1))[np.searchsorted(SAVING_WEALTH, nodes)]
+    np.testing.assert_allclose(
+        derivatives["interest_rate"][kinks], nodes / (1 + rate) ** 2 / chosen, rtol=1e-8
+    )
+    np.testing.assert_allclose(derivatives["discount_factor"][kinks], next_values, rtol=1e-8)
+
+
 # ----------------------------------------------------------------------------- composition
 @pytest.mark.slow
 def test_taste_shocks_on_a_discrete_action_with_refined_consumption():

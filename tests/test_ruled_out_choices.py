@@ -243,11 +243,21 @@ def test_where_work_is_ruled_out_the_value_is_the_retired_value(solver):
     np.testing.assert_allclose(late["taste_shock_scale"], 0.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("splayed", [False, True], ids=["plain", "labor-splayed"])
-def test_solve_gradient_matches_central_differences(splayed):
+@pytest.mark.parametrize(
+    ("solver", "splayed"),
+    [
+        pytest.param(None, False, id="plain"),
+        pytest.param(None, True, id="labor-splayed"),
+        pytest.param(lcm.GridSearch(refine=True), False, id="refined"),
+    ],
+)
+def test_solve_gradient_matches_central_differences(solver, splayed):
     # Splayed: the labour axis in chunks of one, combined by a running log-sum-exp
-    # (whose first chunk, work, is ruled out from 67 on).
-    model = build().with_batch_size("labor", 1) if splayed else build()
+    # (whose first chunk, work, is ruled out from 67 on). Refined: consumption off its
+    # grid, where a third of the optima sit on kinks of the interpolated continuation
+    # (next wealth on a node), whose derivatives follow the kink (interest rate and
+    # wage were 7e-4 and 9e-3 off).
+    model = build(solver).with_batch_size("labor", 1) if splayed else build(solver)
 
     def total(p):
         return jnp.sum(model.solve(p).value("working", 0))
@@ -259,6 +269,10 @@ def test_solve_gradient_matches_central_differences(splayed):
     "solver",
     [
         pytest.param(None, id="grid-search"),
+        # Each row's refinement at its own wealth, off the grids: on a kink, at a
+        # binding borrowing constraint or interior (the interest rate was 24 % off,
+        # the wage 5 %).
+        pytest.param(lcm.GridSearch(refine=True), id="grid-search-refined"),
         # (The same code as grid search's after `discrete_values`; a DC-EGM gradient
         # compiles for about 30 s.)
         pytest.param(dcegm(), id="dcegm", marks=pytest.mark.slow),

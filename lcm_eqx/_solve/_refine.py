@@ -235,21 +235,27 @@ def grid_best(
 # ----------------------------------------------------------------------------- line
 class _Line(NamedTuple):
     """The state of the safeguarded Newton iteration along one action: the bracket
-    `[lo, hi]` (with `q` and its slope at ends that were evaluated, NaN where not; an
-    end is `open` where it is infeasible), and the best point with its `q, g, h`."""
+    `[lo, hi]` (with `q` and its first two derivatives at ends that were evaluated, NaN
+    where not; an end is `open` where it is infeasible), the best point with its
+    `q, g, h`, the last estimate of a kink's location (NaN before one) and how many
+    steps in a row aimed past it fell short."""
 
     lo: Array
     hi: Array
     q_lo: Array
     g_lo: Array
+    h_lo: Array
     q_hi: Array
     g_hi: Array
+    h_hi: Array
     lo_open: Array
     hi_open: Array
     x: Array
     q: Array
     g: Array
     h: Array
+    kink: Array
+    short: Array
 
 
 def value_slope_curvature(f: Callable[[Array], Array], t: Array) -> tuple[Array, Array, Array]:
@@ -272,13 +278,19 @@ def _update(line: _Line, t, q, g, h) -> _Line:
     roundoff = 8 * jnp.finfo(q.dtype).eps * (1.0 + jnp.abs(q))
     flatter = (q >= line.q - roundoff) & (jnp.abs(g) < jnp.abs(line.g))
     better = feasible & ((q > line.q) | flatter)
-    return _Line(
+
+    def end(to, new, old):
+        return jnp.where(to, jnp.where(feasible, new, nan), old)
+
+    return line._replace(
         lo=jnp.where(to_lo, t, line.lo),
         hi=jnp.where(to_hi, t, line.hi),
-        q_lo=jnp.where(to_lo, jnp.where(feasible, q, nan), line.q_lo),
-        g_lo=jnp.where(to_lo, jnp.where(feasible, g, nan), line.g_lo),
-        q_hi=jnp.where(to_hi, jnp.where(feasible, q, nan), line.q_hi),
-        g_hi=jnp.where(to_hi, jnp.where(feasible, g, nan), line.g_hi),
+        q_lo=end(to_lo, q, line.q_lo),
+        g_lo=end(to_lo, g, line.g_lo),
+        h_lo=end(to_lo, h, line.h_lo),
+        q_hi=end(to_hi, q, line.q_hi),
+        g_hi=end(to_hi, g, line.g_hi),
+        h_hi=end(to_hi, h, line.h_hi),
         lo_open=jnp.where(to_lo, ~feasible, line.lo_open),
         hi_open=jnp.where(to_hi, ~feasible, line.hi_open),
         x=jnp.where(better, t, line.x),
@@ -288,12 +300,56 @@ def _update(line: _Line, t, q, g, h) -> _Line:
     )
 
 
-def _candidate(line: _Line) -> Array:
-    """The next point: Newton's from the best point where it stays strictly inside the
-    bracket; else where the tangents at the bracket's ends meet (a kink: quadratic
-    convergence to it; on a smooth objective the bracket's midpoint); else the vertex
-    of the parabola through the best point (value and slope) and the value at the end
-    its slope points to; else bisection.
+def _kink(line: _Line) -> tuple[Array, Array, Array]:
+    """Where the quadratic models of `q` at the bracket's ends (value, slope and
+    curvature there) meet, and whether they show a kink there: the left model still
+    rising and the right one falling, their slopes apart by at least half the fall of
+    the slope across the bracket. (On a smooth objective both ends model the same
+    function: their slopes where they meet differ by the cubic term only.)
+
+    Between a kink's two pieces `q` is the smaller of their smooth extensions, and the
+    kink the root of their difference `D`; each end's model stands for its piece."""
+    width = line.hi - line.lo
+    # D(lo + s) = a·s² + b·s + c, with c = D(lo) <= 0 and b = D'(lo) > 0 at a kink.
+    c = line.q_lo - line.q_hi + line.g_hi * width - 0.5 * line.h_hi * width * width
+    b = line.g_lo - line.g_hi + line.h_hi * width
+    a = 0.5 * (line.h_lo - line.h_hi)
+    discriminant = b * b - 4 * a * c
+    linear = -c / b
+    quadratic = -2 * c / (b + jnp.sqrt(jnp.maximum(discriminant, 0.0)))
+    s = jnp.where(discriminant >= 0, quadratic, linear)
+    where = line.lo + s
+    left = line.g_lo + line.h_lo * s
+    right = line.g_hi + line.h_hi * (s - width)
+    shown = (
+        (line.g_lo > 0)
+        & (line.g_hi < 0)
+        & (left > 0)
+        & (right < 0)
+        & (left - right > 0.25 * (line.g_lo - line.g_hi))
+        & jnp.isfinite(where)
+        & (where > line.lo)
+        & (where < line.hi)
+    )
+    return where, shown, left - right
+
+
+def _candidate(line: _Line) -> tuple[Array, Array, Array]:
+    """The next point, and the estimate of a kink's location (`_kink`; the previous
+    one where the ends show none).
+
+    Where the ends show a kink: just past the estimate, towards the end farther from it
+    (whose model is the worse one), by as much as the estimate moved since the last
+    step. Each evaluation moves only the end on its own side, and the estimate is as
+    good as the worse of the two ends' models: aimed at the estimate itself, the points
+    fell on one side for step after step while the far end stayed put (on the
+    retirement model's kinks, a quarter of the cells ended short of the kink by up to
+    1e-3 grid steps).
+
+    Else Newton's from the best point where it stays strictly inside the bracket; else
+    where the tangents at the bracket's ends meet (on a smooth objective the bracket's
+    midpoint); else the vertex of the parabola through the best point (value and slope)
+    and the value at the end its slope points to; else bisection.
 
     The parabola is for a best point where the curvature is infinite, so that Newton's
     step does not move: `a ** p` with `1 < p < 2` at `a = 0`, which is where a grid
@@ -301,7 +357,25 @@ def _candidate(line: _Line) -> Array:
     bisection took two steps more to converge."""
     lo, hi = line.lo, line.hi
     inside = lambda t: jnp.isfinite(t) & (t > lo) & (t < hi)
-    newton = line.x - line.g / jnp.where(line.h < 0, line.h, jnp.nan)
+    kink, shown, jump = _kink(line)
+    below, above = kink - lo, hi - kink
+    far = jnp.maximum(below, above)
+    # The far end's model is off at the kink by about its cubic term, `q''' far³ / 6`
+    # (`q'''` from the curvatures at the two ends), which moves the estimate by that over
+    # the jump of the slope. Each step that fell short of the kink (a cubic term that the
+    # curvatures do not show) makes the margin ten times as large.
+    cubic = jnp.abs(line.h_hi - line.h_lo) / (hi - lo) * far**3 / (6 * jump)
+    floor = 64 * jnp.finfo(kink.dtype).eps * (1.0 + jnp.abs(kink))
+    margin = jnp.minimum(jnp.maximum(2 * cubic, floor) * 10.0**line.short, 0.5 * far)
+    aim = jnp.where(above > below, 1.0, -1.0)
+    past = kink + aim * margin
+
+    def newton_from(x, g, h):
+        return x - g / jnp.where(h < 0, h, jnp.nan)
+
+    newton = newton_from(line.x, line.g, line.h)
+    newton_lo = newton_from(lo, line.g_lo, line.h_lo)
+    newton_hi = newton_from(hi, line.g_hi, line.h_hi)
     denominator = line.g_lo - line.g_hi
     tangents = (line.q_hi - line.q_lo + line.g_lo * lo - line.g_hi * hi) / jnp.where(
         (line.g_lo > 0) & (line.g_hi < 0), denominator, jnp.nan
@@ -311,10 +385,14 @@ def _candidate(line: _Line) -> Array:
     bend = (jnp.where(ahead, line.q_hi, line.q_lo) - line.q - line.g * width) / (width * width)
     vertex = line.x - line.g / (2 * jnp.where(bend < 0, bend, jnp.nan))
     middle = 0.5 * (lo + hi)
-    return jnp.where(
-        inside(newton),
-        newton,
-        jnp.where(inside(tangents), tangents, jnp.where(inside(vertex), vertex, middle)),
+    smooth = middle
+    for candidate in (tangents, vertex, newton_hi, newton_lo, newton):  # the last first
+        smooth = jnp.where(inside(candidate), candidate, smooth)
+    shown = shown & inside(past)
+    return (
+        jnp.where(shown, past, smooth),
+        jnp.where(shown, kink, line.kink),
+        jnp.where(shown, aim, 0.0),
     )
 
 
@@ -324,27 +402,61 @@ def polish(
     lo: Array,
     hi: Array,
     steps: int,
-    ends: tuple[Array, Array] | None = None,
+    ends: tuple[Array, Array, Array] | None = None,
 ) -> _Line:
     """Maximise `f` over `[lo, hi]` from `x0` (the grid's best point): `x0` evaluated,
     then `steps` safeguarded Newton iterations (one loop, so the kernel is traced
-    once). `ends`: `f(lo)` and `f(hi)` where known (for `_candidate`'s parabola)."""
+    once). `ends`: `f` and its first two derivatives at `lo` and `hi` (each of shape
+    `(2,)`) where known: for `_candidate`'s parabola, and so that a kink between the
+    grid points shows from the first step on."""
     nan = jnp.full_like(x0, jnp.nan)
     false = jnp.zeros(x0.shape, bool)
-    q_lo, q_hi = (nan, nan) if ends is None else ends
+    if ends is None:
+        q_ends = g_ends = h_ends = jnp.stack([nan, nan])
+    else:
+        q_ends, g_ends, h_ends = ends
+        feasible = q_ends > -jnp.inf
+        g_ends = jnp.where(feasible, g_ends, jnp.nan)
+        h_ends = jnp.where(feasible, h_ends, jnp.nan)
     start = _Line(
-        lo, hi, q_lo, nan, q_hi, nan, false, false, x0, jnp.full_like(x0, -jnp.inf), nan, nan
+        lo=lo,
+        hi=hi,
+        q_lo=q_ends[0],
+        g_lo=g_ends[0],
+        h_lo=h_ends[0],
+        q_hi=q_ends[1],
+        g_hi=g_ends[1],
+        h_hi=h_ends[1],
+        lo_open=false,
+        hi_open=false,
+        x=x0,
+        q=jnp.full_like(x0, -jnp.inf),
+        g=nan,
+        h=nan,
+        kink=nan,
+        short=jnp.zeros_like(x0),
     )
 
     def step(i, line):
-        t = jnp.where(i == 0, x0, _candidate(line))
-        return _update(line, t, *value_slope_curvature(f, t))
+        candidate, kink, aim = _candidate(line)
+        t = jnp.where(i == 0, x0, candidate)
+        aim = jnp.where(i == 0, 0.0, aim)
+        line = _update(line._replace(kink=kink), t, *value_slope_curvature(f, t))
+        landed = jnp.where(aim > 0, line.hi == t, line.lo == t)
+        return line._replace(short=jnp.where((aim != 0) & ~landed, line.short + 1, 0.0))
 
     return jax.lax.fori_loop(0, steps + 1, step, start)
 
 
-def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: float) -> Array:
-    """The `RefineCode` of a polished line (`first`, `last`: the grid's ends)."""
+def classify(
+    line: _Line, first: Array, last: Array, spacing: Array, tolerance: float
+) -> tuple[Array, Array, Array, Array]:
+    """The `RefineCode` of a polished line (`first`, `last`: the grid's ends), the
+    refined point, the two points either side of it from which its derivatives are
+    taken and the slopes there (`Refined.sides`, `Refined.side_slopes`): at a kink, the
+    estimate of its location and points as near to it as the estimate's error allows
+    (at most `resolution`) either side of it, within the bracket, on the kink's two
+    pieces; elsewhere the best point twice, slopes 0."""
     scale = 1.0 + jnp.abs(line.q)
     eps = 1e3 * jnp.finfo(line.q.dtype).eps
     flat = (jnp.abs(line.g) * spacing <= eps * scale) & (
@@ -360,18 +472,26 @@ def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: 
     upper = (line.x >= last) & (line.g >= 0)
     constraint = ((line.g > 0) & line.hi_open) | ((line.g < 0) & line.lo_open)
     # A kink: the slopes at both ends of the bracket are too steep for the curvature
-    # over it (at a smooth optimum they are about `|h|·width`), and the bracket has
-    # collapsed or the tangents at its ends meet at the point found (the tangent step
-    # converges to a kink quadratically from one side, long before the other end
-    # follows, and may hit it exactly, where the slope can read 0).
+    # over it (at a smooth optimum they are about `|h|·width`), the bracket has
+    # collapsed, and the estimate of the kink's location (`_kink`) is good to well
+    # within `resolution` (its error is about the cubic term of the farther end's
+    # model; unknown where an end's curvature is infinite), so that points that far
+    # either side of it lie on its two pieces.
     width = line.hi - line.lo
     steep = jnp.minimum(line.g_lo, -line.g_hi) > 2 * jnp.abs(line.h) * width + eps * scale
-    tangents = (line.q_hi - line.q_lo + line.g_lo * line.lo - line.g_hi * line.hi) / (
-        line.g_lo - line.g_hi
+    location, _, jump = _kink(line)
+    location = jnp.clip(jnp.where(jnp.isfinite(location), location, line.x), line.lo, line.hi)
+    far = jnp.maximum(location - line.lo, line.hi - location)
+    cubic = jnp.abs(line.h_hi - line.h_lo) / width * far**3 / (6 * jump)
+    collapsed = width <= tolerance ** (1 / 3) * spacing + resolution
+    kink = (
+        (line.g_lo > 0)
+        & (line.g_hi < 0)
+        & steep
+        & collapsed
+        & (jump > 0)
+        & (cubic <= 0.25 * resolution)
     )
-    meet = jnp.abs(tangents - line.x) <= resolution
-    collapsed = width <= math.sqrt(tolerance) * spacing + resolution
-    kink = (line.g_lo > 0) & (line.g_hi < 0) & steep & (collapsed | meet)
     code = jnp.full(line.q.shape, RefineCode.unconverged, jnp.int8)
     for test, value in (
         (interior, RefineCode.interior),
@@ -383,7 +503,24 @@ def classify(line: _Line, first: Array, last: Array, spacing: Array, tolerance: 
         (~(line.q > -jnp.inf), RefineCode.infeasible),
     ):
         code = jnp.where(test, jnp.int8(value), code)
-    return code
+    at_kink = code == RefineCode.kink
+    point = jnp.where(at_kink, location, line.x)
+    # The sides as near the kink as the estimate's error allows (the derivatives taken
+    # there are off by about their distance from it): its cubic term, its last move (if
+    # the kink showed before the last step), or round-off where the kink itself lies (to
+    # `eps` of the variables that cross a node).
+    moved = jnp.abs(location - line.kink)
+    error = jnp.maximum(cubic, jnp.where(jnp.isnan(moved), jnp.inf, moved))
+    floor = 1e3 * jnp.finfo(line.x.dtype).eps * (1.0 + jnp.abs(location))
+    distance = jnp.minimum(jnp.maximum(4 * error, floor), resolution)
+    below = jnp.where(at_kink, jnp.maximum(location - distance, line.lo), line.x)
+    above = jnp.where(at_kink, jnp.minimum(location + distance, line.hi), line.x)
+    # The slopes at the sides from the ends' models (to the square of the bracket's width).
+    slopes = [
+        jnp.where(at_kink, line.g_lo + line.h_lo * (below - line.lo), 0.0),
+        jnp.where(at_kink, line.g_hi + line.h_hi * (above - line.hi), 0.0),
+    ]
+    return code, point, jnp.stack([below, above], axis=-1), jnp.stack(slopes, axis=-1)
 
 
 # ----------------------------------------------------------------------------- regime
@@ -447,10 +584,13 @@ class Refined(NamedTuple):
     """The refined choice at one state for one discrete choice (stacked: for each).
 
     `value`: `q` at the refined point, with the derivative `q_θ` there (the envelope
-    theorem); `actions`: every continuous action, without derivatives (see
-    `with_derivatives`); `codes`: one `RefineCode` per refined action (last axis);
-    `interior`: per refined action, whether its derivative is the implicit-function one;
-    `violations`: the check violations over the grid and at the refined point.
+    theorem), or at a kink the derivative along it (`along_kink`); `actions`: every
+    continuous action, without derivatives (see `with_derivatives`); `codes`: one
+    `RefineCode` per refined action (last axis); `interior`: per refined action, whether
+    its derivative is the implicit-function one; `violations`: the check violations over
+    the grid and at the refined point; `sides`: per refined action, the two points either
+    side of a kink from which the derivatives are taken (the action twice elsewhere, and
+    always with several refined actions), and `side_slopes`: `q`'s slopes there.
     """
 
     value: Array
@@ -458,6 +598,36 @@ class Refined(NamedTuple):
     codes: Array
     interior: Array
     violations: tuple[Array, ...]
+    sides: Array
+    side_slopes: Array
+
+
+def along_kink(values: Array, slopes: Array, sides: Array) -> tuple[Array, Array]:
+    """The value at a kink and its location, with their derivatives, from `q` at the
+    kink's two `sides` (a point on each of its pieces, next to it) and its slopes there
+    (whose derivatives are not needed); where the sides are one point (no kink), `q`
+    there and the point.
+
+    Near a kink `q` is the smaller of its two pieces' smooth extensions, and the kink
+    is where they cross; a maximum there moves with the parameters along the crossing.
+    With the pieces' tangents at the sides, it lies where the tangents meet, and moves
+    as `−(Q⁻_θ − Q⁺_θ) / (Q⁻_a − Q⁺_a)`; the value's derivative is `w Q⁻_θ + (1 − w) Q⁺_θ`
+    with `w = −Q⁺_a / (Q⁻_a − Q⁺_a)`, not `q_θ` on either side (the envelope theorem
+    needs `q_a = 0`, and at a kink the slope is `Q⁻_a > 0` on one side and `Q⁺_a < 0` on
+    the other). Both to within the sides' distance from the kink, `resolution`.
+    """
+    below, above = sides[..., 0], sides[..., 1]
+    kinked = above > below
+    # Zeros in the branch not taken, so that no NaN of an infeasible point meets its zero
+    # cotangent there.
+    q_below, q_above = (jnp.where(kinked, values[..., i], 0.0) for i in (0, 1))
+    g_below, g_above = (
+        jax.lax.stop_gradient(jnp.where(kinked, slopes[..., i], 0.0)) for i in (0, 1)
+    )
+    denominator = jnp.where(kinked, g_below - g_above, 1.0)
+    where = below + (q_above - q_below - g_above * (above - below)) / denominator
+    value = q_below + g_below * (where - below)
+    return jnp.where(kinked, value, values[..., 0]), jnp.where(kinked, where, below)
 
 
 def _neighbours(points: Array, index: Array) -> tuple[Array, Array]:
@@ -491,10 +661,10 @@ def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refi
                 def along(t, axis=axis, actions=actions):
                     return q({**actions, axis.name: t})
 
-                ends = jax.vmap(along)(jnp.stack([lo, hi]))  # one trace of the kernel
-                line = polish(
-                    along, actions[axis.name], lo, hi, refine.newton_steps, (ends[0], ends[1])
-                )
+                ends = jax.vmap(lambda t, along=along: value_slope_curvature(along, t))(
+                    jnp.stack([lo, hi])
+                )  # one trace of the kernel
+                line = polish(along, actions[axis.name], lo, hi, refine.newton_steps, ends)
                 actions = {**actions, axis.name: line.x}
                 lines[axis.name] = line
         if len(refined) > 1:
@@ -512,10 +682,21 @@ def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refi
                 2.0,
                 1.0,
             )
-            results.append(
-                classify(line, axis.points[0], axis.points[-1], spacing, refine.tolerance)
+            code, point, sides, side_slopes = classify(
+                line, axis.points[0], axis.points[-1], spacing, refine.tolerance
             )
-        codes_out = jnp.stack(results, axis=-1) if results else jnp.zeros((0,), jnp.int8)
+            if len(refined) == 1:  # a kink's location (with several: the joint optimum)
+                actions = {**actions, axis.name: point}
+            else:
+                sides = jnp.stack([actions[axis.name], actions[axis.name]], axis=-1)
+                side_slopes = jnp.zeros_like(sides)
+            results.append((code, sides, side_slopes))
+        dtype = jnp.zeros(()).dtype
+        codes_out = (
+            jnp.stack([r[0] for r in results], axis=-1) if results else jnp.zeros((0,), jnp.int8)
+        )
+        sides = jnp.stack([r[1] for r in results]) if results else jnp.zeros((0, 2), dtype)
+        side_slopes = jnp.stack([r[2] for r in results]) if results else jnp.zeros((0, 2), dtype)
         interior = codes_out == RefineCode.interior
         # A tie: outside the best point's box, a grid point within twice the refinement's
         # gain of the best grid value (its own bracket could then hold a better optimum;
@@ -527,15 +708,25 @@ def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refi
         codes_out = jnp.where(
             tie & (codes_out == RefineCode.interior), jnp.int8(RefineCode.tie), codes_out
         )
-        return actions, codes_out, interior, violations
+        return actions, codes_out, interior, violations, sides, side_slopes
 
-    actions, codes, interior, grid_violations = without_derivatives(search, jnp.zeros(()))
-    value, violations = problem.q(state, {**fixed, **actions})
+    actions, codes, interior, grid_violations, sides, side_slopes = without_derivatives(
+        search, jnp.zeros(())
+    )
+    if len(refined) == 1:
+        name = refined[0].name
+        values, at_sides = jax.vmap(  # one trace of the kernel
+            lambda t: problem.q(state, {**fixed, **actions, name: t})
+        )(sides[0])
+        value, _ = along_kink(values, side_slopes[0], sides[0])
+        violations = tuple(v[0] for v in at_sides)
+    else:
+        value, violations = problem.q(state, {**fixed, **actions})
     violations = tuple(
         jnp.maximum(jax.lax.stop_gradient(v), g)
         for v, g in zip(violations, grid_violations, strict=True)
     )
-    return Refined(value, actions, codes, interior, violations)
+    return Refined(value, actions, codes, interior, violations, sides, side_slopes)
 
 
 def with_derivatives(
@@ -558,9 +749,15 @@ def with_derivatives(
         moved = {**actions, **{name: x[i] for i, name in enumerate(names)}}
         return problem.q(state, {**fixed, **moved})[0]
 
+    kink_step = jnp.zeros_like(point)
     if len(names) == 1:
-        _, slope, curvature = value_slope_curvature(lambda t: q(t[None]), point[0])
-        slope, curvature = slope[None], jax.lax.stop_gradient(curvature)[None, None]
+        sides = jax.lax.stop_gradient(refined.sides[0])
+        values, slopes, curvatures = jax.vmap(
+            lambda t: value_slope_curvature(lambda s: q(s[None]), t)
+        )(sides)  # one trace of the kernel
+        _, kink = along_kink(values, refined.side_slopes[0], sides)
+        kink_step = jnp.where(sides[1] > sides[0], kink - jax.lax.stop_gradient(kink), 0.0)[None]
+        slope, curvature = slopes[0][None], jax.lax.stop_gradient(curvatures[0])[None, None]
     else:
         slope = jax.grad(q)(point)
         curvature = jax.lax.stop_gradient(jax.hessian(q)(point))
@@ -571,7 +768,7 @@ def with_derivatives(
     system = jnp.where(jnp.isfinite(system), system, -eye)
     rhs = jnp.where(interior & jnp.isfinite(slope), slope, 0.0)
     step = -jnp.linalg.solve(system, rhs)
-    step = jnp.where(interior & jnp.isfinite(step), step, 0.0)
+    step = jnp.where(interior & jnp.isfinite(step), step, 0.0) + kink_step
     return {**actions, **{name: actions[name] + step[i] for i, name in enumerate(names)}}
 
 
