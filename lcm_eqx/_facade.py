@@ -1103,14 +1103,13 @@ def _codes(state, grid, values, checks: _ValueChecks) -> np.ndarray | jax.Array:
                 f"simulate: initial_conditions[{state!r}] has labels, but {state!r} is a "
                 f"{type(grid).__name__}; give grid indices 0..{n_points - 1}."
             )
-        lookup = {label: i for i, label in enumerate(grid.labels)}
-        bad = sorted({str(v) for v in values if str(v) not in lookup})
+        codes, bad = grid.codes_of(values)
         if bad:
             raise InvalidInitialConditionsError(
                 f"simulate: initial_conditions[{state!r}] has unknown labels {bad}; valid: "
                 f"{list(grid.labels)}."
             )
-        return np.array([lookup[str(v)] for v in values], dtype=np.int32)
+        return codes
     kind = "codes" if not isinstance(grid, AbstractProcessGrid) else "grid indices"
     message = (
         f"simulate: initial_conditions[{state!r}] must hold {kind} 0..{n_points - 1}"

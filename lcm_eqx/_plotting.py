@@ -452,14 +452,13 @@ def _grid_codes(regime: str, key: str, grid, raw: np.ndarray) -> np.ndarray:
     labels), checked against the grid."""
     n_points = grid.n_points
     if raw.dtype.kind in "OUS" and isinstance(grid, DiscreteGrid):
-        lookup = {label: i for i, label in enumerate(grid.labels)}
-        bad = sorted({str(v) for v in raw if str(v) not in lookup})
+        codes, bad = grid.codes_of(raw)
         if bad:
             raise PlotError(
                 f"Regime {regime!r}: states[{key!r}] has unknown labels {bad}; valid: "
                 f"{list(grid.labels)}."
             )
-        return np.array([lookup[str(v)] for v in raw], dtype=np.int32)
+        return codes
     labels = f" or labels {list(grid.labels)}" if isinstance(grid, DiscreteGrid) else ""
     message = (
         f"Regime {regime!r}: states[{key!r}] must hold grid indices 0..{n_points - 1}{labels}."

@@ -157,13 +157,12 @@ def _codes(name: str, grid, raw, rows) -> np.ndarray:
     if values.dtype.kind in "OUS":
         if not isinstance(grid, DiscreteGrid):
             raise InvalidDataError(f"data[{name!r}]: labels given, but {name!r} has no labels.")
-        lookup = {str(label): i for i, label in enumerate(grid.labels)}
-        bad = sorted({str(v) for v in values if str(v) not in lookup})
+        codes, bad = grid.codes_of(values)
         if bad:
             raise InvalidDataError(
-                f"data[{name!r}] has unknown labels {bad}; valid: {list(lookup)}."
+                f"data[{name!r}] has unknown labels {bad}; valid: {list(grid.labels)}."
             )
-        return np.array([lookup[str(v)] for v in values], dtype=np.int64)
+        return codes.astype(np.int64)
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         raise InvalidDataError(f"data[{name!r}] has missing values on rows that need it.")
     codes = values.astype(np.int64)

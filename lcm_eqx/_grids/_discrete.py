@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Int
 
 from .._errors import GridInitializationError
@@ -53,6 +54,15 @@ class DiscreteGrid(AbstractGrid):
 
     def to_jax(self) -> Int[Array, " n"]:
         return jnp.arange(self.n_points, dtype=jnp.int32)
+
+    def codes_of(self, labels: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The codes of `labels` (an array of labels, compared as strings) and the sorted
+        labels that are not this grid's (their codes are -1): callers raise their own
+        error, naming where the labels came from."""
+        lookup = {label: i for i, label in enumerate(self.labels)}
+        as_text = [str(v) for v in labels]
+        bad = sorted({v for v in as_text if v not in lookup})
+        return np.array([lookup.get(v, -1) for v in as_text], dtype=np.int32), bad
 
 
 def _labels(categories: type[enum.Enum] | Sequence[object]) -> tuple[str, ...]:
