@@ -43,8 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lcm_eqx._numerics import one_kernel_reduce
 from lcm_eqx._solve._dcegm._envelope import materialize
-from lcm_eqx._solve._reduce import one_kernel_reduce
 from tests.models import retirement
 
 # The options DC-EGM's solve is compiled with (`DCEGM.compiler_options`).

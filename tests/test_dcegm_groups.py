@@ -1,5 +1,6 @@
-"""DC-EGM regimes of equal structure traced once (`_solve/_groups.py`): the same values,
-refined grids and gradients as each regime traced on its own.
+"""DC-EGM and grid-search regimes of equal structure traced once (`_solve/_groups.py`):
+the same values, refined grids, gradients and simulations as each regime traced on its
+own.
 
 The models: `K` copies of a working regime (wealth, a discrete labor choice, log utility)
 that differ in their parameter values (wage, disutility of work) and in where they move
@@ -21,7 +22,7 @@ import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
 from lcm_eqx._solve import _groups  # noqa: E402
-from lcm_eqx._solve._dcegm import _members, _period  # noqa: E402
+from lcm_eqx._solve._dcegm import _period  # noqa: E402
 
 K = 3
 
@@ -47,14 +48,16 @@ def borrowing(consumption, wealth):
     return consumption <= wealth
 
 
-def build(taste_shocks=False, wealth_batch_size=0, n_periods=3, retired=False):
+def build(taste_shocks=False, wealth_batch_size=0, n_periods=3, retired=False, solver=None):
     """With `retired`, a regime of another structure (no labor choice) between the
-    first and the second working regime, solved by the same `DCEGM`."""
+    first and the second working regime, solved by the same solver (`solver`, default
+    a `DCEGM`)."""
     names = [f"work_{i}" for i in range(K)]
     order = [names[0], "retired", *names[1:]] if retired else names
     ids = IntEnum("RegimeId", {name: i for i, name in enumerate([*order, "dead"])})
     savings = lcm.IrregSpacedGrid(points=[60.0 * (i / 29) ** 2 for i in range(30)])
-    solver = lcm.DCEGM(state="wealth", action="consumption", savings=savings)
+    if solver is None:
+        solver = lcm.DCEGM(state="wealth", action="consumption", savings=savings)
     regimes = {
         name: lcm.Regime(
             states={"wealth": lcm.LinSpacedGrid(1.0, 60.0, 20, batch_size=wealth_batch_size)},
@@ -127,7 +130,7 @@ def ungrouped(monkeypatch):
     def alone(regimes):
         return [[i] for i in range(len(regimes))]
 
-    monkeypatch.setattr(_members, "structure_groups", alone)
+    monkeypatch.setattr(_groups, "structure_groups", alone)
     monkeypatch.setattr(_period, "structure_groups", alone)
 
 
@@ -318,3 +321,78 @@ def test_infeasible_states_of_regimes_of_one_shape_are_counted_together():
     np.testing.assert_array_equal(extended["b"][:, 0], [0, 0, 1])
     np.testing.assert_array_equal(first_infeasible(values["a"]), [0, 13, 1])
     np.testing.assert_array_equal(first_infeasible(values["b"]), [6, 0, 0])
+
+
+# ----------------------------------------------------------------------------- grid search
+def traced_grid_periods(monkeypatch) -> list[str]:
+    """The regimes whose period problem grid search traced (`solve_period`), in order."""
+    traced: list[str] = []
+    solve_period = lcm.GridSearch.solve_period
+
+    def spy(self, problem):
+        traced.append(problem.regime.name)
+        return solve_period(self, problem)
+
+    monkeypatch.setattr(lcm.GridSearch, "solve_period", spy)
+    return traced
+
+
+@pytest.mark.parametrize(
+    ("taste_shocks", "retired", "wealth_batch_size"),
+    [(False, False, 0), (True, True, 0), (False, False, 8)],
+    ids=["plain", "taste-shocks-retired-between", "splayed"],
+)
+def test_grid_search_traces_a_group_once_with_the_values_of_each_alone(
+    monkeypatch, taste_shocks, retired, wealth_batch_size
+):
+    """One member's period problem mapped over the members' parameters (one after the
+    other, `lax.map`): values, check violations and simulated choices as each regime
+    solved on its own (the models' regimes differ in wage, disutility and targets)."""
+    params = params_for(taste_shocks, retired)
+
+    def model():
+        return build(
+            taste_shocks,
+            wealth_batch_size,
+            retired=retired,
+            solver=lcm.GridSearch(),
+        )
+
+    traced = traced_grid_periods(monkeypatch)
+    grouped = model().solve(params)
+    assert "work_0" in traced and "work_1" not in traced and "work_2" not in traced
+    values = [np.asarray(grouped.values[f"work_{i}"]) for i in range(K)]
+    assert not np.array_equal(values[0], values[1])  # the parameters differ
+    initial = {"regime": jnp.asarray([0, 1, 2, 1]), "wealth": jnp.asarray([2.0, 10.0, 30.0, 5.0])}
+    key = jax.random.key(0)
+    simulated = model().simulate(params, initial, grouped, key=key).to_dataframe()
+    traced.clear()
+    ungrouped(monkeypatch)
+    alone = model().solve(params)
+    assert {f"work_{i}" for i in range(K)} <= set(traced)
+    for name in alone.values:
+        np.testing.assert_allclose(grouped.values[name], alone.values[name], rtol=0, atol=1e-12)
+    for name in alone.violations:
+        np.testing.assert_array_equal(grouped.violations[name], alone.violations[name])
+    again = model().simulate(params, initial, alone, key=key).to_dataframe()
+    assert simulated.equals(again)
+
+
+def test_grid_search_gradient_through_a_group(monkeypatch):
+    params = params_for()
+    keys = [("work_1", "wage"), ("work_2", "disutility_of_work"), ("survival",)]
+
+    def grads(model):
+        def objective(p):
+            solution = model.solve(p)
+            return sum(jnp.sum(solution.values[f"work_{i}"][0]) for i in range(K))
+
+        gradient = jax.grad(objective)(params)
+        return [gradient[k[0]][k[1]] if len(k) == 2 else gradient[k[0]] for k in keys]
+
+    grouped = grads(build(n_periods=2, solver=lcm.GridSearch()))
+    ungrouped(monkeypatch)
+    alone = grads(build(n_periods=2, solver=lcm.GridSearch()))
+    for g, a in zip(grouped, alone, strict=True):
+        assert np.isfinite(g) and abs(g) > 0
+        np.testing.assert_allclose(g, a, rtol=1e-10, atol=1e-12)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import enum
 import functools
 import types
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -28,6 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model._plan import RegimePlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._kernel import RegimeProblem
 
 # Leaves of this size or less are compared by value inside a key (grids' points,
 # constants captured in a closure); larger ones by identity.
@@ -102,6 +105,51 @@ def stacked_params(members: Sequence[Any]) -> tuple[Any, Any] | None:
             leaves.append(jnp.stack([jnp.asarray(leaf) for leaf in column]))
         axes.append(0)
     return jax.tree.unflatten(tree, leaves), jax.tree.unflatten(tree, axes)
+
+
+Part = tuple[list[int], tuple[Any, Any] | None]
+
+
+def member_parts(
+    problems: list[RegimeProblem], alone: Callable[[RegimeProblem], bool] | None = None
+) -> list[Part]:
+    """The indices of `problems` in parts: the regimes that have no structural twin
+    among them (one part; stacked None), and each group of
+    equal structure whose parameters stack (the stacked parameters and their `vmap`
+    axes, `stacked_params`). `alone`: the problems that join no group (a solver's
+    exclusions, e.g. a regime with a sharded axis)."""
+    if len(problems) < 2:
+        return [(list(range(len(problems))), None)]
+    singles: list[int] = []
+    groups: list[Part] = []
+    for indices in structure_groups([p.regime for p in problems]):
+        if alone is not None:
+            singles.extend(i for i in indices if alone(problems[i]))
+            indices = [i for i in indices if not alone(problems[i])]
+            if not indices:
+                continue
+        stacked = (
+            stacked_params([problems[i].params for i in indices]) if len(indices) > 1 else None
+        )
+        if stacked is None or not _same_context(problems, indices):
+            singles.extend(indices)
+        else:
+            groups.append((indices, stacked))
+    return ([(sorted(singles), None)] if singles else []) + groups
+
+
+def _same_context(problems: list[RegimeProblem], indices: list[int]) -> bool:
+    """Whether the members' problems differ in nothing but their regime and parameters
+    (the same period, checks and readers' targets), so that one member's problem with
+    each member's parameters is each member's problem."""
+    first = problems[indices[0]]
+    return all(
+        problems[i].validate == first.validate
+        and problems[i].last_period == first.last_period
+        and problems[i].period is first.period
+        and problems[i].next_policies.keys() == first.next_policies.keys()
+        for i in indices[1:]
+    )
 
 
 def _dtype(leaf) -> str:

@@ -23,6 +23,7 @@ from .._model._aggregator import Continuation
 from .._model._dag import Evaluator, has_array_parameter
 from .._model._markov import regime_vector
 from .._model._plan import ModelPlan, RegimePlan
+from .._numerics import one_kernel_reduce
 from ._axes import Axis, Carried, lift
 from ._continuation import (
     NEG_INF,
@@ -34,7 +35,7 @@ from ._continuation import (
     reach,
     settle_masked,
 )
-from ._reduce import merged_axes, one_kernel_reduce
+from ._reduce import merged_axes
 from ._sharding import ShardingPlan, is_identity_transition
 
 # Vectors up to this length are reduced by unrolled elementwise operations, which XLA

@@ -21,9 +21,10 @@ from jaxtyping import Array
 
 from .._grids import AbstractContinuousGrid
 from .._model._plan import ModelPlan
+from .._numerics import one_kernel_reduce
 from ._continuation import NEG_INF, settle, weighted
 from ._kernel import RegimeProblem
-from ._reduce import choice_weights, max_along, one_kernel_reduce, smooth_max
+from ._reduce import choice_weights, max_along, smooth_max
 
 # The action value at which transitions are evaluated for a savings point `a`: the
 # state is `a + REFERENCE_ACTION`, so `state − action = a`. The class check of a solver

@@ -8,8 +8,6 @@ out."""
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -37,28 +35,6 @@ def merged_axes(shape: tuple[int, ...], axes) -> tuple[tuple[int, ...], tuple[in
                 new_axes.append(len(new_shape))
             new_shape.append(n)
     return tuple(new_shape), tuple(new_axes)
-
-
-def reduce_pair(
-    op: Callable, identity, x: Array, y: Array, axis: int | tuple[int, ...]
-) -> tuple[Array, Array]:
-    """`x` and `y` (same shape and dtype) reduced along `axis` (one or several) by the
-    associative `op` (`jax.lax.add`, `jax.lax.max`, `jax.lax.bitwise_or`) in one XLA
-    kernel (a variadic reduction), without derivative (for counts, selections and check
-    diagnostics).
-
-    XLA:CPU rewrites a reduction over more than 32 entries into two kernels (a
-    reduce-window, then a reduce), but leaves variadic reductions alone.
-    """
-    x, y = jax.lax.stop_gradient((x, y))
-    init = jnp.asarray(identity, x.dtype)
-    axes = (axis,) if isinstance(axis, int) else axis
-    return jax.lax.reduce(
-        (x, y),
-        (init, init),
-        lambda a, b: (op(a[0], b[0]), op(a[1], b[1])),
-        tuple(sorted(a % x.ndim for a in axes)),
-    )
 
 
 def max_and_count_neginf(
@@ -110,17 +86,6 @@ def _max_and_count_apart(arrays, axes):
     highest = tuple(jnp.max(a, axis=axes) for a in arrays)
     counts = tuple(jnp.sum(jnp.isneginf(a), axis=axes, dtype=jnp.int32) for a in arrays)
     return highest, counts
-
-
-def one_kernel_reduce(op: Callable, identity, x: Array, axis: int | tuple[int, ...]) -> Array:
-    """`x` reduced along `axis` (one or several) by `op` in one XLA kernel with the
-    computation of `x`, without derivative: `reduce_pair` of `x` and a constant array of
-    the identity, the two results combined by `op` (XLA would drop an unused result; a
-    second copy of `x` would keep `x` in a kernel of its own). The same values as the
-    plain reduction for an exact `op` (integer sums, max, or)."""
-    filler = jnp.full(x.shape, identity, x.dtype)
-    first, second = reduce_pair(op, identity, x, filler, axis)
-    return op(first, second)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -191,27 +156,3 @@ def log_choice_weights(values: Array, scale, axis: int = -1) -> Array:
     with a zero derivative for a ruled-out (`-inf`) entry."""
     tempered, ruled_out, _ = _tempered(values, scale, axis)
     return jnp.where(ruled_out, -jnp.inf, jax.nn.log_softmax(tempered, axis=axis))
-
-
-def count_at_or_below(points: Array, x: Array) -> Array:
-    """How many of the sorted `points` are `<= x` (`searchsorted(..., side="right")`).
-
-    Two levels of comparisons: with every `b`-th point (`b ≈ √n`), then within that
-    block. About `2√n` comparisons and one small gather: as fast as an unrolled binary
-    search in the vmapped reads of the solve and the simulation (and 1.6x faster than
-    comparing with every point), and a handful of XLA kernels instead of one per
-    bisection step, which keeps the compile time down.
-
-    The comparisons with the block heads are counted in int32 by a variadic reduction
-    (`one_kernel_reduce`): in the read of the values after the period loop (all periods,
-    choices and state nodes at once), the plain int64 sum took 16-21 µs and this one
-    2.4 µs (the same counts; `model.solve` 0.96 of before).
-    """
-    n = points.shape[0]
-    block = max(4, math.isqrt(n - 1) + 1)
-    n_blocks = -(-n // block)
-    padded = jnp.concatenate([points, jnp.full(n_blocks * block - n, jnp.inf, points.dtype)])
-    heads = (padded[::block] <= x).astype(jnp.int32)
-    first = jnp.maximum(one_kernel_reduce(jax.lax.add, 0, heads, 0) - 1, 0)
-    window = jax.lax.dynamic_slice_in_dim(padded, first * block, block)
-    return first * block + jnp.sum(window <= x)

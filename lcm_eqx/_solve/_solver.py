@@ -32,12 +32,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from . import _on_grid
 from ._axes import auto_splayed, lift
 from ._euler_equation import euler_errors_on_axes
+from ._groups import member_parts
 from ._kernel import RegimeProblem
 from ._reading import ContinuationReader, array_reader
 
@@ -337,6 +339,30 @@ class AbstractPointwiseSolver(AbstractSolver):
         == 2`), the value is the pair `(decision value, carried value)`.
         """
 
+    def step(
+        self, problems: dict[str, RegimeProblem], state: Any, period: Period
+    ) -> tuple[dict[str, PeriodSolution], Any, Any]:
+        """Each regime's `solve_period`; regimes of equal structure (`_groups.py`: the
+        same functions, grids and targets, differing in parameter values) traced once:
+        one member's `solve_period` mapped over the group's stacked parameters by
+        `jax.lax.map`, one member after the other, so that the program and the memory
+        are one member's. Regimes with a sharded state axis are solved on their own."""
+        names = list(problems)
+        solutions: dict[str, PeriodSolution] = {}
+        for indices, stacked in member_parts([problems[n] for n in names], _is_sharded):
+            if stacked is None:
+                solutions.update({names[i]: self.solve_period(problems[names[i]]) for i in indices})
+                continue
+            representative = problems[names[indices[0]]]
+            solved = _map_members(
+                lambda params, r=representative: self.solve_period(r.with_params(params)),
+                len(indices),
+                *stacked,
+            )
+            for j, i in enumerate(indices):
+                solutions[names[i]] = jax.tree.map(lambda x, j=j: x[j], solved)
+        return solutions, state, None
+
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         carried = problem.carried()
         # Splayed by themselves where the state-action product would not fit at once.
@@ -352,6 +378,31 @@ class AbstractPointwiseSolver(AbstractSolver):
         if isinstance(value, tuple):
             return PeriodSolution(value[0], check, None, value[1])
         return PeriodSolution(value, check, None)
+
+
+def _is_sharded(problem: RegimeProblem) -> bool:
+    sharding = problem.sharding
+    return sharding is not None and any(sharding.is_sharded(s) for s in problem.regime.states)
+
+
+def _map_members(f: Callable[[Any], Any], n: int, params: Any, axes: Any) -> Any:
+    """`f` of each of `n` members' parameters (`stacked_params`: leaves with axis 0
+    stacked along their leading axis, leaves with axis None shared), by `jax.lax.map`;
+    outputs stacked along a leading axis."""
+    leaves, tree = jax.tree.flatten(params)
+    along = jax.tree.leaves(axes, is_leaf=lambda a: a is None)
+    stacked = [leaf for leaf, axis in zip(leaves, along, strict=True) if axis == 0]
+    if not stacked:  # the members' parameters are the same objects: one solve
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *x.shape)), f(params))
+
+    def member(slices):
+        sliced = iter(slices)
+        own = [
+            next(sliced) if axis == 0 else leaf for leaf, axis in zip(leaves, along, strict=True)
+        ]
+        return f(jax.tree.unflatten(tree, own))
+
+    return jax.lax.map(member, [jnp.asarray(x) for x in stacked])
 
 
 def taste_shock_scale(problem: RegimeProblem):

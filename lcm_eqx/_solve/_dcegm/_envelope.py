@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._reduce import count_at_or_below, one_kernel_reduce
+from ..._numerics import count_at_or_below, one_kernel_reduce
 
 NEG_INF = -jnp.inf
 

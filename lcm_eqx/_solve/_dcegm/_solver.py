@@ -40,9 +40,10 @@ from ..._errors import InvalidParamsError, ModelInitializationError
 from ..._grids import AbstractContinuousGrid
 from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
-from ..._numerics import relative
+from ..._numerics import one_kernel_reduce, relative
 from .._axes import lift, map_axis
 from .._continuation import NEG_INF
+from .._groups import member_parts
 from .._kernel import RegimeProblem
 from .._reading import (
     REFERENCE_ACTION,
@@ -52,7 +53,7 @@ from .._reading import (
     invert_marginals,
     marginal_of,
 )
-from .._reduce import max_along, one_kernel_reduce, smooth_max
+from .._reduce import max_along, smooth_max
 from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
 from .._static import constant_outputs
 from . import _period
@@ -65,7 +66,7 @@ from ._envelope import (
     read,
 )
 from ._kinks import BudgetKinks, kinked_savings, next_levels
-from ._members import MEMBERS, in_order, member_parts, rows_of
+from ._members import MEMBERS, in_order, rows_of
 from ._readers import endogenous_reader
 from ._rows import (
     Block,

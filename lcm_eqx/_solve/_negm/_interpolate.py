@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from .._reduce import count_at_or_below
+from ..._numerics import count_at_or_below
 
 
 def locate(points: Array, x: Array) -> tuple[Array, Array, Array]:
