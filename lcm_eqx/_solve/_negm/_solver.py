@@ -56,7 +56,8 @@ from ._policy import (
     adjust_value_at,
     keep_consumption_at,
     keep_value_at,
-    read,
+    prepare,
+    read_prepared,
 )
 
 # The codes of the `adjust` action.
@@ -407,14 +408,23 @@ class NEGM(AbstractSolver):
         limit = self._limit()
         codes = self._flat_codes(next_problem.regime, names)
 
-        def next_read(m, n):
-            def at(zc, policy):
-                zc = {**fixed, **zc}
-                _, marginal, _ = self._utility(next_problem, zc)
-                resources = self._resources(next_problem, zc)
-                return read(policy, grids, limit, m, n, resources, marginal)
+        def tables(zc, policy):
+            utility, marginal, _ = self._utility(next_problem, {**fixed, **zc})
+            return prepare(policy, grids, limit, utility, marginal)
 
-            return jax.vmap(at)(codes, following)
+        # Once per period, not at every point read (`PreparedRead`).
+        prepared = jax.vmap(tables)(codes, following)
+
+        def next_read(m, n):
+            def at(zc, policy, prepared):
+                zc = {**fixed, **zc}
+                utility, marginal, _ = self._utility(next_problem, zc)
+                resources = self._resources(next_problem, zc)
+                return read_prepared(
+                    policy, prepared, grids, limit, m, n, resources, utility, marginal
+                )
+
+            return jax.vmap(at)(codes, following, prepared)
 
         return next_read
 
