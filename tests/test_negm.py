@@ -396,6 +396,37 @@ def test_a_type_as_the_only_discrete_state_and_none_at_all():
 
 
 @pytest.mark.slow
+def test_a_deterministic_state_is_read_at_its_next_code_only():
+    """A discrete state whose law of motion is deterministic but moves (not a permanent
+    type) is read at its one next code, not summed over every code with one-hot
+    weights: the same values as the law written as a Markov transition of one-hot
+    probabilities, which reads every next code."""
+    model, params = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    base = model.regimes["alive"]
+
+    def income(log_income, level):
+        return jnp.exp(log_income) * (1.0 + 0.2 * level)
+
+    def moved(level):
+        return jnp.minimum(level + 1, 2)
+
+    def moved_markov(level):
+        return jax.nn.one_hot(jnp.minimum(level + 1, 2), 3)
+
+    values = []
+    for law in (moved, lcm.MarkovTransition(moved_markov)):
+        regime = base.replace(
+            states={**base.states, "level": lcm.DiscreteGrid(["a", "b", "c"])},
+            functions={**base.functions, "income": income},
+            state_transitions={**base.state_transitions, "level": law},
+        )
+        values.append(lcm.Model(regimes={"alive": regime}, n_periods=3).solve(params))
+    np.testing.assert_allclose(
+        values[0].values["alive"], values[1].values["alive"], rtol=0, atol=1e-12
+    )
+
+
+@pytest.mark.slow
 def test_splayed_state_axes_give_the_same_values():
     """`batch_size` on the liquid, durable and type axes and on the solver's savings and
     resources grids: scanned in chunks, the same values."""
