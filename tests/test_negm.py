@@ -287,6 +287,40 @@ def test_the_quadrature_read_is_exact_for_a_quintic_value():
     np.testing.assert_allclose(np.asarray(got), value(x), rtol=0, atol=1e-13)
 
 
+def test_the_prepared_read_is_exact_across_the_borrowing_kink():
+    """The keeper's value read from `prepare`'s tables integrates marginal utility in
+    closed form along consumption `min(desired, m − a̲)`, split where the limit starts
+    to bind inside the interval: against a fine trapezoid, at points on both sides of
+    the kink (three-point Gauss–Legendre quadrature across it erred by ~1e-5)."""
+    from lcm_eqx._solve._negm._policy import NEGMPolicy, keep_value_prepared, prepare
+
+    def utility(c, h):
+        return -1.0 / (c**0.9 * (h + 0.01) ** 0.1)
+
+    marginal = jax.grad(utility, 0)
+    liquid, durable, total = jnp.array([1.0, 2.0]), jnp.array([0.5, 1.0]), jnp.array([1.0, 2.0])
+    desired = jnp.array([[1.2, 1.2], [1.5, 1.5]])  # binds at m = 1 (budget 1), not at 2
+
+    def path(s):  # consumption along liquid wealth, and its marginal utility
+        c = np.minimum(1.2 + 0.3 * (s - 1.0), s)
+        return np.asarray(jax.vmap(marginal, (0, None))(jnp.asarray(c), 0.5))
+
+    fine = np.linspace(1.0, 2.0, 400_001)
+    integral = np.concatenate([[0.0], np.cumsum(0.5 * (path(fine)[1:] + path(fine)[:-1]))])
+    integral *= fine[1] - fine[0]
+    v_low = -3.0
+    keep = jnp.array([[v_low, v_low], [v_low + integral[-1], v_low + integral[-1]]])
+    zeros = jnp.zeros((2, 2))
+    policy = NEGMPolicy(keep, desired, zeros, zeros, *(jnp.ones(2),) * 4)
+    prepared = prepare(policy, (liquid, durable, total), 0.0, utility, marginal)
+    m = np.array([1.1, 1.2857, 1.5, 1.9])  # the kink: 1.2 + 0.3 (s - 1) = s at s = 9/7
+    got = jax.vmap(
+        lambda m: keep_value_prepared(policy, prepared, liquid, durable, 0.0, m, 0.5, utility)
+    )(jnp.asarray(m))
+    expected = v_low + np.interp(m, fine, integral)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=0, atol=1e-9)
+
+
 def test_a_read_of_next_period_traces_marginal_utility_once_per_interpolant():
     """The read of an NEGM period (`_policy.read`) evaluates the user's marginal
     utility in four places (the keeper's value integral, over both durable columns and
@@ -393,6 +427,37 @@ def test_a_type_as_the_only_discrete_state_and_none_at_all():
     )
     values = lcm.Model(regimes={"alive": typed}, n_periods=3).solve(params).values["alive"]
     _assert_each_type_alone(values, untyped, params)
+
+
+@pytest.mark.slow
+def test_a_deterministic_state_is_read_at_its_next_code_only():
+    """A discrete state whose law of motion is deterministic but moves (not a permanent
+    type) is read at its one next code, not summed over every code with one-hot
+    weights: the same values as the law written as a Markov transition of one-hot
+    probabilities, which reads every next code."""
+    model, params = durables.build(n_periods=3, adjuster_points=8, **SMALL)
+    base = model.regimes["alive"]
+
+    def income(log_income, level):
+        return jnp.exp(log_income) * (1.0 + 0.2 * level)
+
+    def moved(level):
+        return jnp.minimum(level + 1, 2)
+
+    def moved_markov(level):
+        return jax.nn.one_hot(jnp.minimum(level + 1, 2), 3)
+
+    values = []
+    for law in (moved, lcm.MarkovTransition(moved_markov)):
+        regime = base.replace(
+            states={**base.states, "level": lcm.DiscreteGrid(["a", "b", "c"])},
+            functions={**base.functions, "income": income},
+            state_transitions={**base.state_transitions, "level": law},
+        )
+        values.append(lcm.Model(regimes={"alive": regime}, n_periods=3).solve(params))
+    np.testing.assert_allclose(
+        values[0].values["alive"], values[1].values["alive"], rtol=0, atol=1e-12
+    )
 
 
 @pytest.mark.slow

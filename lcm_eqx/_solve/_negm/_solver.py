@@ -56,7 +56,8 @@ from ._policy import (
     adjust_value_at,
     keep_consumption_at,
     keep_value_at,
-    read,
+    prepare,
+    read_prepared,
 )
 
 # The codes of the `adjust` action.
@@ -340,6 +341,32 @@ class NEGM(AbstractSolver):
         codes = tuple(problem.local_code(s, state[s]) for s in names)
         return jax.tree.map(lambda a: a[codes], problem.policy)
 
+    def _deterministic(self, problem: RegimeProblem, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The states of `names` whose next code is certain (a law of motion that is not
+        Markov, or none), unsharded: next period is read at their one next code only."""
+        regime = problem.regime
+        return tuple(
+            s
+            for s in names
+            if (
+                regime.state_transitions.get(s) is None or not regime.state_transitions[s].is_markov
+            )
+            and (problem.sharding is None or not problem.sharding.is_sharded(s))
+        )
+
+    def _next_codes(self, problem: RegimeProblem, z: dict, names: tuple[str, ...]) -> dict:
+        """Next period's codes of the deterministic states `names` at discrete states `z`."""
+        regime = problem.regime
+        ref = jnp.asarray(REFERENCE_ACTION)
+        codes, _ = problem.next_states(problem.evaluator(self._point(z, ref, ref, ref)))
+        out = {}
+        for s in names:
+            if regime.state_transitions.get(s) is None:
+                out[s] = problem.local_code(s, z[s])
+            else:
+                out[s] = codes[s]
+        return out
+
     def _next_weights(
         self, problem: RegimeProblem, z: dict, names: tuple[str, ...]
     ) -> tuple[Array, Array]:
@@ -398,6 +425,7 @@ class NEGM(AbstractSolver):
         following: NEGMPolicy,
         fixed: dict,
         names: tuple[str, ...],
+        certain: tuple[str, ...] = (),
     ):
         """`(m, n) -> (v, v_m, v_n)`: next period's value and marginal values at `(m, n)`
         at each point of the flat product of the discrete states `names` (with the others
@@ -407,16 +435,39 @@ class NEGM(AbstractSolver):
         limit = self._limit()
         codes = self._flat_codes(next_problem.regime, names)
 
-        def next_read(m, n):
-            def at(zc, policy):
-                zc = {**fixed, **zc}
-                _, marginal, _ = self._utility(next_problem, zc)
-                resources = self._resources(next_problem, zc)
-                return read(policy, grids, limit, m, n, resources, marginal)
+        def tables(zc, policy):
+            utility, marginal, _ = self._utility(next_problem, {**fixed, **zc})
+            return prepare(policy, grids, limit, utility, marginal)
 
-            return jax.vmap(at)(codes, following)
+        # Once per period, not at every point read (`PreparedRead`).
+        prepared = jax.vmap(tables)(codes, following)
+        size = math.prod(next_problem.regime.grids[s].n_points for s in names[len(certain) :])
 
-        return next_read
+        def reader_at(next_codes: dict):
+            """The read at the next codes of the states `certain` (the first of `names`),
+            over the flat product of the others."""
+            flat = jnp.asarray(0, jnp.int32)
+            for s in certain:
+                flat = flat * next_problem.regime.grids[s].n_points + next_codes[s]
+            block = jax.tree.map(
+                lambda a: jax.lax.dynamic_slice_in_dim(a, flat * size, size, 0),
+                (codes, following, prepared),
+            )
+
+            def next_read(m, n):
+                def at(zc, policy, prepared):
+                    zc = {**fixed, **zc}
+                    utility, marginal, _ = self._utility(next_problem, zc)
+                    resources = self._resources(next_problem, zc)
+                    return read_prepared(
+                        policy, prepared, grids, limit, m, n, resources, utility, marginal
+                    )
+
+                return jax.vmap(at)(*block)
+
+            return next_read
+
+        return reader_at
 
     # ------------------------------------------------------------------ solve
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
@@ -437,6 +488,9 @@ class NEGM(AbstractSolver):
         states = self._discrete_states(regime)
         joint = tuple(s for s in states if is_identity_transition(regime, s))
         rest = tuple(s for s in states if s not in joint)
+        # The deterministic states first: next period is read at their next code only.
+        certain = self._deterministic(problem, rest)
+        rest = (*certain, *(s for s in rest if s not in certain))
         order = [*joint, *rest]
         if following is not None:
             moved: NEGMPolicy = jax.tree.map(
@@ -489,7 +543,11 @@ class NEGM(AbstractSolver):
         savings = self.savings.to_jax()
         liquid_batch = regime.grids[self.liquid].batch_size
         if following is not None:
-            next_read = self._next_reader(next_problem, following, fixed, rest)
+            # Next period read at the one next code of each deterministic state (the first
+            # of `rest`), over the others' product.
+            certain = self._deterministic(problem, rest)
+            stochastic = rest[len(certain) :]
+            reader_at = self._next_reader(next_problem, following, fixed, rest, certain)
 
         def at_discrete(codes):
             z = {**fixed, **codes}
@@ -504,7 +562,8 @@ class NEGM(AbstractSolver):
                 value = vu(c, h)
                 keep = (value, c, vu_c(c, h), vu_h(c, h))
             else:
-                weights, beta = self._next_weights(problem, z, rest)
+                weights, beta = self._next_weights(problem, z, stochastic)
+                next_read = reader_at(self._next_codes(problem, z, certain))
                 next_liquid, next_durable = self._laws(problem, z)
 
                 def post_decision(n):
@@ -855,7 +914,7 @@ class NEGM(AbstractSolver):
         next_problem = following.problem(problem.regime.name)
         states = self._discrete_states(problem.regime)
         following_flat = self._flattened(problem.regime, next_problem.policy, states)
-        next_read = self._next_reader(next_problem, following_flat, {}, states)
+        next_read = self._next_reader(next_problem, following_flat, {}, states)({})
         savings_limit = self._limit()
         limit = savings_limit + self.action_step(problem, action)
         others = [a for a in problem.state_axes if a.name != self.liquid]
