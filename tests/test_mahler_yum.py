@@ -464,7 +464,7 @@ def test_effort_refined_inside_the_elimination_equals_the_plain_products(my, tas
     model, params, _ = my.build(
         "tiny", continuous_effort=True, solver=solver, taste_shock_scale=taste_shocks
     )
-    alive = next(r for r in model.describe().regimes if r.name == "alive")
+    alive = next(r for r in model.describe(params).regimes if r.name == "alive")
     assert alive.obstacles == () and alive.work is not None
     plain, _, _ = my.build(
         "tiny",
