@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import lcm_eqx as lcm
+from lcm_eqx._describe import _work
 from lcm_eqx._solve import _factored
 from lcm_eqx._solve._solver import AbstractSolver
 from tests.models import retirement
@@ -353,3 +354,62 @@ def test_a_ruled_out_discrete_action_has_finite_derivatives_in_the_taste_shock_s
         derivative = jax.grad(lambda s, model=model: value(model, s))(jnp.asarray(0.3))
         assert np.isfinite(derivative)
         np.testing.assert_allclose(derivative, central, rtol=1e-6)
+
+
+# Refinement inside the elimination (`GridSearch(refine=["effort"])`, issue 60): effort
+# enters its cost and the health transition, so it is refined in the step that
+# eliminates it, over (health, patience, saving), not at every state.
+
+
+def _refined(taste_shocks=True, factored=True, **kwargs):
+    return build(
+        lcm.GridSearch(refine=["effort"], factored=factored), taste_shocks=taste_shocks, **kwargs
+    )
+
+
+def test_refinement_inside_the_elimination_equals_the_plain_products():
+    p = params(taste_shocks=True)
+    model = _refined(n_wealth=6)
+    work, obstacles = _work(model, p, "alive")
+    assert obstacles == ()
+    assert any(label == "refine 'effort' on (health, patience, saving)" for label, _ in work)
+    a = _values(model, p, validate="off")
+    b = _values(_refined(factored=False, n_wealth=6), p, validate="off")
+    _assert_same(a, b)
+    # Off the grid search's values.
+    grid = _values(build(lcm.GridSearch(), taste_shocks=True, n_wealth=6), p, validate="off")
+    finite = np.isfinite(grid["alive"])
+    assert np.max(np.abs(np.where(finite, a["alive"] - grid["alive"], 0.0))) > 1e-4
+
+
+def test_refined_values_inside_the_elimination_have_the_central_differences_derivatives():
+    model = _refined(taste_shocks=False, n_wealth=6)
+    names = (("effort_cost", "cost"), ("next_health", "effect"), ("utility", "disutility"))
+
+    def total(theta):
+        p = params()
+        for (function, name), x in zip(names, theta, strict=True):
+            p["alive"][function] = {**p["alive"][function], name: x}
+        values = model.solve(p, validate="off").values["alive"]
+        return jnp.stack([jnp.sum(jnp.where(jnp.isfinite(v), v, 0.0)) for v in values])
+
+    theta = jnp.asarray([0.05, 2.0, 0.6])
+    jacobian = np.asarray(jax.jacrev(total)(theta))
+    step = 1e-6
+    central = np.stack(
+        [
+            (total(theta.at[i].add(step)) - total(theta.at[i].add(-step))) / (2 * step)
+            for i in range(len(names))
+        ],
+        axis=1,
+    )
+    assert np.all(np.abs(central[:2]) > 1e-3)  # the last period has no continuation
+    np.testing.assert_allclose(jacobian, central, rtol=1e-6, atol=1e-8)
+
+
+def test_several_refined_actions_keep_the_plain_products_refinement():
+    work, obstacles = _work(build(lcm.GridSearch(refine=True)), params(), "alive")
+    assert work is None
+    assert obstacles[0].startswith(
+        "refinement (GridSearch(refine=...)) evaluates the plain product: several refined"
+    )

@@ -454,6 +454,31 @@ def test_effort_refined_off_the_grid_stays_in_bounds_and_only_raises_values(my):
     assert np.abs(effort[:, None] - nodes).min(axis=1).max() > 1e-3  # some off the grid
 
 
+@pytest.mark.slow  # the plain product's refinement compiles in a minute or more
+@pytest.mark.parametrize("taste_shocks", [None, 0.05], ids=["max", "taste-shocks"])
+def test_effort_refined_inside_the_elimination_equals_the_plain_products(my, taste_shocks):
+    # Effort enters its cost and the health transition's continuation: refined in the
+    # step that eliminates it (2,880 points per period on the tiny grids), not at each
+    # of the 2,880 states x 6 discrete choices; the plain refinement's values.
+    solver = lcm.GridSearch(refine=["effort"])
+    model, params, _ = my.build(
+        "tiny", continuous_effort=True, solver=solver, taste_shock_scale=taste_shocks
+    )
+    alive = next(r for r in model.describe(params).regimes if r.name == "alive")
+    assert alive.obstacles == () and alive.work is not None
+    plain, _, _ = my.build(
+        "tiny",
+        continuous_effort=True,
+        solver=lcm.GridSearch(refine=["effort"], factored=False),
+        taste_shock_scale=taste_shocks,
+    )
+    a = np.asarray(model.solve(params).values["alive"])
+    b = np.asarray(plain.solve(params).values["alive"])
+    np.testing.assert_array_equal(np.isfinite(a), np.isfinite(b))
+    finite = np.isfinite(b)
+    np.testing.assert_allclose(a[finite], b[finite], rtol=0, atol=1e-10)
+
+
 def test_choice_probabilities_take_labelled_series_params(tiny):
     # The example's age tables are labelled Series: the estimation helpers convert them
     # as `solve` does (they raised an IndexError on the raw Series before).

@@ -35,6 +35,7 @@ from jaxtyping import Array
 from ._axes import (
     EVALUATION_BYTES,
     Axis,
+    Carried,
     auto_splayed,
     bind_equation,
     flat_jaxpr,
@@ -44,6 +45,7 @@ from ._axes import (
 )
 from ._kernel import CONTINUATION_SCOPE, RegimeProblem, max_each
 from ._reduce import max_along, smooth_max
+from ._refine import refine_along
 
 # Evaluate the pieces where they need at most this fraction of the plain product's work
 # (points times equations per point).
@@ -119,6 +121,11 @@ class Factoring:
     # than `_MAX_PIECE` of the product, or else the largest: the reasons `obstacles`
     # gives where the plan is not used.
     joins: tuple[tuple[int, str], ...] = ()
+    # The continuous action refined off its grid inside the first step (`GridSearch(
+    # refine=...)`: see `solve_factored`), and why that plan cannot be used ("" where
+    # it can).
+    refined: str | None = None
+    refine_obstacle: str = ""
 
     def work_by_piece(self) -> list[tuple[str, int]]:
         """(label, points evaluated) for each piece and elimination step, and for the
@@ -128,6 +135,9 @@ class Factoring:
             (f"max over {s.action!r} on ({', '.join(s.axes)})", self.points(s.axes))
             for s in self.steps
         ]
+        if self.refined is not None and self.steps:
+            out = tuple(n for n in self.steps[0].axes if n != self.refined)
+            rows.append((f"refine {self.refined!r} on ({', '.join(out)})", self.points(out)))
         if self.check_components:
             n = len(self.check_components)
             total = sum(self.points(a) for a, _ in self.check_components)
@@ -147,10 +157,11 @@ class Factoring:
     def obstacles(self) -> tuple[str, ...]:
         """Why `GridSearch` evaluates the plain product rather than this plan, in words
         (the operation and the user function that join a piece's axes, the work of the
-        steps); empty where the plan is used."""
+        steps, what keeps the refined action from being refined in its own step); empty
+        where the plan is used."""
         fits = self.pieces_fit()
         if fits and worth_it(self):
-            return ()
+            return (self.refine_obstacle,) if self.refine_obstacle else ()
         total = self.points(self.names)
         reasons = [
             f"piece on ({', '.join(self.pieces[i].axes)}), "
@@ -169,7 +180,13 @@ class Factoring:
                 f"the pieces, steps and checks take {self.cost / self.plain_cost:.0%} of the "
                 f"plain product's work (evaluated by piece at most {_MIN_GAIN:.0%})"
             )
+        if self.refine_obstacle:
+            reasons.append(self.refine_obstacle)
         return tuple(reasons)
+
+    def usable(self) -> bool:
+        """Whether `GridSearch` solves the period by this plan (`obstacles` is empty)."""
+        return not self.obstacles()
 
 
 class _Graph:
@@ -404,16 +421,20 @@ def _elimination(
     size: Callable,
     order: dict[str, int],
     smooth: frozenset[str],
+    leading: tuple[str, ...] = (),
+    last: frozenset[str] = frozenset(),
 ) -> tuple[tuple[Step, ...], tuple[int, ...]]:
     """Greedy elimination of `actions` from the pieces `live` (index -> axes): each time
     the action whose pieces span the smallest product, the actions of `smooth` (log-sum-
-    exp) after every other; the steps, and the pieces left (on state axes only)."""
+    exp) and of `last` after every other, those of `leading` before any (in order); the
+    steps, and the pieces left (on state axes only)."""
     live = dict(live)
     first = len(live)
     steps: list[Step] = []
     remaining = list(actions)
     while remaining:
-        eligible = [a for a in remaining if a not in smooth] or remaining
+        eligible = [a for a in leading if a in remaining][:1]
+        eligible = eligible or [a for a in remaining if a not in smooth | last] or remaining
 
         def span(action):
             group = [i for i, ax in live.items() if action in ax]
@@ -437,6 +458,8 @@ def plan_factoring(
     fixed: dict | None = None,
     *,
     limit_pieces: bool = True,
+    refined: str | None = None,
+    refine_evaluations: int = 0,
 ) -> tuple[Factoring, Callable] | None:
     """The factoring of `problem`'s objective, and `evaluate(outputs, point)`, which
     computes jaxpr variables `outputs` at `point` (axis name -> scalar); None where a
@@ -445,6 +468,14 @@ def plan_factoring(
 
     `fixed` (state name -> value) fixes states at one point: the simulation's state of a
     subject; the remaining axes are the other states and the actions.
+
+    `refined`: a continuous action that `GridSearch(refine=...)` refines off its grid,
+    about `refine_evaluations` evaluations of the pieces that contain it per point where
+    it is refined: eliminated first (refined in that step, `solve_factored`), the
+    discrete actions last (the plain refinement's order: the grid's best continuous
+    actions for each discrete choice, the refined action polished there, the discrete
+    choices compared by their refined values). `Factoring.refine_obstacle` says where
+    the refined action cannot be refined in its own step.
     """
     fixed = {} if fixed is None else fixed
     states = tuple(a.name for a in problem.state_axes if a.name not in fixed)
@@ -512,8 +543,15 @@ def plan_factoring(
 
     # Continuous actions (max) before discrete ones under taste shocks (log-sum-exp).
     smooth = frozenset(problem.regime.discrete_actions) if smooth_discrete else frozenset()
+    discrete = frozenset(problem.regime.discrete_actions)
     steps, final = _elimination(
-        {i: p.axes for i, p in enumerate(pieces)}, actions, size, order, smooth
+        {i: p.axes for i, p in enumerate(pieces)},
+        actions,
+        size,
+        order,
+        smooth,
+        leading=() if refined is None else (refined,),
+        last=frozenset() if refined is None else discrete,
     )
 
     # Each check: the maximum over alternatives of products of factors; each product
@@ -551,6 +589,36 @@ def plan_factoring(
     cost = sum(size(p.axes) * len(graph.needed(_piece_outputs(p))) for p in pieces)
     cost += sum(size(s.axes) * (len(s.group) + 1) for s in steps)
     cost += sum(size(k) * len(graph.needed(list(f))) for k, f in check_components)
+    refine_obstacle = ""
+    if refined is not None:
+        # The first step refines: at each point of its other axes, the pieces that
+        # contain the refined action are evaluated off the grid; the plain refinement
+        # evaluates the whole objective at each state and discrete choice.
+        first = steps[0]
+        out = tuple(n for n in first.axes if n != refined)
+        outputs = [v for i in first.group for v in _piece_outputs(pieces[i])]
+        cost += size(out) * refine_evaluations * len(graph.needed(outputs))
+        plain_refinements = size(states) * size(tuple(discrete))
+        plain_cost += plain_refinements * refine_evaluations * len(closed.jaxpr.eqns)
+        spanning = [
+            k for k, f in check_components if refined in k and not set(k) <= set(first.axes)
+        ]
+        if not first.group:
+            refine_obstacle = f"the objective does not depend on {refined!r}"
+        elif spanning:
+            refine_obstacle = (
+                f"a check on ({', '.join(spanning[0])}) reads {refined!r} beyond the axes "
+                f"of the pieces that contain it ({', '.join(first.axes)})"
+            )
+        elif size(out) > plain_refinements:
+            refine_obstacle = (
+                f"the pieces that contain {refined!r} span ({', '.join(first.axes)}): more "
+                "points to refine than the plain product's states and discrete choices"
+            )
+        if refine_obstacle:
+            refine_obstacle = (
+                f"{refined!r} cannot be refined inside the elimination: {refine_obstacle}"
+            )
     factoring = Factoring(
         names=names,
         sizes=sizes,
@@ -564,6 +632,8 @@ def plan_factoring(
         cost=cost,
         plain_cost=plain_cost,
         joins=joins,
+        refined=refined,
+        refine_obstacle=refine_obstacle,
     )
 
     inputs = dict(zip(sorted(names), closed.jaxpr.invars, strict=True))
@@ -632,11 +702,23 @@ def worth_it(factoring: Factoring) -> bool:
 
 
 def solve_factored(
-    problem: RegimeProblem, factoring: Factoring, evaluate: Callable, scale
+    problem: RegimeProblem, factoring: Factoring, evaluate: Callable, scale, refine=None
 ) -> tuple[Array, Array]:
     """The period's value array (the state shape) and its checks (one array: an axis
     per state, of size 1 where not sharded, and one entry per check of `problem.checks`
-    last), by elimination."""
+    last), by elimination.
+
+    With `factoring.refined` (a plan for `GridSearch(refine=...)`, `refine` its
+    settings), the results the plain refinement gives: for each discrete choice, the
+    best point of the continuous grids, the refined action polished there with the
+    others at their best, and the discrete choices compared by those refined values.
+    The refined action is eliminated first: at each point of that step's other axes
+    the grid's best point along it, and the pieces that contain it polished off the grid
+    from there (`_refine.refine_along`). From then on each result carries two arrays,
+    the grid's maximum (which the later continuous steps maximise: the grid search
+    picks the other continuous actions by it) and the refined value at the grid's
+    choice (what the plain refinement's value is); the discrete actions, eliminated
+    last, compare the refined values."""
     axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
     dtype = jnp.zeros(()).dtype
     itemsize = np.zeros((), dtype).itemsize
@@ -676,7 +758,10 @@ def solve_factored(
         for index, array in zip(indices, max_each(tuple(arrays), over), strict=True):
             reduced[index] = _broadcast(array, kept, states)
 
-    results: list[tuple[tuple[str, ...], Array]] = []
+    # Each result: its axes, its array, and where the refined action was eliminated into
+    # it, the refined value (its array then the grid's maximum, without derivative).
+    results: list[tuple[tuple[str, ...], Array, Array | None]] = []
+    refined_checks: list[tuple[tuple[str, ...], list[int], tuple]] = []
     for piece in factoring.pieces:
         with_checks = by_axes.pop(piece.axes, [])
 
@@ -685,12 +770,13 @@ def solve_factored(
             return _piece_value(piece, values, dtype), checks
 
         array, arrays = on_axes(piece.axes, piece_and_checks)
-        results.append((piece.axes, array))
+        results.append((piece.axes, array, None))
         if with_checks:
             keep_reduced(piece.axes, with_checks, arrays)
 
+    discrete = frozenset(problem.regime.discrete_actions)
     for step in factoring.steps:
-        group = [results[i] for i in step.group] or [_nothing(step, factoring, dtype)]
+        members = [results[i] for i in step.group]
         out = tuple(n for n in step.axes if n != step.action)
         # State axes chunked where the step's product would not fit at once (or where
         # the user splays them): the knobs and the budget of the plain evaluation.
@@ -702,12 +788,44 @@ def solve_factored(
         todo = tuple(
             (a.name, a.batch_size) for a in chunked if 0 < a.batch_size < a.points.shape[0]
         )
-        results.append((out, _eliminate(step, group, todo, scale)))
+        if step.action == factoring.refined:
+            # Original pieces only (`plan_factoring` eliminates it first).
+            indices = [
+                i for i, (names, _) in enumerate(factoring.check_components) if step.action in names
+            ]
+            grid, paid, checks = _refined_step(
+                problem, factoring, evaluate, evaluated, step, members, todo, indices, refine
+            )
+            results.append((out, grid, paid))
+            if indices:
+                refined_checks.append((out, indices, checks))
+        elif any(paid is not None for _, _, paid in members) and step.action not in discrete:
+            # The grid's best point along the action (by the grid's maxima), and the
+            # refined value there.
+            def best(totals, position):
+                grid, paid = totals
+                at = jnp.expand_dims(jnp.argmax(grid, axis=position), position)
+                return tuple(
+                    jnp.squeeze(jnp.take_along_axis(x, at, axis=position), position)
+                    for x in (grid, paid)
+                )
+
+            group = [
+                (n, (jax.lax.stop_gradient(a), a if paid is None else paid))
+                for n, a, paid in members
+            ]
+            grid, paid = _eliminate_with(step, group, todo, best)
+            results.append((out, grid, paid))
+        else:
+            group = [(n, a if paid is None else paid) for n, a, paid in members] or [
+                _nothing(step, factoring, dtype)
+            ]
+            results.append((out, _eliminate(step, group, todo, scale), None))
 
     value = jnp.zeros(tuple(factoring.sizes[n] for n in states), dtype)
     for index in factoring.final:
-        names, array = results[index]
-        value = value + _broadcast(array, names, states)
+        names, array, paid = results[index]
+        value = value + _broadcast(array if paid is None else paid, names, states)
     value = _drop_tangent_at_neg_inf(value)
 
     # The other components of equal axes evaluated together and reduced over their
@@ -717,8 +835,77 @@ def solve_factored(
             on_axes(names, functools.partial(products, indices)) if names else products(indices, {})
         )
         keep_reduced(names, indices, arrays)
+    # The components that read the refined action, at the refined points too.
+    grid_reduced = list(reduced)
+    for names, indices, arrays in refined_checks:
+        keep_reduced(names, indices, arrays)
+        for index in indices:
+            reduced[index] = jnp.maximum(reduced[index], grid_reduced[index])
 
     return value, combined_checks(problem, factoring, reduced, value.shape)
+
+
+def _refined_step(
+    problem: RegimeProblem,
+    factoring: Factoring,
+    evaluate: Callable,
+    evaluated: Callable,
+    step: Step,
+    members: list,
+    todo: tuple[tuple[str, int], ...],
+    check_indices: list[int],
+    refine,
+) -> tuple[Array, Array, tuple]:
+    """The first step of a refined plan (`solve_factored`): on the step's axes but the
+    refined action, the grid's maximum of its pieces along it (no derivative), the
+    refined value of those pieces (`_refine.refine_along` from the grid's best point:
+    derivatives by the envelope theorem, or along a kink), and the products of the
+    check components `check_indices` at the refined point."""
+    action = step.action
+    out = tuple(n for n in step.axes if n != action)
+    dtype = jnp.zeros(()).dtype
+
+    def best(totals, position):
+        (total,) = totals
+        return jnp.max(total, axis=position), jnp.argmax(total, axis=position)
+
+    group = [(n, (jax.lax.stop_gradient(a),)) for n, a, _ in members]
+    grid, codes = _eliminate_with(step, group, todo, best)
+
+    pieces = [factoring.pieces[i] for i in step.group]
+    outputs = [_piece_outputs(p) for p in pieces]
+    flat = [v for o in outputs for v in o]
+    points = next(a for a in problem.action_axes if a.name == action).points
+
+    def at(point, arrays):
+        def along(t):
+            values, checks = evaluated(flat, check_indices, {**point, action: t})
+            total, start = None, 0
+            for piece, o in zip(pieces, outputs, strict=True):
+                v = _piece_value(piece, values[start : start + len(o)], dtype)
+                total = v if total is None else total + v
+                start += len(o)
+            return total, checks
+
+        return refine_along(along, points, arrays["code"], refine)
+
+    axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
+    itemsize = np.zeros((), dtype).itemsize
+    chosen = tuple(axes[n] for n in out)
+    splayed = {
+        a.name: a
+        for a in auto_splayed(
+            tuple(a for a in chosen if a.name in factoring.states),
+            tuple(a for a in chosen if a.name not in factoring.states),
+            itemsize,
+        )
+    }
+    paid, checks = lift(
+        at,
+        tuple(splayed.get(a.name, a) for a in chosen),
+        carried={"code": Carried(codes, out)},
+    )
+    return grid, paid, checks
 
 
 def combined_checks(
@@ -863,20 +1050,37 @@ def _broadcast(array: Array, names: tuple[str, ...], target: tuple[str, ...]) ->
 def _eliminate(step: Step, group, todo: tuple[tuple[str, int], ...], scale) -> Array:
     """The result of `step` (on its axes but the eliminated action, in order): the group
     broadcast, summed and reduced along the action, mapped in chunks along `todo`."""
+
+    def reduce(totals, position):
+        (total,) = totals
+        if step.smooth:
+            return (smooth_max(total, scale, position),)
+        return (max_along(total, position),)
+
+    (result,) = _eliminate_with(step, [(n, (a,)) for n, a in group], todo, reduce)
+    return result
+
+
+def _eliminate_with(step: Step, group, todo: tuple[tuple[str, int], ...], reduce) -> tuple:
+    """`_eliminate` of several arrays per member of the group (`(axes, arrays)` pairs,
+    summed channel by channel), reduced along the action by `reduce(totals, position)`,
+    which returns a tuple of arrays on the other axes."""
     out = tuple(n for n in step.axes if n != step.action)
+    channels = len(group[0][1])
 
     def run(group, names, todo):
-        """The result on `names` but the action, with the axes of `todo` leading."""
+        """The results on `names` but the action, with the axes of `todo` leading."""
         if not todo:
-            total = _combined(group, names)
-            position = names.index(step.action)
-            if step.smooth:
-                return smooth_max(total, scale, position)
-            return max_along(total, position)
+            totals = tuple(
+                _combined([(n, arrays[c]) for n, arrays in group], names) for c in range(channels)
+            )
+            return reduce(totals, names.index(step.action))
         (axis, batch_size), rest = todo[0], todo[1:]
         mapped = [(n, a) for n, a in group if axis in n]
         fixed = [(n, a) for n, a in group if axis not in n]
-        slices = tuple(jnp.moveaxis(a, n.index(axis), 0) for n, a in mapped)
+        slices = tuple(
+            tuple(jnp.moveaxis(x, n.index(axis), 0) for x in arrays) for n, arrays in mapped
+        )
         inner_names = tuple(x for x in names if x != axis)
 
         def body(parts):
@@ -888,11 +1092,13 @@ def _eliminate(step: Step, group, todo: tuple[tuple[str, int], ...], scale) -> A
 
         return map_axis(body, slices, batch_size)
 
-    result = run(list(group), step.axes, todo)
+    results = run(list(group), step.axes, todo)
     # Leading: the chunked axes (in `todo` order), then the others in order.
     leading = [n for n, _ in todo]
     order = leading + [n for n in out if n not in leading]
-    return jnp.transpose(result, [order.index(n) for n in out]) if leading else result
+    if not leading:
+        return tuple(results)
+    return tuple(jnp.transpose(r, [order.index(n) for n in out]) for r in results)
 
 
 def choose_factored(

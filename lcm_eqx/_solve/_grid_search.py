@@ -89,22 +89,38 @@ class GridSearch(AbstractPointwiseSolver):
         state fixed, as the simulation asks), or None where the plain product is
         evaluated (see `factored`)."""
         planned = self._plan(problem, state, limit_pieces=state is None)
-        return planned if planned is not None and _factored.worth_it(planned[0]) else None
+        if planned is None or not _factored.worth_it(planned[0]):
+            return None
+        return None if planned[0].refine_obstacle else planned
 
     def _plan(self, problem, state=None, *, limit_pieces: bool = True):
         """`_factored.plan_factoring` of `problem`, or None where this solver never
-        factors it (`factored=False`, refinement, no actions, two values per point)."""
+        factors it (`factored=False`, no actions, two values per point; with refinement:
+        at one state, or several refined actions, which are refined jointly)."""
         aggregator = problem.aggregator
         if (
             not self.factored
-            or self._refines(problem)
             or not problem.action_axes
             or (aggregator is not None and aggregator.n_values > 1)
         ):
             return None
+        refined, evaluations = None, 0
+        if self._refines(problem):
+            assert self.refine is not None
+            names = self.refine.names(problem.regime.continuous_actions)
+            if state is not None or len(names) > 1:
+                return None
+            refined, evaluations = names[0], _refine.evaluations(self.refine)
         # At one state the taste shocks are drawn and every action maximised.
         smooth = state is None and taste_shock_scale(problem) is not None
-        return _factored.plan_factoring(problem, smooth, fixed=state, limit_pieces=limit_pieces)
+        return _factored.plan_factoring(
+            problem,
+            smooth,
+            fixed=state,
+            limit_pieces=limit_pieces,
+            refined=refined,
+            refine_evaluations=evaluations,
+        )
 
     def work(self, problem):
         planned = self.factoring(problem)
@@ -121,9 +137,25 @@ class GridSearch(AbstractPointwiseSolver):
                 f"{type(aggregator).__name__} carries two values per point, which only the "
                 "plain product evaluates",
             )
-        if self._refines(problem):
-            return ("refinement (GridSearch(refine=...)) evaluates the plain product",)
         smooth = taste_shock_scale(problem) is not None
+        if self._refines(problem):
+            # Refined inside the elimination where the plan allows, else the plain product.
+            reason = "refinement (GridSearch(refine=...)) evaluates the plain product"
+            assert self.refine is not None
+            names = self.refine.names(problem.regime.continuous_actions)
+            if len(names) > 1:
+                joint = f"several refined actions ({', '.join(names)}) are refined jointly"
+                return (f"{reason}: {joint}",)
+            planned = _factored.plan_factoring(
+                problem,
+                smooth,
+                limit_pieces=False,
+                refined=names[0],
+                refine_evaluations=_refine.evaluations(self.refine),
+            )
+            assert planned is not None
+            reasons = planned[0].obstacles()
+            return (reason, *reasons) if reasons else ()
         planned = _factored.plan_factoring(problem, smooth, limit_pieces=False)
         assert planned is not None
         return planned[0].obstacles()
@@ -149,6 +181,15 @@ class GridSearch(AbstractPointwiseSolver):
         # plan traces the kernel; a second trace was a tenth of a first solve's tracing).
         apart = bool(problem.validate and problem.checks and not problem.carried())
         planned = self._plan(problem, limit_pieces=not apart)
+        if self._refines(problem):
+            # Refined inside the elimination (`_factored.solve_factored`) where the plan
+            # allows; else the plain product's refinement, state by state.
+            if planned is None or problem.carried() or not planned[0].usable():
+                return super().solve_period(problem)
+            value, checks = _factored.solve_factored(
+                problem, *planned, taste_shock_scale(problem), self.refine
+            )
+            return PeriodSolution(value, checks, None)
         if planned is None or not (planned[0].pieces_fit() and _factored.worth_it(planned[0])):
             if apart and planned is not None:
                 # The plain product's values, and the checks on their own axes.

@@ -635,6 +635,51 @@ def _neighbours(points: Array, index: Array) -> tuple[Array, Array]:
     return points[jnp.maximum(index - 1, 0)], points[jnp.minimum(index + 1, n - 1)]
 
 
+def _spacing(points: Array, index: Array) -> Array:
+    """The grid step around point `index` (the bracket's width over its steps)."""
+    lo, hi = _neighbours(points, index)
+    inner = (index > 0) & (index < points.shape[0] - 1)
+    return jnp.where(hi - lo > 0, hi - lo, 1.0) / jnp.where(inner, 2.0, 1.0)
+
+
+def evaluations(refine: Refine) -> int:
+    """About how many evaluations of the objective refining one action takes at one
+    point (for the structure-aware search's cost): three per Newton iteration and per
+    end of the bracket (value, slope and curvature), and the two sides."""
+    return 3 * (refine.newton_steps + 3) + 2
+
+
+def refine_along(
+    f: Callable[[Array], tuple[Array, T]], points: Array, index: Array, refine: Refine
+) -> tuple[Array, T]:
+    """One action refined in the bracket around its grid point `index` (of `points`),
+    as `refine_choice` refines a single action: `f(t)` is `(objective, other outputs)`
+    with the action at `t` (every other variable fixed). The objective at the refined
+    point, with the envelope theorem's derivative (along a kink: `along_kink`'s), and
+    the other outputs at the point from which the derivatives are taken (the lower side
+    of a kink, else the refined point).
+
+    `GridSearch`'s structure-aware search calls it in the step that eliminates the
+    refined action, with `f` the pieces that contain it (`_factored.solve_factored`)."""
+
+    def objective(t):
+        return f(t)[0]
+
+    def search(_):
+        lo, hi = _neighbours(points, index)
+        ends = jax.vmap(lambda t: value_slope_curvature(objective, t))(jnp.stack([lo, hi]))
+        line = polish(objective, points[index], lo, hi, refine.newton_steps, ends)
+        _, _, sides, side_slopes = classify(
+            line, points[0], points[-1], _spacing(points, index), refine.tolerance
+        )
+        return sides, side_slopes
+
+    sides, side_slopes = without_derivatives(search, jnp.zeros(()))
+    values, others = jax.vmap(f)(sides)  # one trace of `f`
+    value, _ = along_kink(values, side_slopes, sides)
+    return value, jax.tree.map(lambda x: x[0], others)
+
+
 def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refine) -> Refined:
     """The grid search over the continuous actions at `state` (discrete actions
     `fixed`), then each refined action polished in its bracket (`refine.rounds` turns
@@ -676,12 +721,7 @@ def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refi
         results = []
         for axis in refined:
             line = lines[axis.name]._replace(q=value)
-            lo, hi = _neighbours(axis.points, grid_codes[axis.name])
-            spacing = jnp.where(hi - lo > 0, hi - lo, 1.0) / jnp.where(
-                (grid_codes[axis.name] > 0) & (grid_codes[axis.name] < axis.points.shape[0] - 1),
-                2.0,
-                1.0,
-            )
+            spacing = _spacing(axis.points, grid_codes[axis.name])
             code, point, sides, side_slopes = classify(
                 line, axis.points[0], axis.points[-1], spacing, refine.tolerance
             )
