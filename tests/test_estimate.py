@@ -100,6 +100,9 @@ def test_a_ratio_is_flagged_and_never_reported_converged(one_period):
             tolerance=1e-9,
         )  # fmt: skip
     assert not result.converged
+    # Standard errors that cannot be computed are NaN with the reason, naming both.
+    if np.isnan(result.summary()["std_error"]).any():
+        assert "are NaN" in result.message and "taste_shock_scale" in result.message
     report = result.identification()
     assert set(report.weak) == {"disutility_of_work", "taste_shock_scale"}
     assert report.condition_number > 1e6
@@ -645,3 +648,60 @@ def test_a_large_j_statistic_warns(shifted):
         assert bool(said) == warns, (kind_shift, result.objective)
         if warns:
             assert issubclass(said[0].category, lcm.LcmWarning)
+
+
+def test_a_failed_line_search_restarts_rescaled_and_says_so(one_period, monkeypatch):
+    """A quasi-Newton direction 1e50 times too long (as a stale L-BFGS memory can give)
+    defeats every trial of its line search: estimate restarts from the best point with
+    the memory reset and the parameters rescaled, converges, and says so."""
+    model, df = one_period
+    direction = estimate_module._lbfgs_direction
+    calls = []
+
+    def stale_once(*args):
+        updates, state = direction(*args)
+        calls.append(1)
+        return (updates * 1e50 if len(calls) == 2 else updates), state
+
+    monkeypatch.setattr(estimate_module, "_lbfgs_direction", stale_once)
+    start = {**TRUE, "disutility_of_work": 0.3}
+    result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
+    assert len(calls) > 2  # the stale direction was met, and the search went on
+    assert result.converged, result.message
+    assert "restarted from the best point" in result.message
+    np.testing.assert_allclose(result.estimates, [closed_form(df, 0.5)[0]], rtol=1e-7)
+
+
+class Known:
+    """An objective given in numbers: `value_and_gradient(x)`, `θ = x`."""
+
+    def __init__(self, value_and_gradient):
+        self.value_and_gradient = value_and_gradient
+
+    def natural(self, x):
+        return np.asarray(x, dtype=float), np.eye(len(x))
+
+    def evaluate(self, theta):
+        value, gradient = self.value_and_gradient(np.asarray(theta))
+        return value, np.asarray(gradient, dtype=float), None
+
+
+def test_a_kink_that_stops_every_line_search_is_named():
+    """|x₀ − 0.3| + x₁²: L-BFGS closes in on the kink until no step along the gradient
+    decreases the objective, rescaling and the steepest descent included; the reason
+    says the objective is not smooth, not just that a line search failed."""
+    kinked = Known(lambda x: (abs(x[0] - 0.3) + x[1] ** 2, [1 if x[0] >= 0.3 else -1, 2 * x[1]]))
+    run = estimate_module._minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500)
+    assert run.reason is not None and "not smooth there" in run.reason, run.reason
+    assert "steepest descent" in run.reason
+    assert abs(run.x[0] - 0.3) < 1e-6 and abs(run.x[1]) < 1e-6
+    assert any("restarted from the best point" in note for note in run.notes)
+
+
+def test_a_gradient_below_the_objectives_rounding_is_said():
+    """A flat objective whose gradient stays at 1e-7: no step decreases it, and the
+    decrease promised is within rounding, which the reason says."""
+    flat = Known(lambda x: (1.0, [1e-7]))
+    run = estimate_module._minimise(flat, np.array([0.0]), 1e-8, 50)
+    assert run.n_steps == 0
+    assert run.reason is not None and "within the objective's rounding" in run.reason

@@ -267,67 +267,197 @@ NON_FINITE_ADVICE = (
 )
 
 
-# Armijo's sufficient-decrease constant and the most halvings of a step.
+# Armijo's sufficient-decrease constant, and the most trial steps of one line search.
 ARMIJO = 1e-4
-MAX_HALVINGS = 40
+MAX_TRIALS = 30
 # The L-BFGS direction (no line search of its own), compiled once for every estimation.
 LBFGS = optax.lbfgs(linesearch=None)
 _lbfgs_direction = jax.jit(LBFGS.update)
+# The relative change of the objective that counts as its rounding (a solve's own
+# tolerances leave the likelihood of a DC-EGM model noisy at about 1e-13 of its value).
+ROUNDING = 1e-12
 
 
-def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int, fixed=None):
-    """L-BFGS (optax's direction) with a backtracking line search, from `x`.
+class Run(NamedTuple):
+    """Where `_minimise` stopped: `x`, the objective and the largest gradient entry
+    (in `x`) there, the steps taken, the trace, why it stopped early (None when the
+    gradient criterion was met), what it did on the way when a line search failed (in
+    words), and the last evaluation `(θ, objective.evaluate(θ))` at `x`."""
+
+    x: np.ndarray
+    value: float
+    gradient: float
+    n_steps: int
+    trace: np.ndarray
+    reason: str | None
+    notes: tuple[str, ...]
+    last: tuple | None
+
+
+def _preconditioner(value_and_gradient, x, gradient, mask) -> np.ndarray:
+    """`P` such that in the coordinates `z` of `x = x₀ + P z` the objective's Hessian is
+    about the identity: the Hessian in `x` by forward differences of the gradient (one
+    evaluation per moving coordinate), symmetrised, with its eigenvalues replaced by their
+    absolute values floored at 1e-8 of the largest (so `P` exists, and gives a descent
+    direction, where the Hessian is indefinite or singular far from the optimum).
+
+    The likelihood's curvature differs by orders of magnitude between parameters (a
+    discount factor near 1 on the logit scale against a disutility): unscaled, L-BFGS's
+    first steps overshoot by factors of 100 and its line search spends most evaluations
+    (measured on the second-hour model of issue 62: 110 evaluations from the far start,
+    43 with this scaling). The identity where a difference is not finite."""
+    n = len(x)
+    moving = np.flatnonzero(mask)
+    hessian = np.zeros((moving.size, moving.size))
+    for k, j in enumerate(moving):
+        h = 1e-4 * max(1.0, abs(x[j]))
+        shifted = x.copy()
+        shifted[j] += h
+        hessian[:, k] = (value_and_gradient(shifted)[1] - gradient)[moving] / h
+    if moving.size == 0 or not np.all(np.isfinite(hessian)):
+        return np.eye(n)
+    eigenvalues, vectors = np.linalg.eigh(0.5 * (hessian + hessian.T))
+    top = float(np.max(np.abs(eigenvalues)))
+    if not top > 0:
+        return np.eye(n)
+    scales = np.maximum(np.abs(eigenvalues), 1e-8 * top)
+    out = np.eye(n)
+    out[np.ix_(moving, moving)] = vectors / np.sqrt(scales)
+    return out
+
+
+def _line_search(value_and_gradient, x, value, gradient, direction):
+    """Backtracking from the full step until Armijo's condition holds, each next trial
+    at the minimum of the quadratic through the value, the slope and the last trial
+    (kept within 0.1 to 0.5 of it; a quarter after a non-finite trial). Returns the
+    accepted `(size, value, gradient)` and the trials `(size, value)` refused before."""
+    slope = float(gradient @ direction)
+    size, refused = 1.0, []
+    reach = float(np.max(np.abs(direction)))
+    for _ in range(MAX_TRIALS):
+        trial_value, trial_gradient = value_and_gradient(x + size * direction)
+        finite = np.isfinite(trial_value) and np.all(np.isfinite(trial_gradient))
+        # A strict decrease too: at the objective's rounding Armijo's bound rounds to
+        # `value`, and steps that change nothing would pass it until max_steps.
+        if finite and trial_value <= value + ARMIJO * size * slope and trial_value < value:
+            return (size, trial_value, trial_gradient), refused
+        refused.append((size, trial_value))
+        if finite:
+            excess = trial_value - value - slope * size
+            guess = -slope * size**2 / (2 * excess) if excess > 0 else 0.5 * size
+            size = min(max(guess, 0.1 * size), 0.5 * size)
+        else:
+            size *= 0.25
+        if size * reach <= 1e-13 * (1.0 + float(np.max(np.abs(x)))):
+            break  # the trial point no longer differs from x beyond rounding
+    return None, refused
+
+
+def _why_no_decrease(value, slope, refused) -> str:
+    """Why the last line search (its `slope` and `refused` trials) found no decrease."""
+    size, trial = refused[-1]
+    if not np.isfinite(trial):
+        return f"the objective was {trial} down to a step of {size:.2g}"
+    floor = ROUNDING * max(1.0, abs(value))
+    if -slope <= floor:
+        return (
+            f"the decrease the gradient promises ({-slope:.2g}) is within the objective's "
+            f"rounding ({floor:.1g}): the estimate is as precise as the objective allows, and "
+            "the tolerance is tighter than that"
+        )
+    return (
+        f"at a step of {size:.2g} the slope {slope:.3g} promises a change of "
+        f"{slope * size:.3g} but the objective changed by {trial - value:+.3g}, so it is not "
+        "smooth there (a kink, e.g. where a policy crosses a grid node) or its gradient is "
+        "inaccurate; try other `starts`, finer grids or a looser `tolerance`"
+    )
+
+
+def _minimise(
+    objective: Objective, x: np.ndarray, tolerance: float, max_steps: int, fixed=None, start=None
+) -> Run:
+    """L-BFGS (optax's direction) with a backtracking line search, from `x`, on the
+    parameters rescaled by a finite-difference Hessian (`_preconditioner`).
 
     Every evaluation is the one compiled `objective.evaluate`, so the optimiser adds no
     compilation of its own; the loop runs in Python on `n_free` numbers. Coordinates
     where the mask `fixed` is True stay put (their gradient is taken as 0, and L-BFGS
     never moves along a coordinate whose gradient stays 0): the profile likelihood.
-    Returns the final `x`, the objective and largest gradient entry there, the steps
-    taken, the trace and why it stopped (`None` when the gradient criterion was met).
+    `start` is the objective and gradient in `x` at `x`, when already known.
+
+    A line search that finds no decrease is what a careful user would then try: restart
+    from the best point (the current one) with the quasi-Newton memory reset and the
+    parameters rescaled by a new finite-difference Hessian; if the new direction fails
+    too, the steepest descent. Only when that fails as well does it stop, saying why
+    (the objective's rounding, or a kink: the gradient promises a decrease the objective
+    does not show). Each recovery is recorded in `notes`.
     """
-    optimiser, direction_of = LBFGS, _lbfgs_direction
     moving = np.ones(len(x)) if fixed is None else 1.0 - np.asarray(fixed, dtype=float)
+    last: list = [None]
 
     def value_and_gradient(x):
         theta, dtheta_dx = objective.natural(x)
-        value, gradient, _ = objective.evaluate(jnp.asarray(theta))
-        return value, moving * (dtheta_dx.T @ gradient)
+        out = objective.evaluate(jnp.asarray(theta))
+        last[0] = (x, theta, out)
+        return out[0], moving * (dtheta_dx.T @ out[1])
 
-    value, gradient = value_and_gradient(x)
-    state = optimiser.init(jnp.asarray(x))
+    value, gradient = value_and_gradient(x) if start is None else start
     trace = [(value, float(np.max(np.abs(gradient))))]
-    reason = None
-    step = 0
+    reason, notes, step = None, [], 0
+    scale, origin, fresh = None, x, True
     while step < max_steps and np.max(np.abs(gradient)) > tolerance:
-        updates, state = direction_of(jnp.asarray(gradient), state, jnp.asarray(x))
-        direction = np.asarray(updates)
-        slope = float(gradient @ direction)
-        if not slope < 0:  # not a descent direction: restart from steepest descent
-            state = optimiser.init(jnp.asarray(x))
-            updates, state = direction_of(jnp.asarray(gradient), state, jnp.asarray(x))
-            direction = np.asarray(updates)
-            slope = float(gradient @ direction)
-        size = 1.0
-        for _ in range(MAX_HALVINGS):
-            trial = x + size * direction
-            trial_value, trial_gradient = value_and_gradient(trial)
-            finite = np.isfinite(trial_value) and np.all(np.isfinite(trial_gradient))
-            if finite and trial_value <= value + ARMIJO * size * slope:
+        if scale is None:  # (re)scale: new coordinates z = P⁻¹ (x − origin), memory reset
+            scale = _preconditioner(value_and_gradient, x, gradient, moving > 0)
+            origin, state, fresh = x, LBFGS.init(jnp.zeros(len(x))), True
+        z = np.linalg.solve(scale, x - origin)
+        updates, state = _lbfgs_direction(jnp.asarray(scale.T @ gradient), state, jnp.asarray(z))
+        direction = scale @ np.asarray(updates)
+        if not float(gradient @ direction) < 0:  # not a descent direction: memory reset
+            state = LBFGS.init(jnp.asarray(z))
+            updates, state = _lbfgs_direction(
+                jnp.asarray(scale.T @ gradient), state, jnp.asarray(z)
+            )
+            direction, fresh = scale @ np.asarray(updates), True
+        accepted, refused = _line_search(value_and_gradient, x, value, gradient, direction)
+        if accepted is None and not fresh:
+            notes.append(
+                f"at step {step} the line search along the L-BFGS direction found no decrease in "
+                f"{len(refused)} trials: restarted from the best point with the quasi-Newton "
+                "memory reset and the parameters rescaled by a finite-difference Hessian"
+            )
+            scale = None
+            continue
+        if accepted is None:  # a fresh, rescaled direction failed: the steepest descent
+            failed = (
+                "the line search found no decrease along the rescaled quasi-Newton direction "
+                f"({len(refused)} trials)"
+            )
+            direction = -gradient / max(1.0, float(np.linalg.norm(gradient)))
+            accepted, refused = _line_search(value_and_gradient, x, value, gradient, direction)
+            if accepted is None:
+                why = _why_no_decrease(value, float(gradient @ direction), refused)
+                reason = f"{failed} nor along the steepest descent ({len(refused)} trials): {why}"
                 break
-            size /= 2
-        else:
-            reason = f"the line search found no decrease after {MAX_HALVINGS} halvings"
-            break
-        x, value, gradient = trial, trial_value, trial_gradient
-        step += 1
+            notes.append(f"at step {step} {failed}; the steepest descent found one")
+            scale = None  # rescale from the new point
+        size, value, gradient = accepted
+        x, step, fresh = x + size * direction, step + 1, False
         trace.append((value, float(np.max(np.abs(gradient)))))
-    return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
+    evaluation = last[0]
+    if evaluation is None or not np.array_equal(evaluation[0], x):
+        evaluation = None
+    else:
+        evaluation = evaluation[1:]
+    return Run(
+        x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason,
+        tuple(notes), evaluation,
+    )  # fmt: skip
 
 
 # Levenberg–Marquardt: the Gauss–Newton matrix plus `damping` times its diagonal, the
 # damping divided by the factor after a step that lowers the objective and multiplied
 # by it after one that does not (from the floor, when it has fallen to 0 in effect).
-DAMPING_START, DAMPING_FACTOR, DAMPING_FLOOR = 1.0, 4.0, 1e-6
+DAMPING_START, DAMPING_FACTOR, DAMPING_FLOOR, MAX_DAMPINGS = 1.0, 4.0, 1e-6, 40
 
 
 def _gauss_newton(
@@ -397,7 +527,7 @@ def _gauss_newton(
         if (np.max(np.abs(gradient)) <= tolerance and small) or step >= max_steps:
             break
         diagonal = np.diag(np.maximum(np.diag(curvature), np.finfo(float).tiny))
-        for _ in range(MAX_HALVINGS):
+        for _ in range(MAX_DAMPINGS):
             move = -np.linalg.lstsq(curvature + damping * diagonal, gradient, rcond=None)[0]
             slope = float(gradient @ move)
             if not slope < 0:  # numerically flat: the steepest descent direction instead
@@ -414,7 +544,7 @@ def _gauss_newton(
                 break
             damping = max(damping * DAMPING_FACTOR, DAMPING_FLOOR)
         else:
-            reason = f"the damped step found no decrease after {MAX_HALVINGS} tries" + (
+            reason = f"the damped step found no decrease after {MAX_DAMPINGS} tries" + (
                 f" (the Jacobian was not finite at some trial points: {non_finite})"
                 if non_finite is not None
                 else ""
@@ -434,14 +564,18 @@ def _moments_by_initial_mass(objective: Objective, theta):
     return jax.jacrev(lambda mass: objective.moments(params, mass))(objective.mass)
 
 
-def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper):
+def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper, last=None):
     """Minus the Hessian of the log-likelihood, the subjects' scores and minus the
     gradient of the log-likelihood, in `θ`: differences of the exact gradient and of the
     subjects' log-likelihoods (2 calls of the compiled evaluation per parameter, so
     nothing else is compiled). Central differences, one-sided within a step of a bound:
-    the model need not be defined beyond it (a negative taste-shock scale)."""
+    the model need not be defined beyond it (a negative taste-shock scale). `last`: the
+    optimiser's `(θ, objective.evaluate(θ))` at its final point, reused if at `theta`."""
     n = len(theta)
-    _, gradient, rows = objective.evaluate(jnp.asarray(theta))
+    if last is not None and np.array_equal(last[0], theta):
+        _, gradient, rows = last[1]
+    else:
+        _, gradient, rows = objective.evaluate(jnp.asarray(theta))
     n_subjects = rows.shape[0]
     information, scores = np.zeros((n, n)), np.zeros((n_subjects, n))
     for j in range(n):
@@ -894,7 +1028,7 @@ def estimate(
     names = _names(free_specs, types)
     runs = []
     for x0 in _starts(free_specs, params, shares0, starts):
-        theta0, _ = objective.natural(x0)
+        theta0, dtheta_dx = objective.natural(x0)
         value, gradient, _ = objective.evaluate(jnp.asarray(theta0))
         at = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, theta0, strict=True))
         if not math.isfinite(value):
@@ -909,25 +1043,34 @@ def estimate(
                 f"{non_finite}; {NON_FINITE_ADVICE}."
             )
         if method == "mle":
-            run = _minimise(objective, x0, tolerance, max_steps)
+            run = _minimise(
+                objective, x0, tolerance, max_steps, start=(value, dtheta_dx.T @ gradient)
+            )
         else:
             assert panel is not None  # MSM always has its data moments
             labels = [f"{moment} [period {t}]" for moment, t in panel.labels]
-            run = _gauss_newton(
-                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance, n_subjects,
-                labels,
+            run = Run(
+                *_gauss_newton(
+                    objective, x0, tolerance, max_steps, step_tolerance, panel.covariance,
+                    n_subjects, labels,
+                ),
+                notes=(),
+                last=None,
             )  # fmt: skip
-        runs.append((theta0, *run))
-    finite = [r for r in runs if math.isfinite(r[2])]
-    start_theta, x, value, gradient, n_steps, trace, reason = min(
-        finite or runs, key=lambda r: r[2] if math.isfinite(r[2]) else math.inf
+        runs.append((theta0, run))
+    finite = [r for r in runs if math.isfinite(r[1].value)]
+    start_theta, run = min(
+        finite or runs, key=lambda r: r[1].value if math.isfinite(r[1].value) else math.inf
     )
+    x, value, gradient, n_steps, trace, reason = run[:6]
     theta, _ = objective.natural(x)
     bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
     bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
 
     if method == "mle":
-        information, scores, descent = _likelihood_curvature(objective, theta, bounds_lo, bounds_hi)
+        information, scores, descent = _likelihood_curvature(
+            objective, theta, bounds_lo, bounds_hi, run.last
+        )
         jacobian = scores
         outer = jacobian.T @ jacobian
         curvature: tuple = (information, outer)
@@ -965,6 +1108,17 @@ def estimate(
         step_tolerance=step_tolerance,
         max_steps=max_steps,
     )
+    if run.notes:
+        message += " (on the way, " + "; ".join(run.notes) + ")"
+    inverted = curvature[-1] if kind == "opg" else curvature[0]
+    what = {
+        "opg": "the outer product of the subjects' scores",
+        "mle": "the Hessian of minus the log-likelihood",
+        "msm": "GᵀWG (G the Jacobian of the moments)",
+    }
+    missing = _why_no_standard_errors(se, inverted, what.get(kind, what[method]), names)
+    if missing is not None:
+        message += "; " + missing
     if not converged:
         warn(f"estimate({method!r}) did not converge: {message}")
     elif method == "msm" and isinstance(weighting, str) and weighting == "optimal":
@@ -1040,7 +1194,7 @@ def _profile_edge(result: EstimationResult, x_hat, j: int, side: int, critical, 
         nonlocal warm
         x = warm.copy()
         x[j] = _unconstrained(objective, _with(result.estimates, j, t))[j]
-        x, value, gradient, _, _, _ = _minimise(objective, x, tolerance, max_steps, fixed)
+        x, value, gradient = _minimise(objective, x, tolerance, max_steps, fixed)[:3]
         if not gradient <= tolerance:
             warn(
                 f"profile_intervals: maximising over the others at {names[j]}={t:.6g} stopped "
@@ -1478,6 +1632,33 @@ def _inverse(matrix: np.ndarray) -> np.ndarray:
     if not np.all(np.isfinite(eigenvalues)) or eigenvalues[0] < SINGULAR * max(eigenvalues[-1], 1):
         return np.full(matrix.shape, np.nan)
     return np.linalg.inv(scaled) / np.outer(scale, scale)
+
+
+def _why_no_standard_errors(se, matrix, what: str, names) -> str | None:
+    """Why standard errors are NaN, in words naming the parameters (None: all finite).
+    `matrix` is the one inverted, `what` its name."""
+    nan = [n for n, v in zip(names, se, strict=True) if not np.isfinite(v)]
+    if not nan:
+        return None
+    head = f"the standard errors of {nan} are NaN: {what} at the estimates"
+    bad = _non_finite(matrix, names, names)
+    if bad is not None:
+        return f"{head} is not finite ({bad})"
+    scale = np.sqrt(np.abs(np.diag(matrix)))
+    scale = np.where(scale > 0, scale, 1.0)
+    eigenvalues, vectors = np.linalg.eigh(matrix / np.outer(scale, scale))
+    along = [n for n, v in zip(names, vectors[:, 0], strict=True) if abs(v) >= 0.3]
+    if eigenvalues[0] < -SINGULAR * max(eigenvalues[-1], 1):
+        return (
+            f"{head} is not positive definite (negative curvature along a direction in "
+            f"{along}): the estimates are not at a maximum"
+        )
+    if eigenvalues[0] < SINGULAR * max(eigenvalues[-1], 1):
+        return (
+            f"{head} is singular (no curvature along a direction in {along}): the data do "
+            "not identify that combination (see result.identification())"
+        )
+    return f"{head} gives a negative variance"
 
 
 class Fit(NamedTuple):
