@@ -705,3 +705,21 @@ def test_a_gradient_below_the_objectives_rounding_is_said():
     run = estimate_module._minimise(flat, np.array([0.0]), 1e-8, 50)
     assert run.n_steps == 0
     assert run.reason is not None and "within the objective's rounding" in run.reason
+
+
+def test_a_kink_with_little_left_to_gain_settles_and_is_judged_by_the_newton_step():
+    """Where the decrease promised is below `negligible`, a failed line search stops
+    `settled` at once (no recovery), and `_status` then judges by the curvature and the
+    Newton step in standard errors instead of the gradient, saying so."""
+    kinked = Known(lambda x: (abs(x[0] - 0.3) + x[1] ** 2, [1 if x[0] >= 0.3 else -1, 2 * x[1]]))
+    run = estimate_module._minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500, negligible=1e-3)
+    assert run.settled and "kink" in run.reason and not run.notes
+    fit = estimate_module.Fit(
+        run.x, run.value, run.gradient, run.n_steps, run.reason, (np.eye(2),),
+        np.array([0.01, 0.0]), np.array([False, False]), run.settled,
+    )  # fmt: skip
+    status = dict(names=("a", "b"), bounds=((-9, -9), (9, 9)), tolerance=1e-8, max_steps=500)
+    converged, message = estimate_module._status(fit, step_tolerance=0.05, **status)
+    assert converged and "above the tolerance" in message and "kink" in message
+    far = fit._replace(newton_in_se=np.array([0.2, 0.0]))
+    assert not estimate_module._status(far, step_tolerance=0.05, **status)[0]
