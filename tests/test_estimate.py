@@ -723,3 +723,35 @@ def test_a_kink_with_little_left_to_gain_settles_and_is_judged_by_the_newton_ste
     assert converged and "above the tolerance" in message and "kink" in message
     far = fit._replace(newton_in_se=np.array([0.2, 0.0]))
     assert not estimate_module._status(far, step_tolerance=0.05, **status)[0]
+
+
+class Rows:
+    """A mean objective `½ |θ − 1|² + wiggle(θ₀ + θ₁)` of `n` identical subjects, the
+    wiggle a triangle wave of period 1e-5 whose slope is ±`jump` (kinks finer than a
+    standard error, as a DC-EGM likelihood has)."""
+
+    def __init__(self, jump, n=100):
+        self.jump, self.n = jump, n
+
+    def evaluate(self, theta):
+        t = np.asarray(theta, dtype=float)
+        phase = (float(t.sum()) / 1e-5) % 1.0
+        value = 0.5 * float(np.sum((t - 1) ** 2)) + self.jump * 1e-5 * min(phase, 1 - phase)
+        gradient = (t - 1) + (self.jump if phase < 0.5 else -self.jump)
+        return value, gradient, np.full(self.n, -value)
+
+
+@pytest.mark.parametrize("jump", [0.0, 5e-4])
+def test_the_hessian_through_fine_kinks_is_taken_over_a_quarter_of_a_standard_error(jump):
+    """The information is n·I (standard errors of 0.1). Over 1e-4 the kinks put noise of
+    several times that into it, asymmetric; over a quarter of a standard error, a few
+    percent."""
+    information, _, _, note = estimate_module._likelihood_curvature(
+        Rows(jump), np.array([1.2345678, 0.7654321]), [-np.inf] * 2, [np.inf] * 2
+    )
+    if jump == 0.0:
+        assert note is None
+        np.testing.assert_allclose(information, 100 * np.eye(2), atol=1e-4)
+    else:
+        assert note is not None and "quarter of a standard error" in note
+        np.testing.assert_allclose(information, 100 * np.eye(2), atol=5)

@@ -19,7 +19,10 @@ What it does, in order:
      data's period-0 rows (read as `simulate` reads initial conditions), `m̂` the
      data's moments (`data_moments`) and `W` the weighting matrix.
 3. **The optimiser**, from each start (the best run is kept): for `"mle"`, L-BFGS
-   (optax's direction, a backtracking line search); for `"msm"`, damped Gauss–Newton
+   (optax's direction, a backtracking line search) on the parameters rescaled by a
+   finite-difference Hessian, which on a failed line search restarts from the best
+   point rescaled, then tries the steepest descent, and says what it did (`_minimise`);
+   for `"msm"`, damped Gauss–Newton
    (the objective is a quadratic form in moments with an exact Jacobian). Converged
    means: the objective is finite, the gradient's largest entry (in `x`) is at most
    `tolerance`, the curvature matrix (the Hessian, or `GᵀWG`) is positive definite,
@@ -218,13 +221,39 @@ def _get(tree, path):
     return tree
 
 
+def _with_model_options(function):
+    """`function(objective, θ)` under `eqx.filter_jit`, compiled with the XLA options that
+    `model.solve` compiles with (`model.compiler_options()`: on a DC-EGM model, its ~120
+    small kernels compile faster without XLA:CPU's fusion emitters), one wrapper per set
+    of options; without them where this XLA refuses one."""
+    programs: dict = {}
+
+    def call(objective, theta):
+        options = objective.model.compiler_options()
+        key = tuple(sorted(options.items()))
+        if key not in programs:
+            programs[key] = eqx.filter_jit(
+                function, **({"compiler_options": options} if options else {})
+            )
+        try:
+            return programs[key](objective, theta)
+        except jax.errors.JaxRuntimeError as error:
+            if not options or "No such compile option" not in str(error):
+                raise
+            programs[key] = eqx.filter_jit(function)
+            return programs[key](objective, theta)
+
+    call.__wrapped__ = function  # type: ignore[attr-defined]
+    return call
+
+
 # Derivatives are taken in `θ` alone, read into the parameters inside the function
 # differentiated: the fixed parameters are constants there, so their tangents are
 # symbolic zeros that JAX never multiplies. Zero tangents of every parameter (as when the
 # whole dict was differentiated) turn a function with an infinite slope where a fixed
 # parameter puts it (Mahler–Yum's `taxed_income`, `income ** (1 − rate)` at income 0)
 # into 0·∞ = NaN in the Jacobian.
-@eqx.filter_jit
+@_with_model_options
 def _likelihood_and_gradient(objective: Objective, theta):
     """The subjects' log-likelihoods and the gradient of their sum (reverse mode)."""
 
@@ -236,7 +265,7 @@ def _likelihood_and_gradient(objective: Objective, theta):
     return values, gradient
 
 
-@eqx.filter_jit
+@_with_model_options
 def _moments_and_jacobian(objective: Objective, theta):
     """The model's moments and their exact Jacobian `∂m/∂θ` (forward mode)."""
 
@@ -311,7 +340,9 @@ def _preconditioner(value_and_gradient, x, gradient, mask) -> np.ndarray:
     moving = np.flatnonzero(mask)
     hessian = np.zeros((moving.size, moving.size))
     for k, j in enumerate(moving):
-        h = 1e-4 * max(1.0, abs(x[j]))
+        # Wide enough to average over the tiny kinks of a DC-EGM likelihood (see
+        # `_likelihood_curvature`): a scaling need not be exact.
+        h = 1e-2 * max(1.0, abs(x[j]))
         shifted = x.copy()
         shifted[j] += h
         hessian[:, k] = (value_and_gradient(shifted)[1] - gradient)[moving] / h
@@ -585,35 +616,72 @@ def _moments_by_initial_mass(objective: Objective, theta):
 
 
 def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper, last=None):
-    """Minus the Hessian of the log-likelihood, the subjects' scores and minus the
-    gradient of the log-likelihood, in `θ`: differences of the exact gradient and of the
-    subjects' log-likelihoods (2 calls of the compiled evaluation per parameter, so
-    nothing else is compiled). Central differences, one-sided within a step of a bound:
-    the model need not be defined beyond it (a negative taste-shock scale). `last`: the
-    optimiser's `(θ, objective.evaluate(θ))` at its final point, reused if at `theta`."""
+    """Minus the Hessian of the log-likelihood, the subjects' scores, minus the gradient
+    of the log-likelihood, in `θ`, and a note (None, or why the differences are wide):
+    differences of the exact gradient and of the subjects' log-likelihoods (2 calls of
+    the compiled evaluation per parameter and step, so nothing else is compiled).
+    Central differences, one-sided within a step of a bound: the model need not be
+    defined beyond it (a negative taste-shock scale). `last`: the optimiser's
+    `(θ, objective.evaluate(θ))` at its final point, reused if at `theta`.
+
+    Steps of 1e-4 of each parameter; where the differences so found are not symmetric
+    (by more than 1% of the diagonal), the likelihood has kinks finer than a standard
+    error (a DC-EGM likelihood's gradient jumps by about 1e-3 where interpolated values
+    cross data points, which over a step of 1e-4 puts noise of the Hessian's own size
+    into it), and differences over a quarter of a standard error (from the first) are
+    the curvature that matters, with the gradient their midpoints' mean."""
     n = len(theta)
     if last is not None and np.array_equal(last[0], theta):
         _, gradient, rows = last[1]
     else:
         _, gradient, rows = objective.evaluate(jnp.asarray(theta))
     n_subjects = rows.shape[0]
-    information, scores = np.zeros((n, n)), np.zeros((n_subjects, n))
-    for j in range(n):
-        h = min(1e-4 * max(abs(theta[j]), 1e-3), (upper[j] - lower[j]) / 4)
-        up, down = theta.copy(), theta.copy()
-        up[j] += 0.0 if theta[j] + h >= upper[j] else h
-        down[j] -= 0.0 if theta[j] - h <= lower[j] else h
-        gradient_up, rows_up = (
-            (gradient, rows) if up[j] == theta[j] else objective.evaluate(jnp.asarray(up))[1:]
-        )
-        gradient_down, rows_down = (
-            (gradient, rows) if down[j] == theta[j] else objective.evaluate(jnp.asarray(down))[1:]
-        )
-        width = up[j] - down[j]
-        # evaluate's gradient is that of minus the mean log-likelihood
-        information[:, j] = (gradient_up - gradient_down) * n_subjects / width
-        scores[:, j] = (rows_up - rows_down) / width
-    return 0.5 * (information + information.T), scores, gradient * n_subjects
+
+    def differences(steps):
+        information, scores = np.zeros((n, n)), np.zeros((n_subjects, n))
+        middles = []
+        for j in range(n):
+            h = min(steps[j], (upper[j] - lower[j]) / 4)
+            up, down = theta.copy(), theta.copy()
+            up[j] += 0.0 if theta[j] + h >= upper[j] else h
+            down[j] -= 0.0 if theta[j] - h <= lower[j] else h
+            gradient_up, rows_up = (
+                (gradient, rows) if up[j] == theta[j] else objective.evaluate(jnp.asarray(up))[1:]
+            )
+            gradient_down, rows_down = (
+                (gradient, rows)
+                if down[j] == theta[j]
+                else objective.evaluate(jnp.asarray(down))[1:]
+            )
+            width = up[j] - down[j]
+            # evaluate's gradient is that of minus the mean log-likelihood
+            information[:, j] = (gradient_up - gradient_down) * n_subjects / width
+            scores[:, j] = (rows_up - rows_down) / width
+            if up[j] != theta[j] and down[j] != theta[j]:
+                middles.append(0.5 * (gradient_up + gradient_down))
+        middle = np.mean(middles, axis=0) if middles else gradient
+        scale = np.sqrt(np.abs(np.diag(information)))
+        scale = np.where(scale > 0, scale, 1.0)
+        asymmetry = np.max(np.abs(information - information.T) / np.outer(scale, scale))
+        return 0.5 * (information + information.T), scores, middle * n_subjects, asymmetry
+
+    fine = differences(1e-4 * np.maximum(np.abs(theta), 1e-3))
+    # A smooth likelihood's Hessian is symmetric to rounding; kinks make the differences
+    # in one parameter disagree with those in another.
+    if not fine[3] > 0.01:
+        return (*fine[:3], None)
+    inverse = _inverse(fine[0])
+    variances = np.diag(inverse) if np.all(np.diag(inverse) > 0) else 1.0 / np.abs(np.diag(fine[0]))
+    # A quarter of a standard error, at most a tenth of the parameter.
+    steps = np.minimum(0.25 * np.sqrt(variances), 0.1 * np.maximum(np.abs(theta), 1e-3))
+    if not np.all(np.isfinite(steps) & (steps > 0)):
+        return (*fine[:3], None)
+    return (
+        *differences(steps)[:3],
+        f"the Hessian is from differences over a quarter of a standard error: over 1e-4 of "
+        f"each parameter it was {fine[3]:.0%} asymmetric (the likelihood has kinks on a "
+        "finer scale)",
+    )
 
 
 class Identification(eqx.Module):
@@ -1095,8 +1163,9 @@ def estimate(
     bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
     bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
 
+    wide = None  # why the likelihood's curvature is from wide differences
     if method == "mle":
-        information, scores, descent = _likelihood_curvature(
+        information, scores, descent, wide = _likelihood_curvature(
             objective, theta, bounds_lo, bounds_hi, run.last
         )
         jacobian = scores
@@ -1138,6 +1207,8 @@ def estimate(
     )
     if run.notes:
         message += " (on the way, " + "; ".join(run.notes) + ")"
+    if wide is not None:
+        message += f"; {wide}"
     inverted = curvature[-1] if kind == "opg" else curvature[0]
     what = {
         "opg": "the outer product of the subjects' scores",
