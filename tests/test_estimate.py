@@ -744,8 +744,8 @@ class Rows:
 @pytest.mark.parametrize("jump", [0.0, 5e-4])
 def test_the_hessian_through_fine_kinks_is_taken_over_a_quarter_of_a_standard_error(jump):
     """The information is n·I (standard errors of 0.1). Over 1e-4 the kinks put noise of
-    several times that into it, asymmetric; over a quarter of a standard error, a few
-    percent."""
+    several times that into it; over a quarter of a standard error, a few percent, and
+    the note says which was used."""
     information, _, _, note = estimate_module._likelihood_curvature(
         Rows(jump), np.array([1.2345678, 0.7654321]), [-np.inf] * 2, [np.inf] * 2
     )
