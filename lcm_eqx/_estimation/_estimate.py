@@ -68,6 +68,8 @@ from ._moments import Profile, panel_moments, profiles_tuple
 if TYPE_CHECKING:
     from .._facade import Model
 
+# The most Newton steps after the optimiser stopped at a kink short of the optimum.
+POLISH_STEPS = 2
 DEFAULT_BOUNDS = {"discount_factor": (0.0, 1.0), "taste_shock_scale": (0.0, math.inf)}
 # Relative eigenvalue below which a curvature matrix counts as singular.
 SINGULAR = 1e-10
@@ -466,8 +468,9 @@ def _minimise(
         promised = -float(gradient @ direction)
         if accepted is None and promised <= negligible:
             reason = (
-                f"no step decreases the objective (a kink, or its rounding) where the "
-                f"quasi-Newton direction promises at most {promised:.2g} ({len(refused)} trials)"
+                f"no step along the quasi-Newton direction, promising a decrease of at most "
+                f"{promised:.2g}, decreased the objective in {len(refused)} trials: a kink, or "
+                "its rounding"
             )
             settled = True
             break
@@ -500,8 +503,8 @@ def _minimise(
             # quasi-Newton step is taken whole; at a kink it is cut again and again,
             # zigzagging (measured on issue 62's model: 30 of 60 evaluations).
             reason = (
-                f"the quasi-Newton step had to be cut (a kink) where it promised at most "
-                f"{promised:.2g}"
+                f"the quasi-Newton step, promising a decrease of at most {promised:.2g}, had to "
+                "be cut: a kink"
             )
             settled = True
             break
@@ -1130,6 +1133,9 @@ def estimate(
             **{**empty, **fields},
         )
     names = _names(free_specs, types)
+    # What a kink may leave: a quarter of a step of `step_tolerance` standard errors'
+    # gain, in the mean log-likelihood.
+    negligible = step_tolerance**2 / (4 * n_subjects)
     runs = []
     for x0 in _starts(free_specs, params, shares0, starts):
         theta0, dtheta_dx = objective.natural(x0)
@@ -1147,9 +1153,6 @@ def estimate(
                 f"{non_finite}; {NON_FINITE_ADVICE}."
             )
         if method == "mle":
-            # What a failed line search may leave: a fraction of a step of
-            # `step_tolerance` standard errors, in the mean log-likelihood.
-            negligible = step_tolerance**2 / (4 * n_subjects)
             run = _minimise(
                 objective,
                 x0,
@@ -1180,16 +1183,43 @@ def estimate(
     bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
 
     wide = None  # why the likelihood's curvature is from wide differences
+    polished: list[float] = []  # the Newton steps taken after the optimiser, in s.e.
     if method == "mle":
-        information, scores, descent, wide = _likelihood_curvature(
-            objective, theta, bounds_lo, bounds_hi, run.last
-        )
-        jacobian = scores
-        outer = jacobian.T @ jacobian
-        curvature: tuple = (information, outer)
-        covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
-        covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
-        newton = -covariances["hessian"] @ descent
+        last = run.last
+        while True:
+            information, scores, descent, wide = _likelihood_curvature(
+                objective, theta, bounds_lo, bounds_hi, last
+            )
+            jacobian = scores
+            outer = jacobian.T @ jacobian
+            curvature: tuple = (information, outer)
+            covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
+            covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
+            newton = -covariances["hessian"] @ descent
+            # Stopped at a kink short of the optimum: what a careful user does next is
+            # the Newton step of the curvature just computed (over a standard error's
+            # quarter where the likelihood is kinked), kept if the objective is no worse
+            # than a kink hides; the curvature is then computed there again.
+            with np.errstate(invalid="ignore", divide="ignore"):
+                in_se = np.abs(newton) / np.sqrt(np.diag(covariances["hessian"]))
+            target = theta + newton
+            if (
+                not run.settled
+                or len(polished) == POLISH_STEPS
+                or not np.all(np.isfinite(in_se))
+                or not step_tolerance < float(np.max(in_se)) <= 1.0
+                or not np.all((target > np.asarray(bounds_lo)) & (target < np.asarray(bounds_hi)))
+            ):
+                break
+            trial = objective.evaluate(jnp.asarray(target))
+            if not trial[0] <= value + negligible:
+                break
+            polished.append(float(np.max(in_se)))
+            theta, value, last = target, float(trial[0]), (target, trial)
+            _, dtheta_dx = objective.natural(_unconstrained(objective, theta))
+            gradient = float(np.max(np.abs(dtheta_dx.T @ trial[1])))
+            n_steps += 1
+            trace = np.column_stack([trace, [value, gradient]])
         reported = -value * n_subjects
         model_moments = None
     else:
@@ -1223,6 +1253,12 @@ def estimate(
     )
     if run.notes:
         message += " (on the way, " + "; ".join(run.notes) + ")"
+    if polished:
+        steps_in_se = ", ".join(f"{v:.2g}" for v in polished)
+        message += (
+            f"; after the optimiser, {len(polished)} Newton step(s) of the curvature at the "
+            f"estimate ({steps_in_se} s.e. at most)"
+        )
     if wide is not None:
         message += f"; {wide}"
     inverted = curvature[-1] if kind == "opg" else curvature[0]
@@ -1827,6 +1863,11 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
                 f"max_steps={max_steps} reached with gradient {gradient:.2e} > {tolerance:g}",
             )
         return False, f"stopped with gradient {gradient:.2e} > tolerance {tolerance:g}"
+    lead = (
+        f"gradient {gradient:.2e} is below the tolerance"
+        if gradient <= tolerance
+        else f"stopped at a kink ({fit.reason}; gradient {gradient:.2e})"
+    )
     for matrix in fit.curvature:
         if not np.all(np.isfinite(matrix)):
             return False, f"the curvature at the estimate is not finite ({names})"
@@ -1837,7 +1878,7 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
             continue
         flat = [n for n, v in zip(names, vectors[:, 0], strict=True) if abs(v) >= 0.3]
         return False, (
-            f"gradient {gradient:.2e} is below the tolerance, but the curvature is not positive "
+            f"{lead}, but the curvature is not positive "
             f"definite (a flat or downward direction in {flat}): a saddle point or parameters "
             "the data do not identify (see result.identification())"
         )
@@ -1849,15 +1890,15 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
             if not s <= step_tolerance
         ]
         return False, (
-            f"gradient {gradient:.2e} is below the tolerance, but a Newton step of more than "
+            f"{lead}, but a Newton step of more than "
             f"step_tolerance={step_tolerance:g} standard errors remains in {', '.join(far)}: "
             "the optimiser stopped short of the optimum"
         )
     if not gradient <= tolerance:  # settled
         return True, (
             f"Newton step {float(np.max(step)):.2g} <= {step_tolerance:g} s.e. after {n_steps} "
-            f"steps, with gradient {gradient:.2e} above the tolerance {tolerance:g} where "
-            f"{fit.reason}: converged to within a small fraction of a standard error"
+            f"steps, with gradient {gradient:.2e} above the tolerance {tolerance:g} "
+            f"({fit.reason}): converged to within a small fraction of a standard error"
         )
     return True, (
         f"gradient {gradient:.2e} <= tolerance {tolerance:g} and Newton step "
