@@ -732,13 +732,16 @@ class Rows:
 
     def __init__(self, jump, n=100):
         self.jump, self.n = jump, n
+        # Each subject's score varies about the mean's (variance 1): the outer product of
+        # the scores is about n·I, as the information.
+        self.spread = np.random.default_rng(0).standard_normal((n, 2))
 
     def evaluate(self, theta):
         t = np.asarray(theta, dtype=float)
         phase = (float(t.sum()) / 1e-5) % 1.0
         value = 0.5 * float(np.sum((t - 1) ** 2)) + self.jump * 1e-5 * min(phase, 1 - phase)
         gradient = (t - 1) + (self.jump if phase < 0.5 else -self.jump)
-        return value, gradient, np.full(self.n, -value)
+        return value, gradient, -value + self.spread @ (t - 1)
 
 
 @pytest.mark.parametrize("jump", [0.0, 5e-4])
@@ -755,3 +758,29 @@ def test_the_hessian_through_fine_kinks_is_taken_over_a_quarter_of_a_standard_er
     else:
         assert note is not None and "quarter of a standard error" in note
         np.testing.assert_allclose(information, 100 * np.eye(2), atol=5)
+
+
+def test_a_stop_at_a_kink_short_of_the_optimum_takes_newton_steps(one_period, monkeypatch):
+    """An optimiser stopped `settled` (at a kink) 0.3 standard errors from the optimum:
+    estimate takes the Newton steps of the curvature there, lands on the closed form
+    and says so (without them the Newton-step criterion fails)."""
+    model, df = one_period
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    minimise = estimate_module._minimise
+
+    def short(objective, x, *args, **kwargs):
+        run = minimise(objective, x, *args, **kwargs)
+        theta = np.array([estimate + 0.3 * se])  # unbounded: x = θ
+        value, gradient, _ = objective.evaluate(jnp.asarray(theta))
+        return run._replace(
+            x=theta, value=value, gradient=float(np.max(np.abs(gradient))),
+            reason="a kink (made up)", settled=True, last=None,
+        )  # fmt: skip
+
+    monkeypatch.setattr(estimate_module, "_minimise", short)
+    start = {**TRUE, "disutility_of_work": 0.3}
+    result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
+    assert result.converged, result.message
+    assert "Newton step(s) of the curvature" in result.message
+    # The first step lands within a fraction of the step tolerance (quadratic convergence).
+    assert abs(result.estimates[0] - estimate) < 0.01 * se

@@ -639,12 +639,13 @@ def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper,
     `(θ, objective.evaluate(θ))` at its final point, reused if at `theta`.
 
     Two steps: 1e-4 of each parameter, and a quarter of its standard error (from the
-    scores' outer product). Where the two Hessians agree to 10% of the diagonal (a
-    smooth likelihood) the first is kept; where they do not, the likelihood is not
-    smooth below a standard error (a DC-EGM likelihood's gradient jumps by about 1e-3
-    where interpolated values cross data points, and on issue 62's model the 1e-4
-    differences at a crease gave standard errors 5 times too large), and the wide
-    differences are the curvature that matters, with the gradient their midpoints' mean.
+    scores' outer product). Where the two give standard errors within 10% of each other
+    (a smooth likelihood) the first is kept; where they do not, or only the second is
+    positive definite, the likelihood is not smooth below a standard error (a DC-EGM
+    likelihood's gradient jumps by about 1e-3 where interpolated values cross data
+    points, and on issue 62's model the 1e-4 differences were not positive definite at
+    one estimate), and the wide differences are the curvature that matters, with the
+    gradient their midpoints' mean.
     """
     n = len(theta)
     if last is not None and np.array_equal(last[0], theta):
@@ -684,22 +685,35 @@ def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper,
     outer = fine[1].T @ fine[1]
     if not (np.all(np.isfinite(fine[0])) and np.all(np.isfinite(outer))):
         return (*fine, None)
-    inverse = _inverse(outer)
-    variances = np.diag(inverse) if np.all(np.diag(inverse) > 0) else 1.0 / np.diag(outer)
+    root = np.sqrt(np.abs(np.diag(outer)))
+    root = np.where(root > 0, root, 1.0)
+    if np.linalg.eigvalsh(outer / np.outer(root, root))[0] < 1e-8:
+        return (*fine, None)  # a direction the scores do not move: no standard error
+    variances = np.diag(_inverse(outer))
     # A quarter of a standard error, at most a tenth of the parameter.
     steps = np.minimum(0.25 * np.sqrt(variances), 0.1 * np.maximum(np.abs(theta), 1e-3))
     if not np.all(np.isfinite(steps) & (steps > 0)):
         return (*fine, None)
     coarse = differences(steps)
-    scale = np.sqrt(np.maximum(np.abs(np.diag(fine[0])), np.abs(np.diag(coarse[0]))))
-    scale = np.where(scale > 0, scale, 1.0)
-    gap = float(np.max(np.abs(fine[0] - coarse[0]) / np.outer(scale, scale)))
-    if not gap > 0.1:
+
+    def errors(information):
+        variances = np.diag(_inverse(information))
+        return np.sqrt(variances) if np.all(variances > 0) else None
+
+    fine_errors, coarse_errors = errors(fine[0]), errors(coarse[0])
+    if coarse_errors is None:
         return (*fine, None)
+    if fine_errors is None:
+        how = "was not positive definite"
+    else:
+        gap = float(np.max(np.abs(fine_errors / coarse_errors - 1.0)))
+        if not gap > 0.1:
+            return (*fine, None)
+        how = f"gave standard errors up to {gap:.0%} different"
     return (
         *coarse,
         f"the Hessian is from differences over a quarter of a standard error: over 1e-4 of "
-        f"each parameter it differed by {gap:.0%} (the likelihood is not smooth on that scale)",
+        f"each parameter it {how} (the likelihood is not smooth on that scale)",
     )
 
 
