@@ -187,7 +187,7 @@ def likelihood_ratios(result, names) -> dict:
         fixed = np.arange(len(names)) == j
         x = x_hat.copy()
         x[j] = _unconstrained(problem, np.where(fixed, truth, result.estimates))[j]
-        _, value, gradient, _, _, _ = _minimise(problem, x, tolerance, max_steps, fixed)
+        _, value, gradient = _minimise(problem, x, tolerance, max_steps, fixed)[:3]
         out[f"lr {name}"] = 2.0 * (result.objective + value * n)
         out[f"lr gradient {name}"] = gradient
     return out

@@ -100,6 +100,9 @@ def test_a_ratio_is_flagged_and_never_reported_converged(one_period):
             tolerance=1e-9,
         )  # fmt: skip
     assert not result.converged
+    # Standard errors that cannot be computed are NaN with the reason, naming both.
+    if np.isnan(result.summary()["std_error"]).any():
+        assert "are NaN" in result.message and "taste_shock_scale" in result.message
     report = result.identification()
     assert set(report.weak) == {"disutility_of_work", "taste_shock_scale"}
     assert report.condition_number > 1e6
@@ -645,3 +648,139 @@ def test_a_large_j_statistic_warns(shifted):
         assert bool(said) == warns, (kind_shift, result.objective)
         if warns:
             assert issubclass(said[0].category, lcm.LcmWarning)
+
+
+def test_a_failed_line_search_restarts_rescaled_and_says_so(one_period, monkeypatch):
+    """A quasi-Newton direction 1e50 times too long (as a stale L-BFGS memory can give)
+    defeats every trial of its line search: estimate restarts from the best point with
+    the memory reset and the parameters rescaled, converges, and says so."""
+    model, df = one_period
+    direction = estimate_module._lbfgs_direction
+    calls = []
+
+    def stale_once(*args):
+        updates, state = direction(*args)
+        calls.append(1)
+        return (updates * 1e50 if len(calls) == 2 else updates), state
+
+    monkeypatch.setattr(estimate_module, "_lbfgs_direction", stale_once)
+    start = {**TRUE, "disutility_of_work": 0.3}
+    result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
+    assert len(calls) > 2  # the stale direction was met, and the search went on
+    assert result.converged, result.message
+    assert "restarted from the best point" in result.message
+    np.testing.assert_allclose(result.estimates, [closed_form(df, 0.5)[0]], rtol=1e-7)
+
+
+class Known:
+    """An objective given in numbers: `value_and_gradient(x)`, `θ = x`."""
+
+    def __init__(self, value_and_gradient):
+        self.value_and_gradient = value_and_gradient
+
+    def natural(self, x):
+        return np.asarray(x, dtype=float), np.eye(len(x))
+
+    def evaluate(self, theta):
+        value, gradient = self.value_and_gradient(np.asarray(theta))
+        return value, np.asarray(gradient, dtype=float), None
+
+
+def test_a_kink_that_stops_every_line_search_is_named():
+    """|x₀ − 0.3| + x₁²: L-BFGS closes in on the kink until no step along the gradient
+    decreases the objective, rescaling and the steepest descent included; the reason
+    says the objective is not smooth, not just that a line search failed."""
+    kinked = Known(lambda x: (abs(x[0] - 0.3) + x[1] ** 2, [1 if x[0] >= 0.3 else -1, 2 * x[1]]))
+    run = estimate_module._minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500)
+    assert run.reason is not None and "not smooth there" in run.reason, run.reason
+    assert "steepest descent" in run.reason
+    assert abs(run.x[0] - 0.3) < 1e-6 and abs(run.x[1]) < 1e-6
+    assert any("restarted from the best point" in note for note in run.notes)
+
+
+def test_a_gradient_below_the_objectives_rounding_is_said():
+    """A flat objective whose gradient stays at 1e-7: no step decreases it, and the
+    decrease promised is within rounding, which the reason says."""
+    flat = Known(lambda x: (1.0, [1e-7]))
+    run = estimate_module._minimise(flat, np.array([0.0]), 1e-8, 50)
+    assert run.n_steps == 0
+    assert run.reason is not None and "within the objective's rounding" in run.reason
+
+
+def test_a_kink_with_little_left_to_gain_settles_and_is_judged_by_the_newton_step():
+    """Where the decrease promised is below `negligible`, a failed line search stops
+    `settled` at once (no recovery), and `_status` then judges by the curvature and the
+    Newton step in standard errors instead of the gradient, saying so."""
+    kinked = Known(lambda x: (abs(x[0] - 0.3) + x[1] ** 2, [1 if x[0] >= 0.3 else -1, 2 * x[1]]))
+    run = estimate_module._minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500, negligible=1e-3)
+    assert run.settled and "kink" in run.reason and not run.notes
+    fit = estimate_module.Fit(
+        run.x, run.value, run.gradient, run.n_steps, run.reason, (np.eye(2),),
+        np.array([0.01, 0.0]), np.array([False, False]), run.settled,
+    )  # fmt: skip
+    status = dict(names=("a", "b"), bounds=((-9, -9), (9, 9)), tolerance=1e-8, max_steps=500)
+    converged, message = estimate_module._status(fit, step_tolerance=0.05, **status)
+    assert converged and "above the tolerance" in message and "kink" in message
+    far = fit._replace(newton_in_se=np.array([0.2, 0.0]))
+    assert not estimate_module._status(far, step_tolerance=0.05, **status)[0]
+
+
+class Rows:
+    """A mean objective `½ |θ − 1|² + wiggle(θ₀ + θ₁)` of `n` identical subjects, the
+    wiggle a triangle wave of period 1e-5 whose slope is ±`jump` (kinks finer than a
+    standard error, as a DC-EGM likelihood has)."""
+
+    def __init__(self, jump, n=100):
+        self.jump, self.n = jump, n
+        # Each subject's score varies about the mean's (variance 1): the outer product of
+        # the scores is about n·I, as the information.
+        self.spread = np.random.default_rng(0).standard_normal((n, 2))
+
+    def evaluate(self, theta):
+        t = np.asarray(theta, dtype=float)
+        phase = (float(t.sum()) / 1e-5) % 1.0
+        value = 0.5 * float(np.sum((t - 1) ** 2)) + self.jump * 1e-5 * min(phase, 1 - phase)
+        gradient = (t - 1) + (self.jump if phase < 0.5 else -self.jump)
+        return value, gradient, -value + self.spread @ (t - 1)
+
+
+@pytest.mark.parametrize("jump", [0.0, 5e-4])
+def test_the_hessian_through_fine_kinks_is_taken_over_a_quarter_of_a_standard_error(jump):
+    """The information is n·I (standard errors of 0.1). Over 1e-4 the kinks put noise of
+    several times that into it; over a quarter of a standard error, a few percent, and
+    the note says which was used."""
+    information, _, _, note = estimate_module._likelihood_curvature(
+        Rows(jump), np.array([1.2345678, 0.7654321]), [-np.inf] * 2, [np.inf] * 2
+    )
+    if jump == 0.0:
+        assert note is None
+        np.testing.assert_allclose(information, 100 * np.eye(2), atol=1e-4)
+    else:
+        assert note is not None and "quarter of a standard error" in note
+        np.testing.assert_allclose(information, 100 * np.eye(2), atol=5)
+
+
+def test_a_stop_at_a_kink_short_of_the_optimum_takes_newton_steps(one_period, monkeypatch):
+    """An optimiser stopped `settled` (at a kink) 0.3 standard errors from the optimum:
+    estimate takes the Newton steps of the curvature there, lands on the closed form
+    and says so (without them the Newton-step criterion fails)."""
+    model, df = one_period
+    estimate, se = closed_form(df, TRUE["taste_shock_scale"])
+    minimise = estimate_module._minimise
+
+    def short(objective, x, *args, **kwargs):
+        run = minimise(objective, x, *args, **kwargs)
+        theta = np.array([estimate + 0.3 * se])  # unbounded: x = θ
+        value, gradient, _ = objective.evaluate(jnp.asarray(theta))
+        return run._replace(
+            x=theta, value=value, gradient=float(np.max(np.abs(gradient))),
+            reason="a kink (made up)", settled=True, last=None,
+        )  # fmt: skip
+
+    monkeypatch.setattr(estimate_module, "_minimise", short)
+    start = {**TRUE, "disutility_of_work": 0.3}
+    result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
+    assert result.converged, result.message
+    assert "Newton step(s) of the curvature" in result.message
+    # The first step lands within a fraction of the step tolerance (quadratic convergence).
+    assert abs(result.estimates[0] - estimate) < 0.01 * se

@@ -75,7 +75,7 @@ def test_estimate_on_a_second_panel_of_the_same_size_traces_nothing(two_panels, 
     traces = count_calls(monkeypatch, estimate_module, "block_log_likelihoods")
     after = []
     for df in panels:
-        with pytest.warns(lcm.LcmWarning, match="max_steps=1"):
+        with pytest.warns(lcm.LcmWarning, match="did not converge"):  # one step
             result = lcm.estimate(
                 model, second_hour.start_params("near"), data=df, free=FREE, max_steps=1
             )

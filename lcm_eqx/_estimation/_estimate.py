@@ -19,7 +19,10 @@ What it does, in order:
      data's period-0 rows (read as `simulate` reads initial conditions), `m̂` the
      data's moments (`data_moments`) and `W` the weighting matrix.
 3. **The optimiser**, from each start (the best run is kept): for `"mle"`, L-BFGS
-   (optax's direction, a backtracking line search); for `"msm"`, damped Gauss–Newton
+   (optax's direction, a backtracking line search) on the parameters rescaled by a
+   finite-difference Hessian, which on a failed line search restarts from the best
+   point rescaled, then tries the steepest descent, and says what it did (`_minimise`);
+   for `"msm"`, damped Gauss–Newton
    (the objective is a quadratic form in moments with an exact Jacobian). Converged
    means: the objective is finite, the gradient's largest entry (in `x`) is at most
    `tolerance`, the curvature matrix (the Hessian, or `GᵀWG`) is positive definite,
@@ -65,6 +68,8 @@ from ._moments import Profile, panel_moments, profiles_tuple
 if TYPE_CHECKING:
     from .._facade import Model
 
+# The most Newton steps after the optimiser stopped at a kink short of the optimum.
+POLISH_STEPS = 2
 DEFAULT_BOUNDS = {"discount_factor": (0.0, 1.0), "taste_shock_scale": (0.0, math.inf)}
 # Relative eigenvalue below which a curvature matrix counts as singular.
 SINGULAR = 1e-10
@@ -218,13 +223,39 @@ def _get(tree, path):
     return tree
 
 
+def _with_model_options(function):
+    """`function(objective, θ)` under `eqx.filter_jit`, compiled with the XLA options that
+    `model.solve` compiles with (`model.compiler_options()`: on a DC-EGM model, its ~120
+    small kernels compile faster without XLA:CPU's fusion emitters), one wrapper per set
+    of options; without them where this XLA refuses one."""
+    programs: dict = {}
+
+    def call(objective, theta):
+        options = objective.model.compiler_options()
+        key = tuple(sorted(options.items()))
+        if key not in programs:
+            programs[key] = eqx.filter_jit(
+                function, **({"compiler_options": options} if options else {})
+            )
+        try:
+            return programs[key](objective, theta)
+        except jax.errors.JaxRuntimeError as error:
+            if not options or "No such compile option" not in str(error):
+                raise
+            programs[key] = eqx.filter_jit(function)
+            return programs[key](objective, theta)
+
+    call.__wrapped__ = function  # type: ignore[attr-defined]
+    return call
+
+
 # Derivatives are taken in `θ` alone, read into the parameters inside the function
 # differentiated: the fixed parameters are constants there, so their tangents are
 # symbolic zeros that JAX never multiplies. Zero tangents of every parameter (as when the
 # whole dict was differentiated) turn a function with an infinite slope where a fixed
 # parameter puts it (Mahler–Yum's `taxed_income`, `income ** (1 − rate)` at income 0)
 # into 0·∞ = NaN in the Jacobian.
-@eqx.filter_jit
+@_with_model_options
 def _likelihood_and_gradient(objective: Objective, theta):
     """The subjects' log-likelihoods and the gradient of their sum (reverse mode)."""
 
@@ -236,7 +267,7 @@ def _likelihood_and_gradient(objective: Objective, theta):
     return values, gradient
 
 
-@eqx.filter_jit
+@_with_model_options
 def _moments_and_jacobian(objective: Objective, theta):
     """The model's moments and their exact Jacobian `∂m/∂θ` (forward mode)."""
 
@@ -267,67 +298,231 @@ NON_FINITE_ADVICE = (
 )
 
 
-# Armijo's sufficient-decrease constant and the most halvings of a step.
+# Armijo's sufficient-decrease constant, and the most trial steps of one line search.
 ARMIJO = 1e-4
-MAX_HALVINGS = 40
+MAX_TRIALS = 20
 # The L-BFGS direction (no line search of its own), compiled once for every estimation.
 LBFGS = optax.lbfgs(linesearch=None)
 _lbfgs_direction = jax.jit(LBFGS.update)
+# The relative change of the objective that counts as its rounding (a solve's own
+# tolerances leave the likelihood of a DC-EGM model noisy at about 1e-13 of its value).
+ROUNDING = 1e-12
 
 
-def _minimise(objective: Objective, x: np.ndarray, tolerance: float, max_steps: int, fixed=None):
-    """L-BFGS (optax's direction) with a backtracking line search, from `x`.
+class Run(NamedTuple):
+    """Where `_minimise` stopped: `x`, the objective and the largest gradient entry
+    (in `x`) there, the steps taken, the trace, why it stopped early (None when the
+    gradient criterion was met), what it did on the way when a line search failed (in
+    words), and the last evaluation `(θ, objective.evaluate(θ))` at `x`."""
+
+    x: np.ndarray
+    value: float
+    gradient: float
+    n_steps: int
+    trace: np.ndarray
+    reason: str | None
+    notes: tuple[str, ...]
+    last: tuple | None
+    settled: bool = False  # stopped at a kink where what is left to gain is negligible
+
+
+def _preconditioner(value_and_gradient, x, gradient, mask) -> np.ndarray:
+    """`P` such that in the coordinates `z` of `x = x₀ + P z` the objective's Hessian is
+    about the identity: the Hessian in `x` by forward differences of the gradient (one
+    evaluation per moving coordinate), symmetrised, with its eigenvalues replaced by their
+    absolute values floored at 1e-8 of the largest (so `P` exists, and gives a descent
+    direction, where the Hessian is indefinite or singular far from the optimum).
+
+    The likelihood's curvature differs by orders of magnitude between parameters (a
+    discount factor near 1 on the logit scale against a disutility): unscaled, L-BFGS's
+    first steps overshoot by factors of 100 and its line search spends most evaluations
+    (measured on the second-hour model of issue 62: 110 evaluations from the far start,
+    43 with this scaling). The identity where a difference is not finite."""
+    n = len(x)
+    moving = np.flatnonzero(mask)
+    hessian = np.zeros((moving.size, moving.size))
+    for k, j in enumerate(moving):
+        # Wide enough to average over the tiny kinks of a DC-EGM likelihood (see
+        # `_likelihood_curvature`): a scaling need not be exact.
+        h = 1e-2 * max(1.0, abs(x[j]))
+        shifted = x.copy()
+        shifted[j] += h
+        hessian[:, k] = (value_and_gradient(shifted)[1] - gradient)[moving] / h
+    if moving.size == 0 or not np.all(np.isfinite(hessian)):
+        return np.eye(n)
+    eigenvalues, vectors = np.linalg.eigh(0.5 * (hessian + hessian.T))
+    top = float(np.max(np.abs(eigenvalues)))
+    if not top > 0:
+        return np.eye(n)
+    scales = np.maximum(np.abs(eigenvalues), 1e-8 * top)
+    out = np.eye(n)
+    out[np.ix_(moving, moving)] = vectors / np.sqrt(scales)
+    return out
+
+
+def _line_search(value_and_gradient, x, value, gradient, direction):
+    """Backtracking from the full step until Armijo's condition holds, each next trial
+    at the minimum of the quadratic through the value, the slope and the last trial
+    (kept within 0.1 to 0.5 of it; a quarter after a non-finite trial). Returns the
+    accepted `(size, value, gradient)` and the trials `(size, value)` refused before."""
+    slope = float(gradient @ direction)
+    size, refused = 1.0, []
+    reach = float(np.max(np.abs(direction)))
+    for _ in range(MAX_TRIALS):
+        trial_value, trial_gradient = value_and_gradient(x + size * direction)
+        finite = np.isfinite(trial_value) and np.all(np.isfinite(trial_gradient))
+        # A strict decrease too: at the objective's rounding Armijo's bound rounds to
+        # `value`, and steps that change nothing would pass it until max_steps.
+        if finite and trial_value <= value + ARMIJO * size * slope and trial_value < value:
+            return (size, trial_value, trial_gradient), refused
+        refused.append((size, trial_value))
+        if finite:
+            excess = trial_value - value - slope * size
+            guess = -slope * size**2 / (2 * excess) if excess > 0 else 0.5 * size
+            size = min(max(guess, 0.1 * size), 0.5 * size)
+        else:
+            size *= 0.25
+        if size * reach <= 1e-13 * (1.0 + float(np.max(np.abs(x)))):
+            break  # the trial point no longer differs from x beyond rounding
+    return None, refused
+
+
+def _why_no_decrease(value, slope, refused) -> str:
+    """Why the last line search (its `slope` and `refused` trials) found no decrease."""
+    size, trial = refused[-1]
+    if not np.isfinite(trial):
+        return f"the objective was {trial} down to a step of {size:.2g}"
+    floor = ROUNDING * max(1.0, abs(value))
+    if -slope <= floor:
+        return (
+            f"the decrease the gradient promises ({-slope:.2g}) is within the objective's "
+            f"rounding ({floor:.1g}): the estimate is as precise as the objective allows, and "
+            "the tolerance is tighter than that"
+        )
+    return (
+        f"at a step of {size:.2g} the slope {slope:.3g} promises a change of "
+        f"{slope * size:.3g} but the objective changed by {trial - value:+.3g}, so it is not "
+        "smooth there (a kink, e.g. where a policy crosses a grid node) or its gradient is "
+        "inaccurate; try other `starts`, finer grids or a looser `tolerance`"
+    )
+
+
+def _minimise(
+    objective: Objective,
+    x: np.ndarray,
+    tolerance: float,
+    max_steps: int,
+    fixed=None,
+    start=None,
+    negligible: float = 0.0,
+) -> Run:
+    """L-BFGS (optax's direction) with a backtracking line search, from `x`, on the
+    parameters rescaled by a finite-difference Hessian (`_preconditioner`).
 
     Every evaluation is the one compiled `objective.evaluate`, so the optimiser adds no
     compilation of its own; the loop runs in Python on `n_free` numbers. Coordinates
     where the mask `fixed` is True stay put (their gradient is taken as 0, and L-BFGS
     never moves along a coordinate whose gradient stays 0): the profile likelihood.
-    Returns the final `x`, the objective and largest gradient entry there, the steps
-    taken, the trace and why it stopped (`None` when the gradient criterion was met).
+    `start` is the objective and gradient in `x` at `x`, when already known.
+
+    A line search that finds no decrease is what a careful user would then try: restart
+    from the best point (the current one) with the quasi-Newton memory reset and the
+    parameters rescaled by a new finite-difference Hessian; if the new direction fails
+    too, the steepest descent. Only when that fails as well does it stop, saying why
+    (the objective's rounding, or a kink: the gradient promises a decrease the objective
+    does not show). Each recovery is recorded in `notes`. Except where the direction
+    promised a decrease of at most `negligible` (the slope along it) and its step had to
+    be cut, or was refused: then it stops `settled`, for the caller to judge by the
+    statistics (the likelihood of a DC-EGM
+    model has many tiny kinks, where linearly interpolated values cross a data point,
+    and its gradient jumps by about 1e-3 across them: no gradient tolerance below that
+    is met there, however close the estimate).
     """
-    optimiser, direction_of = LBFGS, _lbfgs_direction
     moving = np.ones(len(x)) if fixed is None else 1.0 - np.asarray(fixed, dtype=float)
+    last: list = [None]
 
     def value_and_gradient(x):
         theta, dtheta_dx = objective.natural(x)
-        value, gradient, _ = objective.evaluate(jnp.asarray(theta))
-        return value, moving * (dtheta_dx.T @ gradient)
+        out = objective.evaluate(jnp.asarray(theta))
+        last[0] = (x, theta, out)
+        return out[0], moving * (dtheta_dx.T @ out[1])
 
-    value, gradient = value_and_gradient(x)
-    state = optimiser.init(jnp.asarray(x))
+    value, gradient = value_and_gradient(x) if start is None else start
     trace = [(value, float(np.max(np.abs(gradient))))]
-    reason = None
-    step = 0
+    reason, notes, step, settled = None, [], 0, False
+    scale, origin, fresh = None, x, True
     while step < max_steps and np.max(np.abs(gradient)) > tolerance:
-        updates, state = direction_of(jnp.asarray(gradient), state, jnp.asarray(x))
-        direction = np.asarray(updates)
-        slope = float(gradient @ direction)
-        if not slope < 0:  # not a descent direction: restart from steepest descent
-            state = optimiser.init(jnp.asarray(x))
-            updates, state = direction_of(jnp.asarray(gradient), state, jnp.asarray(x))
-            direction = np.asarray(updates)
-            slope = float(gradient @ direction)
-        size = 1.0
-        for _ in range(MAX_HALVINGS):
-            trial = x + size * direction
-            trial_value, trial_gradient = value_and_gradient(trial)
-            finite = np.isfinite(trial_value) and np.all(np.isfinite(trial_gradient))
-            if finite and trial_value <= value + ARMIJO * size * slope:
-                break
-            size /= 2
-        else:
-            reason = f"the line search found no decrease after {MAX_HALVINGS} halvings"
+        if scale is None:  # (re)scale: new coordinates z = P⁻¹ (x − origin), memory reset
+            scale = _preconditioner(value_and_gradient, x, gradient, moving > 0)
+            origin, state, fresh = x, LBFGS.init(jnp.zeros(len(x))), True
+        z = np.linalg.solve(scale, x - origin)
+        updates, state = _lbfgs_direction(jnp.asarray(scale.T @ gradient), state, jnp.asarray(z))
+        direction = scale @ np.asarray(updates)
+        if not float(gradient @ direction) < 0:  # not a descent direction: memory reset
+            state = LBFGS.init(jnp.asarray(z))
+            updates, state = _lbfgs_direction(
+                jnp.asarray(scale.T @ gradient), state, jnp.asarray(z)
+            )
+            direction, fresh = scale @ np.asarray(updates), True
+        accepted, refused = _line_search(value_and_gradient, x, value, gradient, direction)
+        promised = -float(gradient @ direction)
+        if accepted is None and promised <= negligible:
+            reason = (
+                f"no step along the quasi-Newton direction, promising a decrease of at most "
+                f"{promised:.2g}, decreased the objective in {len(refused)} trials: a kink, or "
+                "its rounding"
+            )
+            settled = True
             break
-        x, value, gradient = trial, trial_value, trial_gradient
-        step += 1
+        if accepted is None and not fresh:
+            notes.append(
+                f"at step {step} the line search along the L-BFGS direction found no decrease in "
+                f"{len(refused)} trials: restarted from the best point with the quasi-Newton "
+                "memory reset and the parameters rescaled by a finite-difference Hessian"
+            )
+            scale = None
+            continue
+        if accepted is None:  # a fresh, rescaled direction failed: the steepest descent
+            failed = (
+                "the line search found no decrease along the rescaled quasi-Newton direction "
+                f"({len(refused)} trials)"
+            )
+            direction = -gradient / max(1.0, float(np.linalg.norm(gradient)))
+            accepted, refused = _line_search(value_and_gradient, x, value, gradient, direction)
+            if accepted is None:
+                why = _why_no_decrease(value, float(gradient @ direction), refused)
+                reason = f"{failed} nor along the steepest descent ({len(refused)} trials): {why}"
+                break
+            notes.append(f"at step {step} {failed}; the steepest descent found one")
+            scale = None  # rescale from the new point
+        size, value, gradient = accepted
+        x, step, fresh = x + size * direction, step + 1, False
         trace.append((value, float(np.max(np.abs(gradient)))))
-    return x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason
+        if refused and promised <= negligible and np.max(np.abs(gradient)) > tolerance:
+            # Cut short where there is nothing left to gain: near a smooth optimum the
+            # quasi-Newton step is taken whole; at a kink it is cut again and again,
+            # zigzagging (measured on issue 62's model: 30 of 60 evaluations).
+            reason = (
+                f"the quasi-Newton step, promising a decrease of at most {promised:.2g}, had to "
+                "be cut: a kink"
+            )
+            settled = True
+            break
+    evaluation = last[0]
+    if evaluation is None or not np.array_equal(evaluation[0], x):
+        evaluation = None
+    else:
+        evaluation = evaluation[1:]
+    return Run(
+        x, value, float(np.max(np.abs(gradient))), step, np.asarray(trace).T, reason,
+        tuple(notes), evaluation, settled,
+    )  # fmt: skip
 
 
 # Levenberg–Marquardt: the Gauss–Newton matrix plus `damping` times its diagonal, the
 # damping divided by the factor after a step that lowers the objective and multiplied
 # by it after one that does not (from the floor, when it has fallen to 0 in effect).
-DAMPING_START, DAMPING_FACTOR, DAMPING_FLOOR = 1.0, 4.0, 1e-6
+DAMPING_START, DAMPING_FACTOR, DAMPING_FLOOR, MAX_DAMPINGS = 1.0, 4.0, 1e-6, 40
 
 
 def _gauss_newton(
@@ -397,7 +592,7 @@ def _gauss_newton(
         if (np.max(np.abs(gradient)) <= tolerance and small) or step >= max_steps:
             break
         diagonal = np.diag(np.maximum(np.diag(curvature), np.finfo(float).tiny))
-        for _ in range(MAX_HALVINGS):
+        for _ in range(MAX_DAMPINGS):
             move = -np.linalg.lstsq(curvature + damping * diagonal, gradient, rcond=None)[0]
             slope = float(gradient @ move)
             if not slope < 0:  # numerically flat: the steepest descent direction instead
@@ -414,7 +609,7 @@ def _gauss_newton(
                 break
             damping = max(damping * DAMPING_FACTOR, DAMPING_FLOOR)
         else:
-            reason = f"the damped step found no decrease after {MAX_HALVINGS} tries" + (
+            reason = f"the damped step found no decrease after {MAX_DAMPINGS} tries" + (
                 f" (the Jacobian was not finite at some trial points: {non_finite})"
                 if non_finite is not None
                 else ""
@@ -434,32 +629,86 @@ def _moments_by_initial_mass(objective: Objective, theta):
     return jax.jacrev(lambda mass: objective.moments(params, mass))(objective.mass)
 
 
-def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper):
-    """Minus the Hessian of the log-likelihood, the subjects' scores and minus the
-    gradient of the log-likelihood, in `θ`: differences of the exact gradient and of the
-    subjects' log-likelihoods (2 calls of the compiled evaluation per parameter, so
-    nothing else is compiled). Central differences, one-sided within a step of a bound:
-    the model need not be defined beyond it (a negative taste-shock scale)."""
+def _likelihood_curvature(objective: Objective, theta: np.ndarray, lower, upper, last=None):
+    """Minus the Hessian of the log-likelihood, the subjects' scores, minus the gradient
+    of the log-likelihood, in `θ`, and a note (None, or why the differences are wide):
+    differences of the exact gradient and of the subjects' log-likelihoods (2 calls of
+    the compiled evaluation per parameter and step, so nothing else is compiled).
+    Central differences, one-sided within a step of a bound: the model need not be
+    defined beyond it (a negative taste-shock scale). `last`: the optimiser's
+    `(θ, objective.evaluate(θ))` at its final point, reused if at `theta`.
+
+    Steps of 1e-4 of each parameter; where the Hessian so found is not positive definite
+    (while the scores identify every direction), steps of a quarter of a standard error
+    (from the scores' outer product): a DC-EGM likelihood's gradient jumps by about 1e-3
+    where interpolated values cross data points, which over 1e-4 can put noise of the
+    Hessian's own size into it, in a nearly collinear valley enough to flip the sign of
+    an eigenvalue (measured on issue 62's model). The gradient is then the wide
+    differences' midpoints' mean. Measured there too: where the 1e-4 Hessian is positive
+    definite, switching to the wide one whenever their standard errors differ by 10% made
+    things worse (its Newton step, 0.8 s.e., raised the likelihood).
+    """
     n = len(theta)
-    _, gradient, rows = objective.evaluate(jnp.asarray(theta))
+    if last is not None and np.array_equal(last[0], theta):
+        _, gradient, rows = last[1]
+    else:
+        _, gradient, rows = objective.evaluate(jnp.asarray(theta))
     n_subjects = rows.shape[0]
-    information, scores = np.zeros((n, n)), np.zeros((n_subjects, n))
-    for j in range(n):
-        h = min(1e-4 * max(abs(theta[j]), 1e-3), (upper[j] - lower[j]) / 4)
-        up, down = theta.copy(), theta.copy()
-        up[j] += 0.0 if theta[j] + h >= upper[j] else h
-        down[j] -= 0.0 if theta[j] - h <= lower[j] else h
-        gradient_up, rows_up = (
-            (gradient, rows) if up[j] == theta[j] else objective.evaluate(jnp.asarray(up))[1:]
-        )
-        gradient_down, rows_down = (
-            (gradient, rows) if down[j] == theta[j] else objective.evaluate(jnp.asarray(down))[1:]
-        )
-        width = up[j] - down[j]
-        # evaluate's gradient is that of minus the mean log-likelihood
-        information[:, j] = (gradient_up - gradient_down) * n_subjects / width
-        scores[:, j] = (rows_up - rows_down) / width
-    return 0.5 * (information + information.T), scores, gradient * n_subjects
+
+    def differences(steps):
+        information, scores = np.zeros((n, n)), np.zeros((n_subjects, n))
+        middles = []
+        for j in range(n):
+            h = min(steps[j], (upper[j] - lower[j]) / 4)
+            up, down = theta.copy(), theta.copy()
+            up[j] += 0.0 if theta[j] + h >= upper[j] else h
+            down[j] -= 0.0 if theta[j] - h <= lower[j] else h
+            gradient_up, rows_up = (
+                (gradient, rows) if up[j] == theta[j] else objective.evaluate(jnp.asarray(up))[1:]
+            )
+            gradient_down, rows_down = (
+                (gradient, rows)
+                if down[j] == theta[j]
+                else objective.evaluate(jnp.asarray(down))[1:]
+            )
+            width = up[j] - down[j]
+            # evaluate's gradient is that of minus the mean log-likelihood
+            information[:, j] = (gradient_up - gradient_down) * n_subjects / width
+            scores[:, j] = (rows_up - rows_down) / width
+            if up[j] != theta[j] and down[j] != theta[j]:
+                middles.append(0.5 * (gradient_up + gradient_down))
+        middle = np.mean(middles, axis=0) if middles else gradient
+        return 0.5 * (information + information.T), scores, middle * n_subjects
+
+    fine = differences(1e-4 * np.maximum(np.abs(theta), 1e-3))
+    # The standard errors from the scores' outer product: unlike the Hessian, not made of
+    # differences of the gradient, so the kinks barely move it.
+    outer = fine[1].T @ fine[1]
+    if not (np.all(np.isfinite(fine[0])) and np.all(np.isfinite(outer))):
+        return (*fine, None)
+    root = np.sqrt(np.abs(np.diag(outer)))
+    root = np.where(root > 0, root, 1.0)
+    if np.linalg.eigvalsh(outer / np.outer(root, root))[0] < 1e-8:
+        return (*fine, None)  # a direction the scores do not move: no standard error
+    variances = np.diag(_inverse(outer))
+    # A quarter of a standard error, at most a tenth of the parameter.
+    steps = np.minimum(0.25 * np.sqrt(variances), 0.1 * np.maximum(np.abs(theta), 1e-3))
+    if not np.all(np.isfinite(steps) & (steps > 0)):
+        return (*fine, None)
+    coarse = differences(steps)
+
+    def errors(information):
+        variances = np.diag(_inverse(information))
+        return np.sqrt(variances) if np.all(variances > 0) else None
+
+    if errors(fine[0]) is not None or errors(coarse[0]) is None:
+        return (*fine, None)
+    return (
+        *coarse,
+        "the Hessian is from differences over a quarter of a standard error: over 1e-4 of "
+        "each parameter it was not positive definite (the likelihood is not smooth on that "
+        "scale)",
+    )
 
 
 class Identification(eqx.Module):
@@ -892,9 +1141,12 @@ def estimate(
             **{**empty, **fields},
         )
     names = _names(free_specs, types)
+    # What a kink may leave: a quarter of a step of `step_tolerance` standard errors'
+    # gain, in the mean log-likelihood.
+    negligible = step_tolerance**2 / (4 * n_subjects)
     runs = []
     for x0 in _starts(free_specs, params, shares0, starts):
-        theta0, _ = objective.natural(x0)
+        theta0, dtheta_dx = objective.natural(x0)
         value, gradient, _ = objective.evaluate(jnp.asarray(theta0))
         at = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, theta0, strict=True))
         if not math.isfinite(value):
@@ -909,31 +1161,73 @@ def estimate(
                 f"{non_finite}; {NON_FINITE_ADVICE}."
             )
         if method == "mle":
-            run = _minimise(objective, x0, tolerance, max_steps)
+            run = _minimise(
+                objective,
+                x0,
+                tolerance,
+                max_steps,
+                start=(value, dtheta_dx.T @ gradient),
+                negligible=negligible,
+            )
         else:
             assert panel is not None  # MSM always has its data moments
             labels = [f"{moment} [period {t}]" for moment, t in panel.labels]
-            run = _gauss_newton(
-                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance, n_subjects,
-                labels,
+            run = Run(
+                *_gauss_newton(
+                    objective, x0, tolerance, max_steps, step_tolerance, panel.covariance,
+                    n_subjects, labels,
+                ),
+                notes=(),
+                last=None,
             )  # fmt: skip
-        runs.append((theta0, *run))
-    finite = [r for r in runs if math.isfinite(r[2])]
-    start_theta, x, value, gradient, n_steps, trace, reason = min(
-        finite or runs, key=lambda r: r[2] if math.isfinite(r[2]) else math.inf
+        runs.append((theta0, run))
+    finite = [r for r in runs if math.isfinite(r[1].value)]
+    start_theta, run = min(
+        finite or runs, key=lambda r: r[1].value if math.isfinite(r[1].value) else math.inf
     )
+    x, value, gradient, n_steps, trace, reason = run[:6]
     theta, _ = objective.natural(x)
     bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
     bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
 
+    wide = None  # why the likelihood's curvature is from wide differences
+    polished: list[float] = []  # the Newton steps taken after the optimiser, in s.e.
     if method == "mle":
-        information, scores, descent = _likelihood_curvature(objective, theta, bounds_lo, bounds_hi)
-        jacobian = scores
-        outer = jacobian.T @ jacobian
-        curvature: tuple = (information, outer)
-        covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
-        covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
-        newton = -covariances["hessian"] @ descent
+        last = run.last
+        while True:
+            information, scores, descent, wide = _likelihood_curvature(
+                objective, theta, bounds_lo, bounds_hi, last
+            )
+            jacobian = scores
+            outer = jacobian.T @ jacobian
+            curvature: tuple = (information, outer)
+            covariances = {"hessian": _inverse(information), "opg": _inverse(outer)}
+            covariances["sandwich"] = covariances["hessian"] @ outer @ covariances["hessian"]
+            newton = -covariances["hessian"] @ descent
+            # Stopped at a kink short of the optimum: what a careful user does next is
+            # the Newton step of the curvature just computed (over a standard error's
+            # quarter where the likelihood is kinked), kept if the objective is no worse
+            # than a kink hides; the curvature is then computed there again.
+            with np.errstate(invalid="ignore", divide="ignore"):
+                in_se = np.abs(newton) / np.sqrt(np.diag(covariances["hessian"]))
+            target = theta + newton
+            if (
+                not run.settled
+                or len(polished) == POLISH_STEPS
+                or not np.all(np.isfinite(in_se))
+                or not step_tolerance < float(np.max(in_se)) <= 1.0
+                or not np.all((target > np.asarray(bounds_lo)) & (target < np.asarray(bounds_hi)))
+            ):
+                break
+            trial = objective.evaluate(jnp.asarray(target))
+            if not trial[0] <= value + negligible:
+                break
+            polished.append(float(np.max(in_se)))
+            theta, value, last = target, float(trial[0]), (target, trial)
+            _, dtheta_dx = objective.natural(_unconstrained(objective, theta))
+            gradient = float(np.max(np.abs(dtheta_dx.T @ trial[1])))
+            n_steps += 1
+            trace = np.column_stack([trace, [value, gradient]])
         reported = -value * n_subjects
         model_moments = None
     else:
@@ -958,13 +1252,32 @@ def estimate(
     se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
     at_bound = _at_bound(theta, newton, np.asarray(bounds_lo), np.asarray(bounds_hi))
     converged, message = _status(
-        Fit(theta, value, gradient, n_steps, reason, curvature, newton / se, at_bound),
+        Fit(theta, value, gradient, n_steps, reason, curvature, newton / se, at_bound, run.settled),
         names=names,
         bounds=(bounds_lo, bounds_hi),
         tolerance=tolerance,
         step_tolerance=step_tolerance,
         max_steps=max_steps,
     )
+    if run.notes:
+        message += " (on the way, " + "; ".join(run.notes) + ")"
+    if polished:
+        steps_in_se = ", ".join(f"{v:.2g}" for v in polished)
+        message += (
+            f"; after the optimiser, {len(polished)} Newton step(s) of the curvature at the "
+            f"estimate ({steps_in_se} s.e. at most)"
+        )
+    if wide is not None:
+        message += f"; {wide}"
+    inverted = curvature[-1] if kind == "opg" else curvature[0]
+    what = {
+        "opg": "the outer product of the subjects' scores",
+        "mle": "the Hessian of minus the log-likelihood",
+        "msm": "GᵀWG (G the Jacobian of the moments)",
+    }
+    missing = _why_no_standard_errors(se, inverted, what.get(kind, what[method]), names)
+    if missing is not None:
+        message += "; " + missing
     if not converged:
         warn(f"estimate({method!r}) did not converge: {message}")
     elif method == "msm" and isinstance(weighting, str) and weighting == "optimal":
@@ -1040,7 +1353,7 @@ def _profile_edge(result: EstimationResult, x_hat, j: int, side: int, critical, 
         nonlocal warm
         x = warm.copy()
         x[j] = _unconstrained(objective, _with(result.estimates, j, t))[j]
-        x, value, gradient, _, _, _ = _minimise(objective, x, tolerance, max_steps, fixed)
+        x, value, gradient = _minimise(objective, x, tolerance, max_steps, fixed)[:3]
         if not gradient <= tolerance:
             warn(
                 f"profile_intervals: maximising over the others at {names[j]}={t:.6g} stopped "
@@ -1480,6 +1793,33 @@ def _inverse(matrix: np.ndarray) -> np.ndarray:
     return np.linalg.inv(scaled) / np.outer(scale, scale)
 
 
+def _why_no_standard_errors(se, matrix, what: str, names) -> str | None:
+    """Why standard errors are NaN, in words naming the parameters (None: all finite).
+    `matrix` is the one inverted, `what` its name."""
+    nan = [n for n, v in zip(names, se, strict=True) if not np.isfinite(v)]
+    if not nan:
+        return None
+    head = f"the standard errors of {nan} are NaN: {what} at the estimates"
+    bad = _non_finite(matrix, names, names)
+    if bad is not None:
+        return f"{head} is not finite ({bad})"
+    scale = np.sqrt(np.abs(np.diag(matrix)))
+    scale = np.where(scale > 0, scale, 1.0)
+    eigenvalues, vectors = np.linalg.eigh(matrix / np.outer(scale, scale))
+    along = [n for n, v in zip(names, vectors[:, 0], strict=True) if abs(v) >= 0.3]
+    if eigenvalues[0] < -SINGULAR * max(eigenvalues[-1], 1):
+        return (
+            f"{head} is not positive definite (negative curvature along a direction in "
+            f"{along}): the estimates are not at a maximum"
+        )
+    if eigenvalues[0] < SINGULAR * max(eigenvalues[-1], 1):
+        return (
+            f"{head} is singular (no curvature along a direction in {along}): the data do "
+            "not identify that combination (see result.identification())"
+        )
+    return f"{head} gives a negative variance"
+
+
 class Fit(NamedTuple):
     """Where the optimiser stopped: what `_status` judges."""
 
@@ -1491,6 +1831,7 @@ class Fit(NamedTuple):
     curvature: tuple  # the matrices that must be positive definite
     newton_in_se: np.ndarray  # the Newton step in `θ` over the standard errors
     at_bound: np.ndarray
+    settled: bool = False  # stopped where no step decreases it, little to gain
 
 
 def _at_bound(theta, newton, lower, upper) -> np.ndarray:
@@ -1521,7 +1862,7 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
             "beyond it), so the standard errors and intervals do not apply; widen the bounds "
             "or fix the parameter"
         )
-    if not gradient <= tolerance:
+    if not gradient <= tolerance and not fit.settled:
         if fit.reason is not None:
             return False, f"{fit.reason}, with gradient {gradient:.2e} > tolerance {tolerance:g}"
         if n_steps >= max_steps:
@@ -1530,6 +1871,11 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
                 f"max_steps={max_steps} reached with gradient {gradient:.2e} > {tolerance:g}",
             )
         return False, f"stopped with gradient {gradient:.2e} > tolerance {tolerance:g}"
+    lead = (
+        f"gradient {gradient:.2e} is below the tolerance"
+        if gradient <= tolerance
+        else f"stopped at a kink ({fit.reason}; gradient {gradient:.2e})"
+    )
     for matrix in fit.curvature:
         if not np.all(np.isfinite(matrix)):
             return False, f"the curvature at the estimate is not finite ({names})"
@@ -1540,7 +1886,7 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
             continue
         flat = [n for n, v in zip(names, vectors[:, 0], strict=True) if abs(v) >= 0.3]
         return False, (
-            f"gradient {gradient:.2e} is below the tolerance, but the curvature is not positive "
+            f"{lead}, but the curvature is not positive "
             f"definite (a flat or downward direction in {flat}): a saddle point or parameters "
             "the data do not identify (see result.identification())"
         )
@@ -1552,9 +1898,15 @@ def _status(fit: Fit, *, names, bounds, tolerance, step_tolerance, max_steps) ->
             if not s <= step_tolerance
         ]
         return False, (
-            f"gradient {gradient:.2e} is below the tolerance, but a Newton step of more than "
+            f"{lead}, but a Newton step of more than "
             f"step_tolerance={step_tolerance:g} standard errors remains in {', '.join(far)}: "
             "the optimiser stopped short of the optimum"
+        )
+    if not gradient <= tolerance:  # settled
+        return True, (
+            f"Newton step {float(np.max(step)):.2g} <= {step_tolerance:g} s.e. after {n_steps} "
+            f"steps, with gradient {gradient:.2e} above the tolerance {tolerance:g} "
+            f"({fit.reason}): converged to within a small fraction of a standard error"
         )
     return True, (
         f"gradient {gradient:.2e} <= tolerance {tolerance:g} and Newton step "
