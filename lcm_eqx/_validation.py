@@ -285,6 +285,21 @@ def _terminal(f: Failure) -> str:
     )
 
 
+def _beyond(f: Failure) -> str:
+    liquid, _, stock = f.check.partition(":")[2].partition(":")[2].partition(":")
+    return (
+        f"Regime {f.regime!r}, function {f.function!r}, period {f.period}: NEGM's adjuster "
+        f"reads the keeper's solution beyond the top of the liquid grid {liquid!r}: at some "
+        f"nodes of the resources grid, total resources x less the chosen new stock "
+        f"{stock!r} exceed the liquid grid's last point by up to {f.size:.3g}. The keeper "
+        "is solved on the liquid grid only and extrapolated linearly beyond it, so the "
+        f"adjuster's choice of {stock!r} and its value there can be far off (no error "
+        f"bound). Extend the liquid grid {liquid!r} to at least the top of the resources "
+        "grid (less the least stock an adjuster chooses there), or end the resources grid "
+        "lower."
+    )
+
+
 CHECKS: dict[str, CheckKind] = {
     "": CheckKind(InvalidTransitionProbabilitiesError, _transition),
     "unreachable": CheckKind(InvalidTransitionProbabilitiesError, _unreachable),
@@ -298,6 +313,7 @@ CHECKS: dict[str, CheckKind] = {
     "unbounded": CheckKind(ModelInitializationError, _unbounded),  # its limit function
     "euler": CheckKind(ModelInitializationError, _euler),  # DCEGM's Euler inversion
     "inada": CheckKind(ModelInitializationError, _inada),  # DCEGM's utility at 0
+    "beyond": CheckKind(ModelInitializationError, _beyond),  # NEGM's adjuster's read
     "index": CheckKind(InvalidParamsError, _index),  # a parameter array read out of bounds
     "aggregator": CheckKind(InvalidParamsError, _aggregator),  # an aggregator parameter
     "positive": CheckKind(ModelInitializationError, _positive),  # utility under EpsteinZin

@@ -359,6 +359,45 @@ def test_euler_errors_name_the_liquid_margin():
         lcm.euler_errors(model, params, solution, regime="alive", state="durable")
 
 
+BEYOND = "resources:beyond:wealth:new_durable"
+
+
+def test_resources_within_the_liquid_grid_pass_the_check():
+    """The example's resources grid ends at the liquid grid's top: every adjuster's
+    remaining liquid wealth `x − d` lies on the keeper's grid (the check is computed,
+    and 0 in every period)."""
+    _, _, solution = solved(3)
+    column = solution.checks["alive"].index(BEYOND)
+    assert np.all(np.asarray(solution.violations["alive"])[:, column] == 0.0)
+
+
+@pytest.mark.slow
+def test_resources_beyond_the_liquid_grid_are_named_not_silent():
+    """Issue 61: with total resources above the liquid grid's top (here to 26, the
+    liquid grid to 20, the stock to 5), an adjuster at the top keeps more than 20 of
+    liquid wealth, where the keeper is extrapolated linearly and its choice of stock can
+    be far off. A `ModelInitializationError` with `validate="raise"` (a warning with
+    `"warn"`) that names the regime, the function, the liquid grid, the stock and how
+    far beyond (measured 1.29 in period 0; not in the last period, whose adjuster
+    evaluates utility itself)."""
+    model, params = durables.build(n_periods=2, **GRIDS)
+    regime = model.regimes["alive"]
+    points = list(0.1 + 25.9 * np.linspace(0.0, 1.0, GRIDS["n_resources"]) ** 3)
+    solver = dataclasses.replace(regime.solver, resources=lcm.IrregSpacedGrid(points=points))
+    wide = lcm.Model(regimes={"alive": regime.replace(solver=solver)}, n_periods=2)
+    expected = (
+        r"Regime 'alive', function 'resources', period 0: NEGM's adjuster reads the keeper's "
+        r"solution beyond the top of the liquid grid 'wealth'.*'new_durable'.*by up to \d"
+    )
+    with pytest.warns(lcm.LcmWarning, match=expected):
+        solution = wide.solve(params, validate="warn")
+    column = solution.checks["alive"].index(BEYOND)
+    beyond = np.asarray(solution.violations["alive"])[:, column]
+    assert beyond[0] > 0.5 and beyond[1] == 0.0
+    with pytest.raises(lcm.ModelInitializationError, match=expected):
+        wide.solve(params)
+
+
 # ---------------------------------------------------------------------- types and knobs
 SMALL = {"n_wealth": 16, "n_durable": 8, "n_income": 2, "n_savings": 16, "n_resources": 16}
 

@@ -831,17 +831,51 @@ class NEGM(AbstractSolver):
             next_problem = problem.replace(period=problem.period + 1, age=period.next_age)
             values, policy = self.solve(problem, following, next_problem)
             n_checks = len(problem.checks) + len(self.extra_checks(problem.regime))
-            # No checks of its own inside the period; sharded axes keep their length (the
-            # backward induction reduces them after the loop).
+            # The problem's checks are not computed inside the period (zeros); sharded
+            # axes keep their length (the backward induction reduces them after the loop).
             shape = tuple(
                 n if problem.sharding is not None and problem.sharding.is_sharded(s) else 1
                 for s, n in zip(problem.regime.states, values.shape, strict=True)
             )
             violations = jnp.zeros((*shape, n_checks), values.dtype)
+            if problem.validate and not period.last:
+                beyond = self._beyond_liquid(problem, policy, shape).astype(values.dtype)
+                violations = violations.at[..., n_checks - 1].set(beyond)
             solutions[name] = PeriodSolution(values, violations, policy)
             new_state[name] = policy
             emitted[name] = policy
         return solutions, new_state, emitted
+
+    def extra_checks(self, regime: RegimePlan) -> tuple[str, ...]:
+        # The adjuster's choice read off the keeper within the liquid grid
+        # (`<resources_function>:beyond:<liquid>`, `_beyond_liquid`).
+        return (f"{self.resources_function}:beyond:{self.liquid}:{self.durable_choice}",)
+
+    def _beyond_liquid(self, problem: RegimeProblem, policy: NEGMPolicy, shape) -> Array:
+        """How far beyond the top of the liquid grid the adjuster's chosen point reads the
+        keeper: `max(x − d) − liquid[-1]` over the resources grid (0 where within), at
+        each discrete state, reduced over the unsharded ones (`shape`). The keeper's
+        value there is extrapolated linearly from the top interval, and the adjuster's
+        choice of stock can be wrong by far more than the grid's error (issue 61: a
+        stock of 1.34 where the truth is 2.84), so it is a check failure, not a
+        silent extrapolation. Not in the model's last period, whose adjuster evaluates
+        utility itself rather than reading the keeper."""
+        regime = problem.regime
+        top = problem.points(self.liquid)[-1]
+        x = self.resources.to_jax()
+        # Beyond by more than rounding of the search (the bisection reaches 1e-14 of it).
+        tolerance = 1e-9 * (1.0 + jnp.abs(top))
+        excess = jnp.max(x - policy.adjust_durable - top, axis=-1)
+        excess = jnp.where(excess > tolerance, excess, 0.0)
+        states = self._discrete_states(regime)
+        for axis in sorted(regime.states.index(s) for s in (self.liquid, self.durable)):
+            excess = jnp.expand_dims(excess, axis)
+        unsharded = tuple(
+            i
+            for i, (s, n) in enumerate(zip(regime.states, shape, strict=True))
+            if s in states and n == 1
+        )
+        return jnp.max(excess, axis=unsharded, keepdims=True) if unsharded else excess
 
     def postprocess(self, emitted, segment: SegmentOutputs):
         return {}, dict(emitted)
