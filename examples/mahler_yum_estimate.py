@@ -30,9 +30,12 @@ The steps:
    from its own data moments; the spread of those estimates against the reported
    standard errors.
 
-Run from the repository root: `python examples/mahler_yum_estimate.py` (tiny, about a
-few minutes on two CPU cores with the compile), `--size reduced` for the reduced grids
-(39 periods).
+Run from the repository root: `python examples/mahler_yum_estimate.py` (tiny: 6 periods),
+`--size reduced` for the reduced grids (39 periods). Measured on tiny (2 loaded CPU
+cores, float64): every parameter moves 13–14 of the 14 moments, with exact derivatives
+equal to central differences to 5e-8; 11 Gauss–Newton steps from the perturbed start to
+the truth (within 1e-4 s.e.), 4.1 s per step compiled, 239 s in all with the compile
+(194 s), besides 46 s to simulate the panel and 107 s for the derivative check.
 """
 
 from __future__ import annotations
@@ -324,7 +327,14 @@ def main(argv=None) -> dict:
         clock = time.perf_counter()
         draws = []
         for b in range(args.bootstrap):
-            _, _, initial_b = build(args.size, n_subjects=args.subjects, seed=100 + b)
+            sizes = my.SIZES[args.size]
+            initial_b = my.make_initial_conditions(
+                n_subjects=args.subjects,
+                seed=100 + b,
+                effort_grid=np.linspace(0.0, 1.0, sizes["effort"]),
+                n=sizes,
+                continuous_effort=True,
+            )  # the same model (one compile), new subjects
             panel_b = simulate_panel(model, truth, initial_b, seed=200 + b)
             fit = estimate(model, truth, panel_b, moments, initial_b)
             draws.append(fit.estimates)
