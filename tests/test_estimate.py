@@ -91,6 +91,30 @@ def test_msm_equals_the_closed_form(one_period):
     np.testing.assert_allclose(np.sqrt(result.covariance[0, 0]), se, rtol=1e-5)
 
 
+def test_msm_matches_given_targets_with_the_datas_covariance(one_period):
+    # `targets=`: the model's exact share at the true parameters replaces the data's;
+    # the estimate is the truth, the standard error still the data's (N subjects).
+    model, df = one_period
+    moments = [lcm.Profile("labor", Labor.work)]
+    true = {**TRUE, "disutility_of_work": 0.3}
+    first = df[df["period"] == 0]
+    initial = {"regime": np.zeros(len(first), dtype=int), "wealth": first["wealth"].to_numpy()}
+    target = np.asarray(moments[0].of(model.distribution(true, initial), [0]))
+    start = {**TRUE, "disutility_of_work": -0.2}
+    result = lcm.estimate(
+        model, start, data=df, method="msm", moments=moments, free=["disutility_of_work"],
+        targets=target, tolerance=1e-12,
+    )  # fmt: skip
+    assert result.converged, result.message
+    np.testing.assert_allclose(result.estimates, [0.3], rtol=1e-6)
+    np.testing.assert_allclose(result.data_moments, target)
+    with pytest.raises(lcm.EstimationError, match="targets must be 1 finite numbers"):
+        lcm.estimate(
+            model, start, data=df, method="msm", moments=moments, free=["disutility_of_work"],
+            targets=[0.5, 0.5],
+        )  # fmt: skip
+
+
 def test_a_ratio_is_flagged_and_never_reported_converged(one_period):
     model, df = one_period
     start = {**TRUE, "disutility_of_work": 0.3, "taste_shock_scale": 0.7}

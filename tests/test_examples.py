@@ -197,3 +197,21 @@ def test_calibrate_example_runs():
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert completed.stdout.strip(), "the example printed nothing"
+
+
+@pytest.mark.slow  # minutes: the refined model's simulation and forward-mode Jacobian compile
+def test_mahler_yum_estimate_recovers_the_parameters_from_the_exact_moments():
+    spec = importlib.util.spec_from_file_location(
+        "mahler_yum_estimate", ROOT / "examples" / "mahler_yum_estimate.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.main(["--size", "tiny", "--subjects", "500"])
+    result, table, check = out["result"], out["table"], out["check"]
+    assert result.converged, result.message
+    # Exact targets: the estimates are the truth up to the optimiser's tolerance.
+    assert np.all(np.abs(table["(est - truth)/s.e."]) < 0.05)
+    assert np.all(np.isfinite(table["s.e."])) and np.all(table["s.e."] > 0)
+    # Every parameter moves at least four moments, by derivatives equal to central
+    # differences.
+    assert np.all(check["equal to CD (1e-5)"] >= 4), check

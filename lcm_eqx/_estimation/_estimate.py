@@ -1032,6 +1032,7 @@ def estimate(
     moments: Sequence[Profile] | None = None,
     weighting: str | Any = "optimal",
     initial=None,
+    targets=None,
     measurement_sd=None,
     unobserved_type: str | None = None,
     type_shares=None,
@@ -1064,6 +1065,11 @@ def estimate(
         initial: `"msm"`: the initial conditions of the distribution (default: the
             data's period-0 rows, whose sampling variation then enters the standard
             errors).
+        targets: `"msm"`: the moments to match instead of the data's, in the order of
+            `lcm.data_moments(model, data, moments)` (e.g. the exact moments of
+            `model.distribution` at known parameters, to test that an estimation recovers
+            them); the data still give the moments' covariance (the weighting and the
+            standard errors, for a sample of the data's size).
         measurement_sd: `"mle"`: the measurement error of observed continuous choices
             (see `log_likelihood`); `None` uses the discrete choices only.
         unobserved_type: `"mle"`: a permanent discrete state of the model that the
@@ -1125,7 +1131,7 @@ def estimate(
         panel = None
     else:
         fields, panel, conditions = _msm_fields(
-            model, params, data, moments, weighting, initial, subject
+            model, params, data, moments, weighting, initial, subject, targets
         )
         n_subjects = panel.influence.shape[0]
     with warnings.catch_warnings():
@@ -1313,7 +1319,7 @@ def estimate(
         n_subjects=int(n_subjects),
         jacobian=cast(np.ndarray, jacobian),
         moments=model_moments,
-        data_moments=None if panel is None else panel.values,
+        data_moments=None if panel is None else np.asarray(objective.data_moments),
         weight=None if method == "mle" else np.asarray(objective.weight),
         moment_labels=None if panel is None else panel.labels,
     )
@@ -1572,9 +1578,18 @@ def _warn_unused_continuous(types: Types, blocks: dict[str, RegimeBlock]) -> Non
         )
 
 
-def _msm_fields(model, params, data, moments, weighting, initial, subject):
+def _msm_fields(model, params, data, moments, weighting, initial, subject, targets=None):
     profiles = profiles_tuple(moments)
     panel = panel_moments(model, data, profiles, subject)
+    values = np.asarray(panel.values, dtype=float)
+    if targets is not None:
+        given = np.asarray(targets, dtype=float)
+        if given.shape != values.shape or not np.all(np.isfinite(given)):
+            raise EstimationError(
+                f"estimate: targets must be {values.shape[0]} finite numbers (one per data "
+                f"moment, in the order of lcm.data_moments), got shape {given.shape}."
+            )
+        values = given
     covariance = panel.covariance
     weight = _weight(weighting, covariance, panel.labels)
     if initial is None:
@@ -1586,7 +1601,7 @@ def _msm_fields(model, params, data, moments, weighting, initial, subject):
     fields = dict(
         mass=mass,
         profiles=tuple(zip(profiles, panel.periods, strict=True)),
-        data_moments=jnp.asarray(panel.values),
+        data_moments=jnp.asarray(values),
         weight=jnp.asarray(weight),
     )
     return fields, panel, conditions
