@@ -113,6 +113,8 @@ def test_msm_matches_given_targets_with_the_datas_covariance(one_period):
             model, start, data=df, method="msm", moments=moments, free=["disutility_of_work"],
             targets=[0.5, 0.5],
         )  # fmt: skip
+    with pytest.raises(lcm.EstimationError, match="targets works with method='msm'"):
+        lcm.estimate(model, start, data=df, free=["disutility_of_work"], targets=target)
 
 
 def test_a_ratio_is_flagged_and_never_reported_converged(one_period):

@@ -1123,6 +1123,8 @@ def estimate(
     empty: dict[str, Any] = dict(data=None, clusters=None, n_clusters=0, terms=())
     empty.update(measurement_sd=None)
     empty.update(mass=None, profiles=(), data_moments=None, weight=None)
+    if targets is not None and method != "msm":
+        raise EstimationError("estimate: targets works with method='msm' (moments to match).")
     if method == "mle":
         fields = _mle_fields(model, data, types, subject, measurement_sd)
         if types is not None and measurement_sd is None:
