@@ -37,7 +37,7 @@ def exact_contractions():
     return jax.default_matmul_precision("highest")
 
 
-def relative(tolerance: float, roundings: float, dtype) -> float:
+def relative(tolerance: float, roundings: int | float, dtype) -> float:
     """`tolerance`, or `roundings` roundings of `dtype` where that is more (a tolerance
     written for float64 that float32 cannot meet becomes float32's own)."""
     return max(tolerance, roundings * float(jnp.finfo(dtype).eps))

@@ -310,18 +310,18 @@ class ExactEnvelope(AbstractUpperEnvelope):
 
 
 # Newton steps that move a jump of the policy from the crossing of the two branches'
-# tangents to where their values are equal, before the last (traced) one: until no
-# point moves by more than `CROSSING_ROUNDINGS` roundings, at most `CROSSING_MAX_STEPS`.
-# A fixed count is not enough: the last step's derivative is the implicit function's
-# only at the root, and a step short of it leaves the crossing's derivative off by as
-# much as the crossing is off its root, relatively magnified. On the three-period floor
-# model the values at the wealth nodes err 4.3e-5 after one step in all and 8.1e-7
-# after two; on the second-hour model (benchmarks/second_hour.py, a crossing where the
-# left branch's consumption rises steeply) four steps left the crossing 3e-5 from the
-# root and its derivative in the disutility of work 3% off (the log-likelihood's
-# gradient 2e-5 off central differences); the root needs six.
-CROSSING_MAX_STEPS = 32
-CROSSING_ROUNDINGS = 64
+# tangents to where their values are equal, before the last (traced) one. A step short
+# of the root leaves the crossing's derivative off by as much as the crossing is off its
+# root, relatively magnified (the last step's derivative is the implicit function's only
+# at the root). On the three-period floor model the values at the wealth nodes err
+# 4.3e-5 after one step in all and 8.1e-7 after two; on the second-hour model
+# (benchmarks/second_hour.py, a crossing where the left branch's consumption rises
+# steeply) four steps left the crossing 3e-5 from the root and its derivative in the
+# disutility of work 3% off; the root needs six. A static count, not a loop until no
+# point moves: that test reduces over every point, which with a sharded state axis is
+# a collective in every step (`tests/test_dcegm.py::
+# test_sharded_permanent_type_needs_no_collective`). A point at its root stays there.
+CROSSING_STEPS = 8
 
 
 class _Branch(eqx.Module):
@@ -373,8 +373,8 @@ def _equal_values(
     The tangents cross an error of second order in the savings step away (1e-4 in cash
     on hand on the three-period floor model, where the branches' slopes differ little),
     which puts next period's jump, and the breakpoint savings that lead near it, on the
-    wrong side. The steps run on constants in one `while_loop` until no point moves
-    (`CROSSING_ROUNDINGS`); one last step on the traced branches carries the derivative
+    wrong side. The steps run on constants in one `fori_loop` of `CROSSING_STEPS`; one
+    last step on the traced branches carries the derivative
     (the implicit function's, `dx = −d(V_l − V_r) / (u'(c_l) − u'(c_r))`, exact only at
     the root).
     """
@@ -390,19 +390,7 @@ def _equal_values(
         return jnp.clip(moved, low, high)
 
     fixed = jax.lax.stop_gradient((start, left, right))
-    tolerance = CROSSING_ROUNDINGS * jnp.finfo(start.dtype).eps
-
-    def unsettled(state):
-        count, _, moving = state
-        return (count < CROSSING_MAX_STEPS) & jnp.any(moving)
-
-    def newton(state):
-        count, x, _ = state
-        moved = step(x, *fixed[1:])
-        return count + 1, moved, jnp.abs(moved - x) > tolerance * (1.0 + jnp.abs(x))
-
-    moving = jnp.ones(gap.shape, bool)
-    _, x, _ = jax.lax.while_loop(unsettled, newton, (jnp.int32(0), fixed[0], moving))
+    x = jax.lax.fori_loop(0, CROSSING_STEPS, lambda _, x: step(x, *fixed[1:]), fixed[0])
     x = jnp.where(gap, step(jax.lax.stop_gradient(x), left, right), 0.0)
     return x, left.at(x, utility, marginal)[0]
 
