@@ -206,15 +206,15 @@ class Equilibrium(eqx.Module):
             )
         if len(set(prices)) != len(prices):
             raise EquilibriumError(f"Equilibrium: prices {list(prices)} repeat a name.")
-        aggregates = _functions("aggregates", aggregates)
-        clearing = _functions("clearing", clearing)
-        if len(clearing) != len(prices):
+        aggregate_items = _functions("aggregates", aggregates)
+        clearing_items = _functions("clearing", clearing)
+        if len(clearing_items) != len(prices):
             raise EquilibriumError(
-                f"Equilibrium: {len(clearing)} clearing condition(s) "
-                f"{[name for name, _ in clearing]} for {len(prices)} price(s) "
+                f"Equilibrium: {len(clearing_items)} clearing condition(s) "
+                f"{[name for name, _ in clearing_items]} for {len(prices)} price(s) "
                 f"{list(prices)}; give one condition per price."
             )
-        names = [name for name, _ in aggregates]
+        names = [name for name, _ in aggregate_items]
         for name in names:
             if name in prices or name == POPULATION:
                 raise EquilibriumError(
@@ -222,7 +222,7 @@ class Equilibrium(eqx.Module):
                     f"{'a price' if name in prices else 'the population argument'}; "
                     "rename it."
                 )
-        for i, (name, function) in enumerate(aggregates):
+        for i, (name, function) in enumerate(aggregate_items):
             for argument in _arguments(function):
                 if argument in names[i:]:
                     raise EquilibriumError(
@@ -230,7 +230,7 @@ class Equilibrium(eqx.Module):
                         "which is not defined before it; order the aggregates so that each "
                         "reads only earlier ones."
                     )
-        for name, function in clearing:
+        for name, function in clearing_items:
             if POPULATION in _arguments(function):
                 raise EquilibriumError(
                     f"Equilibrium: clearing condition {name!r} reads 'population'; compute "
@@ -244,7 +244,7 @@ class Equilibrium(eqx.Module):
                         "on prices and parameters only."
                     )
         model_names = _model_parameters(model)
-        read = {a for _, f in (*aggregates, *clearing) for a in _arguments(f)}
+        read = {a for _, f in (*aggregate_items, *clearing_items) for a in _arguments(f)}
         if callable(initial):
             read |= set(_arguments(initial))
         for price in prices:
@@ -298,8 +298,8 @@ class Equilibrium(eqx.Module):
             )
         self.model = model
         self.prices = prices
-        self.aggregates = aggregates
-        self.clearing = clearing
+        self.aggregates = aggregate_items
+        self.clearing = clearing_items
         self.initial = initial
         self.population_growth = (
             population_growth if isinstance(population_growth, str) else float(population_growth)
@@ -418,9 +418,9 @@ class Equilibrium(eqx.Module):
                     f"shape {np.shape(value)}."
                 )
         bounds = {(k if isinstance(k, str) else tuple(k)): v for k, v in (bounds or {}).items()}
-        unknown = [k for k in bounds if k not in free]
-        if unknown:
-            raise EquilibriumError(f"calibrate: bounds for {unknown}, which are not free.")
+        not_free = [k for k in bounds if k not in free]
+        if not_free:
+            raise EquilibriumError(f"calibrate: bounds for {not_free}, which are not free.")
         box = [tuple(float(b) for b in bounds.get(path, (-math.inf, math.inf))) for path in free]
         start = jnp.stack([jnp.asarray(_get(params, path, "calibrate"), float) for path in free])
         for path, (lower, upper), value in zip(free, box, np.asarray(start), strict=True):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -213,7 +213,8 @@ def _root_jvp(fn: Callable, options: Options, primals, tangents):
     _, (value_dot, aux_dot) = jax.jvp(lambda a: fn(x, a), (args,), (args_dot,))
     x_dot = -jnp.linalg.solve(state.jacobian, value_dot)
     aux_dot = jax.tree.map(lambda d, j: d + j @ x_dot, aux_dot, state.aux_jacobian)
-    integer = np.zeros((), dtype=jax.dtypes.float0)
+    # float0: the tangent type of an integer leaf (an ndarray, not a jax Array).
+    integer = cast(Any, np.zeros((), dtype=jax.dtypes.float0))
     tangent = Root(
         x=x_dot, value=jnp.zeros_like(found.value), aux=aux_dot, steps=integer, status=integer
     )

@@ -1180,20 +1180,17 @@ def estimate(
         else:
             assert panel is not None  # MSM always has its data moments
             labels = [f"{moment} [period {t}]" for moment, t in panel.labels]
-            run = Run(
-                *_gauss_newton(
-                    objective, x0, tolerance, max_steps, step_tolerance, panel.covariance,
-                    n_subjects, labels,
-                ),
-                notes=(),
-                last=None,
+            x_end, value_end, gradient_end, steps_end, trace_end, reason_end = _gauss_newton(
+                objective, x0, tolerance, max_steps, step_tolerance, panel.covariance,
+                n_subjects, labels,
             )  # fmt: skip
+            run = Run(x_end, value_end, gradient_end, steps_end, trace_end, reason_end, (), None)
         runs.append((theta0, run))
     finite = [r for r in runs if math.isfinite(r[1].value)]
     start_theta, run = min(
         finite or runs, key=lambda r: r[1].value if math.isfinite(r[1].value) else math.inf
     )
-    x, value, gradient, n_steps, trace, reason = run[:6]
+    x, value, largest, n_steps, trace, reason = run[:6]
     theta, _ = objective.natural(x)
     bounds_lo = tuple(f.lower for f in free_specs) + (0.0,) * (len(names) - len(free_specs))
     bounds_hi = tuple(f.upper for f in free_specs) + (1.0,) * (len(names) - len(free_specs))
@@ -1233,9 +1230,9 @@ def estimate(
             polished.append(float(np.max(in_se)))
             theta, value, last = target, float(trial[0]), (target, trial)
             _, dtheta_dx = objective.natural(_unconstrained(objective, theta))
-            gradient = float(np.max(np.abs(dtheta_dx.T @ trial[1])))
+            largest = float(np.max(np.abs(dtheta_dx.T @ trial[1])))
             n_steps += 1
-            trace = np.column_stack([trace, [value, gradient]])
+            trace = np.column_stack([trace, [value, largest]])
         reported = -value * n_subjects
         model_moments = None
     else:
@@ -1260,7 +1257,7 @@ def estimate(
     se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
     at_bound = _at_bound(theta, newton, np.asarray(bounds_lo), np.asarray(bounds_hi))
     converged, message = _status(
-        Fit(theta, value, gradient, n_steps, reason, curvature, newton / se, at_bound, run.settled),
+        Fit(theta, value, largest, n_steps, reason, curvature, newton / se, at_bound, run.settled),
         names=names,
         bounds=(bounds_lo, bounds_hi),
         tolerance=tolerance,

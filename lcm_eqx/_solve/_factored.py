@@ -565,15 +565,15 @@ def plan_factoring(
             parts: list[tuple[set, list]] = []
             unique = list({id(f): f for f in factors}.values())
             for factor in unique:
-                reach = set(graph.deps(factor))
-                joined = [p for p in parts if reach & p[0] & set(actions)]
+                span = set(graph.deps(factor))
+                joined = [p for p in parts if span & p[0] & set(actions)]
                 members = [factor] + [f for p in joined for f in p[1]]
-                merged = (reach.union(*(p[0] for p in joined)), members)
+                merged = (span.union(*(p[0] for p in joined)), members)
                 parts = [p for p in parts if not any(p is q for q in joined)] + [merged]
             keys = []
-            for reach, members in parts:
+            for span, members in parts:
                 component = frozenset(id(m) for m in members)
-                components.setdefault(component, (canonical(reach), tuple(members)))
+                components.setdefault(component, (canonical(span), tuple(members)))
                 keys.append(component)
             alternatives.append(tuple(keys))
         checks_list.append(tuple(alternatives))
@@ -810,7 +810,7 @@ def solve_factored(
                     for x in (grid, paid)
                 )
 
-            group = [
+            group: list = [
                 (n, (jax.lax.stop_gradient(a), a if paid is None else paid))
                 for n, a, paid in members
             ]
@@ -824,8 +824,8 @@ def solve_factored(
 
     value = jnp.zeros(tuple(factoring.sizes[n] for n in states), dtype)
     for index in factoring.final:
-        names, array, paid = results[index]
-        value = value + _broadcast(array if paid is None else paid, names, states)
+        names, array, refined_value = results[index]
+        value = value + _broadcast(array if refined_value is None else refined_value, names, states)
     value = _drop_tangent_at_neg_inf(value)
 
     # The other components of equal axes evaluated together and reduced over their
@@ -885,6 +885,7 @@ def _refined_step(
                 v = _piece_value(piece, values[start : start + len(o)], dtype)
                 total = v if total is None else total + v
                 start += len(o)
+            assert total is not None  # a step's group holds at least one piece
             return total, checks
 
         return refine_along(along, points, arrays["code"], refine)

@@ -108,7 +108,7 @@ class GridSearch(AbstractPointwiseSolver):
         if self._refines(problem):
             assert self.refine is not None
             names = self.refine.names(problem.regime.continuous_actions)
-            if state is not None or len(names) > 1:
+            if state is not None or len(names) != 1:
                 return None
             refined, evaluations = names[0], _refine.evaluations(self.refine)
         # At one state the taste shocks are drawn and every action maximised.
@@ -143,7 +143,7 @@ class GridSearch(AbstractPointwiseSolver):
             reason = "refinement (GridSearch(refine=...)) evaluates the plain product"
             assert self.refine is not None
             names = self.refine.names(problem.regime.continuous_actions)
-            if len(names) > 1:
+            if len(names) != 1:  # (at least one: `_refines`)
                 joint = f"several refined actions ({', '.join(names)}) are refined jointly"
                 return (f"{reason}: {joint}",)
             planned = _factored.plan_factoring(

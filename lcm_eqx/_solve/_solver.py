@@ -354,11 +354,11 @@ class AbstractPointwiseSolver(AbstractSolver):
                 solutions.update({names[i]: self.solve_period(problems[names[i]]) for i in indices})
                 continue
             representative = problems[names[indices[0]]]
-            solved = _map_members(
-                lambda params, r=representative: self.solve_period(r.with_params(params)),
-                len(indices),
-                *stacked,
-            )
+
+            def member(params: Any, r: RegimeProblem = representative) -> PeriodSolution:
+                return self.solve_period(r.with_params(params))
+
+            solved = _map_members(member, len(indices), *stacked)
             for j, i in enumerate(indices):
                 solutions[names[i]] = jax.tree.map(lambda x, j=j: x[j], solved)
         return solutions, state, None

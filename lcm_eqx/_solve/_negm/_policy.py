@@ -262,8 +262,8 @@ def keep_value_prepared(
             prepared.node_marginal,
             prepared.node_curvature,
         )
-        at_low = tuple(a[i, k] for a in node)
-        at_high = tuple(a[i + 1, k] for a in node)
+        at_low = (node[0][i, k], node[1][i, k], node[2][i, k], node[3][i, k])
+        at_high = (node[0][i + 1, k], node[1][i + 1, k], node[2][i + 1, k], node[3][i + 1, k])
         kink = (
             prepared.kink_consumption[i, k],
             prepared.kink_utility[i, k],
