@@ -272,7 +272,8 @@ def test_solve_gradient_matches_central_differences(solver, splayed):
         # Each row's refinement at its own wealth, off the grids: on a kink, at a
         # binding borrowing constraint or interior (the interest rate was 24 % off,
         # the wage 5 %).
-        pytest.param(lcm.GridSearch(refine=True), id="grid-search-refined"),
+        # (About a minute on 2 cores: slow; the refined solve's gradient runs in CI.)
+        pytest.param(lcm.GridSearch(refine=True), id="grid-search-refined", marks=pytest.mark.slow),
         # (The same code as grid search's after `discrete_values`; a DC-EGM gradient
         # compiles for about 30 s.)
         pytest.param(dcegm(), id="dcegm", marks=pytest.mark.slow),
