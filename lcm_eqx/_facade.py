@@ -355,6 +355,8 @@ class Model(eqx.Module):
                     raw, infeasible = self._solve_nested(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = raw  # it records the model's structure (`Solution.model_structure`)
+        if validate != "off" and not is_traced(infeasible):
+            _start_copies_to_host((solution.violations, infeasible))
         enforce(
             validate,
             solution.violations,
@@ -771,6 +773,16 @@ def _horizon(n_periods: int | None, ages: AgeGrid | None) -> int:
             "give one of them."
         )
     return n_periods
+
+
+def _start_copies_to_host(tree) -> None:
+    """Start copying every array of `tree` to the host at once, so that the checks read
+    them after one round trip to an accelerator, not one per array (on a TPU each took
+    about 0.5 ms, most of a small model's validated solve). Free on a CPU."""
+    for leaf in jax.tree.leaves(tree):
+        copy = getattr(leaf, "copy_to_host_async", None)
+        if copy is not None:
+            copy()
 
 
 def _plain_dicts(params):

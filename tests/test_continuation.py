@@ -12,6 +12,7 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 
+from lcm_eqx._solve import _continuation  # noqa: E402
 from lcm_eqx._solve._continuation import (  # noqa: E402
     Layout,
     continuation_at,
@@ -101,9 +102,18 @@ def _case(seed, n_stochastic, n_fixed, n_continuous, stacked):
 PAIRWISE = [(a, b, (a + b) % 3) for a in range(3) for b in range(3)] + [(2, 2, 2)]
 
 
+@pytest.fixture(params=["gather", "dense"])
+def read(request, monkeypatch):
+    """Both reads of one continuous axis (an accelerator's default is the dense one)."""
+    monkeypatch.setattr(_continuation, "READ", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("stacked", [False, True])
 @pytest.mark.parametrize("n_stochastic, n_fixed, n_continuous", PAIRWISE)
-def test_continuation_at_matches_oracle(n_stochastic, n_fixed, n_continuous, stacked):
+def test_continuation_at_matches_oracle(n_stochastic, n_fixed, n_continuous, stacked, read):
+    if read == "dense" and n_continuous != 1:
+        pytest.skip("the dense read is for one continuous axis")
     n_neg_inf = 0
     for seed in range(12):
         result, expected = _case(seed, n_stochastic, n_fixed, n_continuous, stacked)
@@ -154,3 +164,43 @@ def test_nan_in_next_values_makes_the_period_nan():
     assert np.isnan(values[:2]).all()
     with pytest.raises(lcm.NaNError):
         model.solve({"discount_factor": 0.9})
+
+
+def test_dense_read_solves_and_differentiates_like_the_gathers(monkeypatch):
+    """A solve with a stochastic next state and one continuous axis (the dense read's
+    class) gives the same values and the same gradient in both reads; the nodes beyond
+    `DENSE_READ_NODES` keep the gathers."""
+    from tests.test_dcegm import STOCHASTIC_PARAMS, stochastic_model
+
+    params = {**STOCHASTIC_PARAMS}
+
+    def mean_value(risk_aversion):
+        p = {**params, "risk_aversion": risk_aversion}
+        return jnp.mean(model.solve(p).value("alive", 0))
+
+    x = jnp.asarray(params["risk_aversion"])
+    traced = []
+    dense = _continuation._read_dense
+    monkeypatch.setattr(
+        _continuation, "_read_dense", lambda *a, **k: traced.append(1) or dense(*a, **k)
+    )
+    results = {}
+    for mode in ("gather", "dense"):
+        monkeypatch.setattr(_continuation, "READ", mode)
+        # A model of its own per read: its programs are traced anew.
+        model = stochastic_model(n_wealth=20, n_consumption=50)  # 20 nodes per point
+        values = np.asarray(model.solve(params).values["alive"])
+        results[mode] = (values, *jax.value_and_grad(mean_value)(x))
+    (v_g, m_g, g_g), (v_d, m_d, g_d) = results["gather"], results["dense"]
+    finite = np.isfinite(v_g)
+    assert finite.mean() > 0.5
+    np.testing.assert_array_equal(np.isfinite(v_d), finite)
+    np.testing.assert_allclose(v_d[finite], v_g[finite], rtol=1e-12)
+    np.testing.assert_allclose(m_d, m_g, rtol=1e-12)
+    np.testing.assert_allclose(g_d, g_g, rtol=1e-10)
+    assert abs(float(g_g)) > 0
+    assert traced  # the dense read was the one traced
+    traced.clear()
+    monkeypatch.setattr(_continuation, "DENSE_READ_NODES", 19)
+    stochastic_model(n_wealth=20, n_consumption=50).solve(params)
+    assert not traced

@@ -122,3 +122,23 @@ def test_the_inversion_of_marginal_utility_needs_no_accurate_logarithm(x64, monk
     for marginal, solution in ((lambda c: 1.0 / c, 1.0 / q), (lambda c: c**-2.0, q**-0.5)):
         c = invert_marginal(marginal, q, 6)
         assert float(jnp.max(jnp.abs(c / solution - 1.0))) < 2e-6
+
+
+@pytest.mark.parametrize("case", ["DCEGM", "GridSearch", "NEGM"])
+def test_every_contraction_is_at_the_highest_precision(x64, case):
+    """A TPU multiplies a contraction at its default precision in one bfloat16 pass
+    (three digits: NEGM's quintic read was 3.2e-3 off float64 on a TPU): every
+    `dot_general` of a solve names the highest precision, read from its StableHLO."""
+    import re
+
+    x64(False)
+    model, params = CASES[case][0]()
+    text = model._solve_nested.lower(
+        model.checked_params(params), validate=True, progress=None
+    ).as_text()
+    dots = re.findall(r"stablehlo\.dot_general[^\n]*", text)
+    assert all("precision = [HIGHEST, HIGHEST]" in d for d in dots), [
+        d for d in dots if "HIGHEST" not in d
+    ][:3]
+    if case == "NEGM":
+        assert dots  # its adjuster's quintic read

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .._numerics import CONTRACTION_PRECISION
+
 RUNNING = -1
 CONVERGED = 0
 MAX_STEPS = 1
@@ -212,7 +214,11 @@ def _root_jvp(fn: Callable, options: Options, primals, tangents):
     x = jax.lax.stop_gradient(found.x)
     _, (value_dot, aux_dot) = jax.jvp(lambda a: fn(x, a), (args,), (args_dot,))
     x_dot = -jnp.linalg.solve(state.jacobian, value_dot)
-    aux_dot = jax.tree.map(lambda d, j: d + j @ x_dot, aux_dot, state.aux_jacobian)
+    aux_dot = jax.tree.map(
+        lambda d, j: d + jnp.matmul(j, x_dot, precision=CONTRACTION_PRECISION),
+        aux_dot,
+        state.aux_jacobian,
+    )
     # float0: the tangent type of an integer leaf (an ndarray, not a jax Array).
     integer = cast(Any, np.zeros((), dtype=jax.dtypes.float0))
     tangent = Root(

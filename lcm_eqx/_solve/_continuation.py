@@ -10,8 +10,10 @@ dependent) stochastic axes, and interpolates the continuous ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
+import os
 from collections.abc import Callable
 from typing import cast
 
@@ -223,7 +225,87 @@ def continuation_at(
     fixed = tuple(current[n] for n in layout.current) + tuple(discrete[n] for n in layout.discrete)
     if regime_index is not None:
         fixed = (regime_index, *fixed)
+    joint = None
+    for name in layout.stochastic:
+        p = probabilities[name]
+        joint = p if joint is None else joint[..., None] * p
+    finish = settle_masked if settled else (lambda total: total)
+    intervals_in_order = tuple(
+        (jnp.asarray(intervals[n][0], jnp.int32), intervals[n][1]) for n in layout.continuous
+    )
+    operands = (prepared, fixed, intervals_in_order, joint)
+    options = {"n_stochastic": len(layout.stochastic), "transform": transform, "finish": finish}
+    gathered = functools.partial(_read_gathered, **options)
+    # The dense read sums the stochastic nodes times the continuous ones per point.
     n_stochastic = len(layout.stochastic)
+    nodes_per_point = prepared.size // max(math.prod(prepared.shape[n_stochastic:-1]), 1)
+    if (
+        len(layout.continuous) != 1
+        or prepared.shape[-1] < 2
+        or READ == "gather"
+        or nodes_per_point > DENSE_READ_NODES
+    ):
+        return gathered(*operands)
+    dense = functools.partial(_read_dense, **options)
+    if READ == "dense":
+        return dense(*operands)
+    return jax.lax.platform_dependent(*operands, cpu=gathered, default=dense)
+
+
+# How `continuation_at` reads a continuation with one continuous axis: "platform" (a
+# gather of the two nodes on a CPU, `_read_dense` on an accelerator), or "gather" or
+# "dense" everywhere (the tests and benchmarks compare them); the environment variable
+# `LCM_CONTINUATION_READ` sets it at import.
+READ = os.environ.get("LCM_CONTINUATION_READ", "platform")
+# The most nodes (stochastic times continuous) that the dense read sums per point: XLA
+# may store that many products per point before their sum (the TPU does: 1.3 GB on
+# full Mahler-Yum, 100 nodes), so beyond it the gathers (2 per stochastic node) are
+# kept. `LCM_DENSE_READ_NODES` sets it.
+DENSE_READ_NODES = int(os.environ.get("LCM_DENSE_READ_NODES", 128))
+
+
+def _read_dense(prepared, fixed, intervals, joint, *, n_stochastic, transform, finish):
+    """`continuation_at` with one continuous axis without a gather per point.
+
+    The row of the fixed codes is sliced (under the grid's `vmap`s a gather of whole
+    rows, one per distinct code: the codes do not vary along the continuous actions), and
+    its two nodes are read by a weighted sum over the row, weight `1 - w` on node `lo`,
+    `w` on `lo + 1` and exactly 0 elsewhere. An accelerator sums a short row far faster
+    than it gathers one element per point, and the derivative is a product, not a
+    scatter per point. The stand-ins of `mask_neg_inf` times an exact zero add nothing; a
+    NaN anywhere in the row makes the point `-inf` (where the gather makes only the points
+    next to it `-inf`; a NaN continuation makes the whole period NaN in any case).
+    """
+    ((lo, weight),) = intervals
+    stochastic_shape = prepared.shape[:n_stochastic]
+    n = prepared.shape[-1]
+    fixed_shape = prepared.shape[n_stochastic:-1]
+    rows = prepared.reshape((*stochastic_shape, math.prod(fixed_shape), n))
+    offset = jnp.zeros((), jnp.int32)
+    for code, size in zip(fixed, fixed_shape, strict=True):
+        offset = offset * size + jnp.clip(jnp.asarray(code, jnp.int32), 0, size - 1)
+    zero = jnp.zeros((), jnp.int32)
+    row = jax.lax.dynamic_slice(
+        rows, (zero,) * n_stochastic + (offset, zero), (*stochastic_shape, 1, n)
+    )[..., 0, :]
+    nodes = jnp.arange(n, dtype=jnp.int32)
+    weights = jnp.where(nodes == lo, 1.0 - weight, jnp.where(nodes == lo + 1, weight, 0.0))
+    # Each stochastic node interpolated first, then their expectation: the row varies
+    # with the fixed codes and the weights with the continuous next state, so this sum
+    # is over their joint points only, not also over the points that the probabilities
+    # vary with (summing the probabilities into the row first costs 20x on Mahler-Yum).
+    # A multiply and a sum, not a `dot`: XLA fuses the weights into it, so that no
+    # array of weights per point and node is ever stored.
+    values = jnp.sum(row * weights.astype(prepared.dtype), axis=-1)
+    if transform is not None:
+        values = mask_neg_inf(transform(settle_masked(values)))
+    return finish(values if joint is None else jnp.sum(joint * values))
+
+
+def _read_gathered(prepared, fixed, intervals, joint, *, n_stochastic, transform, finish):
+    """`continuation_at` by gathers: the two nodes of the merged axis (the fixed codes
+    and the first continuous axis), then a pair along each further continuous axis."""
+    n_continuous = len(intervals)
     shape = prepared.shape
     stochastic_shape = shape[:n_stochastic]
     fixed_shape = shape[n_stochastic : n_stochastic + len(fixed)]
@@ -235,7 +317,7 @@ def continuation_at(
         jnp.clip(jnp.asarray(c, jnp.int32), 0, n - 1)
         for c, n in zip(fixed, fixed_shape, strict=True)
     ]
-    codes += [intervals[n][0].astype(jnp.int32) for n in layout.continuous[:1]]
+    codes += [lo for lo, _ in intervals[:1]]
     block = prepared
     if merged_shape:
         offset = jnp.zeros((), jnp.int32)
@@ -243,17 +325,9 @@ def continuation_at(
             offset = offset * n + code
         flat = prepared.reshape((*stochastic_shape, math.prod(merged_shape), *continuous_shape[1:]))
         zero = jnp.zeros((), jnp.int32)
-        starts = (
-            (zero,) * n_stochastic
-            + (offset,)
-            + tuple(intervals[n][0].astype(jnp.int32) for n in layout.continuous[1:])
-        )
-        sizes = (
-            stochastic_shape
-            + ((2,) if layout.continuous else (1,))
-            + (2,) * (len(layout.continuous) - 1)
-        )
-        if layout.continuous:
+        starts = (zero,) * n_stochastic + (offset,) + tuple(lo for lo, _ in intervals[1:])
+        sizes = stochastic_shape + ((2,) if n_continuous else (1,)) + (2,) * (n_continuous - 1)
+        if n_continuous:
             # The two nodes of the merged axis as two gathers of one element each, not
             # one of a pair: inside a splayed (scanned) sweep, where XLA cannot hoist
             # the index, a pair gather costs several times as much per point.
@@ -280,37 +354,29 @@ def continuation_at(
         else:
             block = jax.lax.dynamic_slice(flat, starts, sizes, allow_negative_indices=False)
             block = block[..., 0]
-    joint = None
-    for name in layout.stochastic:
-        p = probabilities[name]
-        joint = p if joint is None else joint[..., None] * p
-    finish = settle_masked if settled else (lambda total: total)
     if transform is not None:
         # Interpolate each stochastic node, transform it, then take the expectation.
         nodes = block
-        if layout.continuous:
+        if n_continuous:
             nodes = cast(Array, 0.0)
-            for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
-                nodes = (
-                    nodes + _corner_weight(layout, intervals, corner) * block[(Ellipsis, *corner)]
-                )
+            for corner in itertools.product((0, 1), repeat=n_continuous):
+                nodes = nodes + _corner_weight(intervals, corner) * block[(Ellipsis, *corner)]
         nodes = mask_neg_inf(transform(settle_masked(nodes)))
         return finish(nodes if joint is None else jnp.sum(joint * nodes))
-    if not layout.continuous:
+    if not n_continuous:
         return finish(block if joint is None else jnp.sum(joint * block))
     total = cast(Array, 0.0)  # a weakly typed zero; an Array from the first corner on
-    for corner in itertools.product((0, 1), repeat=len(layout.continuous)):
-        weight = _corner_weight(layout, intervals, corner)
+    for corner in itertools.product((0, 1), repeat=n_continuous):
+        weight = _corner_weight(intervals, corner)
         node = block[(Ellipsis, *corner)]
         total = total + (weight * node if joint is None else jnp.sum(weight * joint * node))
     return finish(total)
 
 
-def _corner_weight(layout: Layout, intervals, corner) -> Array:
+def _corner_weight(intervals, corner) -> Array:
     """The multilinear weight of one corner (0: lower, 1: upper node per continuous
-    axis) of the interpolation cell."""
+    axis) of the interpolation cell; `intervals` holds `(lo, w)` per continuous axis."""
     weight: Array | float = 1.0
-    for name, upper in zip(layout.continuous, corner, strict=True):
-        w = intervals[name][1]
+    for (_, w), upper in zip(intervals, corner, strict=True):
         weight = weight * (w if upper else 1.0 - w)
     return cast(Array, weight)
