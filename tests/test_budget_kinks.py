@@ -185,6 +185,8 @@ def test_three_periods_match_the_exact_oracle(threshold):
     assert errors.max() < 1e-8
 
 
+# 36 s in CI; the kinks' other tests stay in CI.
+@pytest.mark.slow
 def test_next_periods_kinks_as_savings_points_on_a_coarse_grid():
     """The same on 150 savings points (fast): without next period's kinks the endogenous
     grid interpolates across them and errs by 1e-4 (measured 9.7e-5); with them, what

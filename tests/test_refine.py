@@ -408,6 +408,8 @@ HABIT = {
 }
 
 
+# 40 s in CI; the refined derivatives stay in CI through tests/test_factored.py.
+@pytest.mark.slow
 def test_refined_effort_under_taste_shocks_has_the_central_differences_derivatives():
     """With taste shocks every discrete choice's refined effort enters the values and
     the moments, the unchosen ones too. Three Newton steps left some of them short of
