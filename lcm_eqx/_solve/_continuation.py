@@ -236,10 +236,11 @@ def continuation_at(
         (jnp.asarray(intervals[n][0], jnp.int32), intervals[n][1]) for n in layout.continuous
     )
     operands = (prepared, fixed, intervals_in_order, joint)
-    options = {"n_stochastic": len(layout.stochastic), "transform": transform, "finish": finish}
-    gathered = functools.partial(_read_gathered, **options)
-    # The dense read sums the stochastic nodes times the continuous ones per point.
     n_stochastic = len(layout.stochastic)
+    gathered = functools.partial(
+        _read_gathered, n_stochastic=n_stochastic, transform=transform, finish=finish
+    )
+    # The dense read sums the stochastic nodes times the continuous ones per point.
     nodes_per_point = prepared.size // max(math.prod(prepared.shape[n_stochastic:-1]), 1)
     if (
         len(layout.continuous) != 1
@@ -248,7 +249,9 @@ def continuation_at(
         or nodes_per_point > DENSE_READ_NODES
     ):
         return gathered(*operands)
-    dense = functools.partial(_read_dense, **options)
+    dense = functools.partial(
+        _read_dense, n_stochastic=n_stochastic, transform=transform, finish=finish
+    )
     if READ == "dense":
         return dense(*operands)
     return jax.lax.platform_dependent(*operands, cpu=gathered, default=dense)
@@ -260,9 +263,9 @@ def continuation_at(
 # `LCM_CONTINUATION_READ` sets it at import.
 READ = os.environ.get("LCM_CONTINUATION_READ", "platform")
 # The most nodes (stochastic times continuous) that the dense read sums per point: XLA
-# may store that many products per point before their sum (the TPU does: 1.3 GB on
-# full Mahler-Yum, 100 nodes), so beyond it the gathers (2 per stochastic node) are
-# kept. `LCM_DENSE_READ_NODES` sets it.
+# may store that many products per point before their sum (the CPU did: 56 GB for a
+# plain-product model of 1.2e7 points and 591 nodes), so beyond it the gathers (2 per
+# stochastic node) are kept. `LCM_DENSE_READ_NODES` sets it.
 DENSE_READ_NODES = int(os.environ.get("LCM_DENSE_READ_NODES", 128))
 
 
@@ -297,8 +300,8 @@ def _read_dense(prepared, fixed, intervals, joint, *, n_stochastic, transform, f
     # is over their joint points only, not also over the points that the probabilities
     # vary with (summing the probabilities into the row first: a full Mahler-Yum solve
     # on a TPU took 0.219 s, against 0.083 s in this order). A multiply and a sum, not a
-    # `dot`, whose operands XLA would store: here it may fuse the weights in (the TPU
-    # still stores the products, hence `DENSE_READ_NODES`).
+    # `dot`, whose operands XLA would store: here it may fuse the weights in (it need
+    # not: hence `DENSE_READ_NODES`).
     values = jnp.sum(row * weights.astype(prepared.dtype), axis=-1)
     if transform is not None:
         values = mask_neg_inf(transform(settle_masked(values)))
