@@ -50,50 +50,23 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._timing import interleaved  # noqa: E402
 from benchmarks.versus import export_base  # noqa: E402
 
-PARAMS = {
-    "discount_factor": 0.965,
-    "interest_rate": 0.03,
-    "risk_aversion": 2.0,
-    "alpha": 0.9,
-    "durable_floor": 0.01,
-    "depreciation": 0.15,
-    "adjustment_cost": 0.1,
-}
+# The model's functions are examples/durables.py's (the same household); only the
+# income variants and the grids are the paper's.
+sys.path.insert(0, str(ROOT / "examples"))
+from durables import (  # noqa: E402
+    PARAMS,
+    Adjust,
+    held,
+    next_durable,
+    next_wealth,
+    no_borrowing,
+    resources,
+    saved,
+    utility,
+)
+from durables import income as markov_income  # noqa: E402
+
 N_LEVELS = 50
-
-
-class Adjust(IntEnum):
-    keep = 0
-    adjust = 1
-
-
-def held(durable, new_durable, adjust):
-    return jnp.where(adjust == Adjust.adjust, new_durable, durable)
-
-
-def utility(consumption, held, alpha, risk_aversion, durable_floor):
-    aggregate = consumption**alpha * (held + durable_floor) ** (1.0 - alpha)
-    return aggregate ** (1.0 - risk_aversion) / (1.0 - risk_aversion)
-
-
-def resources(wealth, durable, adjustment_cost):
-    return wealth + (1.0 - adjustment_cost) * durable
-
-
-def saved(wealth, consumption, new_durable, adjust, resources):
-    return jnp.where(adjust == Adjust.adjust, resources - new_durable, wealth) - consumption
-
-
-def next_durable(held, depreciation):
-    return (1.0 - depreciation) * held
-
-
-def no_borrowing(saved):
-    return saved >= 0.0
-
-
-def markov_income(log_income):
-    return jnp.exp(log_income)
 
 
 def level_income(level):
@@ -103,10 +76,6 @@ def level_income(level):
 def next_level(level):
     middle = N_LEVELS // 2
     return level + jnp.sign(middle - level).astype(level.dtype)
-
-
-def next_wealth(saved, income, interest_rate):
-    return (1.0 + interest_rate) * saved + income
 
 
 def build(lcm, variant: str, n_periods: int = 5):

@@ -31,7 +31,6 @@ issue asks for: `refined / grid`); with `--subjects 0` nothing is simulated.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -47,16 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import lcm_eqx as lcm  # noqa: E402
+from benchmarks._examples import load_example  # noqa: E402
 from benchmarks._timing import call_seconds  # noqa: E402
 
 AGES = (39, 41, 59, 61)
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("mahler_yum", ROOT / "examples/mahler_yum.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
@@ -67,7 +60,7 @@ def main() -> None:
     parser.add_argument("--variants", default="discrete,grid,grid-plain,refined")
     parser.add_argument("--rounds", type=int, default=0)
     args = parser.parse_args()
-    my = load_example()
+    my = load_example("mahler_yum")
     solvers = {
         "discrete": (False, lcm.GridSearch()),
         "grid": (True, lcm.GridSearch()),

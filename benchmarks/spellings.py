@@ -21,7 +21,6 @@ values and the example's times `(β_type / β)^period` (the same model: 0 up to 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -37,14 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import lcm_eqx as lcm  # noqa: E402
+from benchmarks._examples import load_example  # noqa: E402
 from benchmarks._timing import call_seconds  # noqa: E402
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("mahler_yum", ROOT / "examples/mahler_yum.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
@@ -53,7 +46,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--plain", action="store_true")
     args = parser.parse_args()
-    my = load_example()
+    my = load_example("mahler_yum")
 
     variants = {
         "example": my.build(args.size),

@@ -100,8 +100,7 @@ def compile_child(name: str) -> None:
 
 def benchmark_models(full: bool) -> dict:
     """name -> (model, params) of the models `--models` measures."""
-    import importlib.util
-
+    from benchmarks._examples import load_example
     from benchmarks._models import (
         LARGE_PARAMS,
         PRECAUTIONARY_PARAMS,
@@ -111,12 +110,7 @@ def benchmark_models(full: bool) -> dict:
         _retirement,
     )
 
-    spec = importlib.util.spec_from_file_location(
-        "mahler_yum_example", Path(__file__).resolve().parents[1] / "examples" / "mahler_yum.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mahler_yum = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mahler_yum)
+    mahler_yum = load_example("mahler_yum")
     models = {
         "retirement 10 x 200 x 1000": (
             _retirement(10, n_wealth=200, n_consumption=1000),

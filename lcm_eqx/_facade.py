@@ -27,7 +27,13 @@ from ._errors import (
     warn,
 )
 from ._estimation._distribution import Distribution, bin_initial, forward
-from ._grids import INDEX_SUFFIX, AbstractProcessGrid, AgeGrid, DiscreteGrid
+from ._grids import (
+    INDEX_SUFFIX,
+    AbstractProcessGrid,
+    AgeGrid,
+    DiscreteGrid,
+    unknown_states_message,
+)
 from ._logging import log_time, logger, timed
 from ._model._params import (
     arrays_from_series,
@@ -897,13 +903,8 @@ def _initial_conditions(
     unknown = [k for k in initial_conditions if k not in known]
     if unknown:
         raise InvalidInitialConditionsError(
-            f"simulate: initial_conditions has unknown entries {unknown}; the states are "
-            f"{list(state_kinds)}"
-            + (
-                f" (process states as values, or grid indices under "
-                f"{sorted(s + INDEX_SUFFIX for s in process_states)})"
-                if process_states
-                else ""
+            unknown_states_message(
+                "simulate: initial_conditions", unknown, list(state_kinds), process_states
             )
             + ", plus 'regime' and 'age'."
         )

@@ -19,7 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import InvalidPeriodError, LcmError
-from ._grids import INDEX_SUFFIX, AbstractContinuousGrid, AbstractProcessGrid, DiscreteGrid
+from ._grids import (
+    INDEX_SUFFIX,
+    AbstractContinuousGrid,
+    AbstractProcessGrid,
+    DiscreteGrid,
+    unknown_states_message,
+)
 from ._grids._age import age_of
 from ._model._params import resolve_params
 from ._simulate._simulate import prepare_next_values
@@ -379,13 +385,8 @@ def _policy_points(model: Model, params, regime_plan, states: Mapping[str, Any])
     unknown = [k for k in states if k not in known]
     if unknown:
         raise PlotError(
-            f"Regime {regime!r}: states has unknown entries {unknown}; its states are "
-            f"{list(regime_plan.states)}"
-            + (
-                f" (process states as node values, or grid indices under "
-                f"{sorted(s + INDEX_SUFFIX for s in process)})"
-                if process
-                else ""
+            unknown_states_message(
+                f"Regime {regime!r}: states", unknown, list(regime_plan.states), process
             )
             + "."
         )

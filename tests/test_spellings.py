@@ -7,7 +7,6 @@ where it cannot split the objective, `describe` says what joins the axes, and th
 solve warns above a size."""
 
 import warnings
-from enum import IntEnum
 
 import jax
 import jax.numpy as jnp
@@ -17,27 +16,13 @@ import pytest
 import lcm_eqx as lcm
 from lcm_eqx._solve import _grid_search
 from tests.models import retirement
+from tests.test_factored import N_PERIODS, Health, Patience, Work
 
 jax.config.update("jax_enable_x64", True)
 
 
-class Health(IntEnum):
-    bad = 0
-    good = 1
-
-
-class Patience(IntEnum):
-    low = 0
-    high = 1
-
-
-class Work(IntEnum):
-    none = 0
-    part = 1
-    full = 2
-
-
-N_PERIODS = 4
+# The factored tests' model's categories and horizon (this module spells its
+# functions in other ways).
 
 
 def consumption(wealth, labor, saving, wage, health):

@@ -40,7 +40,20 @@ POPULATION = "population"
 VALIDATE_OPTIONS = ("raise", "warn", "off")
 
 
-class EquilibriumResult(eqx.Module):
+class _AbstractNewtonOutcome(eqx.Module):
+    """Where a Newton search stopped (`EquilibriumResult`, `Calibration`), and why."""
+
+    steps: eqx.AbstractVar[Int[Array, ""]]
+    converged: eqx.AbstractVar[Bool[Array, ""]]
+    status: eqx.AbstractVar[Int[Array, ""]]
+
+    @property
+    def message(self) -> str:
+        """Why Newton's method stopped, in words."""
+        return _newton.STATUS_MESSAGES[int(self.status)]
+
+
+class EquilibriumResult(_AbstractNewtonOutcome):
     """A stationary equilibrium (or the economy at given prices): `Equilibrium.solve`.
 
     Every array is differentiable in the parameters (`jax.grad`, `jax.jacfwd`): the
@@ -70,11 +83,6 @@ class EquilibriumResult(eqx.Module):
     converged: Bool[Array, ""]
     status: Int[Array, ""]
 
-    @property
-    def message(self) -> str:
-        """Why Newton's method stopped, in words."""
-        return _newton.STATUS_MESSAGES[int(self.status)]
-
     def summary(self) -> pd.DataFrame:
         """A table of the prices, aggregates and excess demands (`kind`, `value`)."""
         rows = [
@@ -90,7 +98,7 @@ class EquilibriumResult(eqx.Module):
         return frame.set_index("name")
 
 
-class Calibration(eqx.Module):
+class Calibration(_AbstractNewtonOutcome):
     """Parameters at which the equilibrium reaches its targets: `Equilibrium.calibrate`.
 
     Attributes:
@@ -110,11 +118,6 @@ class Calibration(eqx.Module):
     steps: Int[Array, ""]
     converged: Bool[Array, ""]
     status: Int[Array, ""]
-
-    @property
-    def message(self) -> str:
-        """Why Newton's method stopped, in words."""
-        return _newton.STATUS_MESSAGES[int(self.status)]
 
 
 class Equilibrium(eqx.Module):

@@ -17,3 +17,4 @@ from ._process import NormalIIDGrid as NormalIIDGrid
 from ._process import RouwenhorstGrid as RouwenhorstGrid
 from ._process import TauchenGrid as TauchenGrid
 from ._process import UniformIIDGrid as UniformIIDGrid
+from ._process import unknown_states_message as unknown_states_message

@@ -22,6 +22,21 @@ PROCESS_PARAMETERS = ("rho", "sigma", "mean")
 INDEX_SUFFIX = ":index"
 
 
+def unknown_states_message(
+    what: str, unknown: list[str], states: list[str], process: set[str] | list[str]
+) -> str:
+    """`<what> has unknown entries [...]; the states are [...]`, with how process states
+    may be given (values, or grid indices under `<state>:index`): the message of
+    `simulate`'s initial conditions and `compute_policy`'s states."""
+    hint = (
+        f" (process states as node values, or grid indices under "
+        f"{sorted(s + INDEX_SUFFIX for s in process)})"
+        if process
+        else ""
+    )
+    return f"{what} has unknown entries {unknown}; the states are {states}{hint}"
+
+
 class AbstractProcessGrid(AbstractGrid):
     """A state whose transition is its own Markov chain on fixed nodes (an AR(1)
     discretisation or an i.i.d. draw).
