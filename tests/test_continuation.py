@@ -167,9 +167,10 @@ def test_nan_in_next_values_makes_the_period_nan():
 
 
 def test_dense_read_solves_and_differentiates_like_the_gathers(monkeypatch):
-    """A solve with a stochastic next state and one continuous axis (the dense read's
-    class) gives the same values and the same gradient in both reads; the nodes beyond
-    `DENSE_READ_NODES` keep the gathers."""
+    """A solve with one continuous axis (the dense read's class; the Markov income is
+    contracted before the kernel, so its codes are fixed ones) gives the same values
+    and the same gradient in both reads; the nodes beyond `DENSE_READ_NODES` keep the
+    gathers."""
     from tests.test_dcegm import STOCHASTIC_PARAMS, stochastic_model
 
     params = {**STOCHASTIC_PARAMS}
@@ -204,3 +205,20 @@ def test_dense_read_solves_and_differentiates_like_the_gathers(monkeypatch):
     monkeypatch.setattr(_continuation, "DENSE_READ_NODES", 19)
     stochastic_model(n_wealth=20, n_consumption=50).solve(params)
     assert not traced
+
+
+def test_dense_read_of_transformed_nodes_matches_the_epstein_zin_oracle(monkeypatch):
+    """Epstein-Zin reads each stochastic node, transforms it, then takes the expectation
+    (`transform`): through the dense read, its values equal the numpy oracle."""
+    from tests import test_aggregators as ez
+
+    traced = []
+    dense = _continuation._read_dense
+    monkeypatch.setattr(
+        _continuation, "_read_dense", lambda *a, **k: traced.append(1) or dense(*a, **k)
+    )
+    monkeypatch.setattr(_continuation, "READ", "dense")
+    solution = ez.ez_model().solve(ez.ez_params(risk_aversion=4.0, eis=0.5))
+    values = np.moveaxis(np.asarray(solution.values["alive"]), 1, 2)  # (t, income, wealth)
+    np.testing.assert_allclose(values, ez.ez_oracle(0.95, 4.0, 0.5), rtol=1e-10, atol=0)
+    assert traced
