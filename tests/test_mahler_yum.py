@@ -357,6 +357,53 @@ def _value_gradients(my, model, params, mode):
     return np.asarray(jax.grad(f)(x) if mode == "reverse" else jax.jacfwd(f)(x))
 
 
+def _default_branch(*args, default, **_platforms):
+    """`jax.lax.platform_dependent` as it lowers on an accelerator (its `default`)."""
+    return default(*args)
+
+
+def test_the_accelerator_forms_solve_validate_and_differentiate_like_the_cpus(
+    my, tiny, monkeypatch
+):
+    """With every `platform_dependent` choice lowered as on a TPU (the dense reads, the
+    check maxima over the arrays' own axes, the first maximiser without `argmax`), the
+    tiny model's values, checks and reverse-mode gradient equal the CPU forms'."""
+    _, params, _, solution = tiny
+    cpu_gradient = _value_gradients(my, tiny[0], params, "reverse")
+    jax.clear_caches()
+    monkeypatch.setattr(jax.lax, "platform_dependent", _default_branch)
+    model, _, _ = my.build("tiny", n_subjects=4, saving=4)
+    accelerated = model.solve(params)
+    for t in range(my.SIZES["tiny"]["periods"] - 1):
+        np.testing.assert_allclose(
+            np.asarray(accelerated.value("alive", t)),
+            np.asarray(solution.value("alive", t)),
+            rtol=1e-12,
+            atol=0,
+            err_msg=f"period {t}",
+        )
+    for name, violations in solution.violations.items():
+        np.testing.assert_array_equal(
+            np.asarray(accelerated.violations[name]), np.asarray(violations)
+        )
+    gradient = _value_gradients(my, model, params, "reverse")
+    assert np.all(np.abs(gradient) > 0)
+    np.testing.assert_allclose(gradient, cpu_gradient, rtol=1e-10)
+    # A NaN value is still caught (failing transition checks in these forms:
+    # tests/test_validation_cost.py).
+    utility = params["alive"]["consumption_utility"]
+    bad = {
+        **params,
+        "alive": {
+            **params["alive"],
+            "consumption_utility": {**utility, "utility_constant": np.nan},
+        },
+    }
+    with pytest.raises(lcm.NaNError):
+        model.solve(bad)
+    jax.clear_caches()
+
+
 @pytest.fixture(scope="module")
 def plain_tiny(my):
     import lcm_eqx as lcm

@@ -16,7 +16,14 @@ import pytest
 
 import lcm_eqx as lcm
 from lcm_eqx import _numerics
-from lcm_eqx._solve._reduce import _max_and_count_apart, _max_and_count_variadic
+from lcm_eqx._solve import _reduce
+from lcm_eqx._solve._kernel import _max_each_merged, max_each
+from lcm_eqx._solve._reduce import (
+    _max_and_count_apart,
+    _max_and_count_variadic,
+    _tangent_at_argmax,
+    _tangent_at_first_maximum,
+)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -34,6 +41,10 @@ def next_income(income):
 
 
 def build():
+    return build_with(utility)
+
+
+def build_with(utility):
     alive = lcm.Regime(
         states={"wealth": lcm.LinSpacedGrid(1.0, 10.0, 12), "income": lcm.DiscreteGrid([0, 1])},
         actions={"consumption": lcm.LinSpacedGrid(0.5, 10.0, 20)},
@@ -100,6 +111,102 @@ def test_the_check_reductions_agree_on_every_platform():
         for a, b in zip(jax.tree.leaves(variadic), jax.tree.leaves(apart), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
             assert a.dtype == b.dtype
+
+
+def test_the_check_maxima_agree_on_every_platform(monkeypatch):
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(3, 4, 5, 2))
+    values[0, 1, 2, 0] = np.nan
+    values[2, :, :, 1] = -np.inf
+    arrays = (jnp.asarray(values), jnp.asarray(values[::-1]))
+    monkeypatch.setattr(
+        jax.lax, "platform_dependent", lambda *args, default, **_platforms: default(*args)
+    )
+    for axes in ((0, 1, 2), (1, 2), (3,), (0, 3), (1,)):
+        merged = _max_each_merged(arrays, axes)
+        apart = max_each(arrays, axes)
+        for a, b in zip(merged, apart, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            assert a.shape == b.shape
+
+
+def test_the_tangent_at_the_first_maximum_agrees_on_every_platform(monkeypatch):
+    """The accelerator's first maximiser (slice by slice, or `argmax` and a select-sum)
+    picks the tangent that `argmax` and its gather pick: ties (the first), a NaN (the
+    first NaN), a row of `-inf` (the first); infinite tangents elsewhere stay out."""
+    values = np.array(
+        [
+            [1.0, 3.0, 3.0, 0.0],
+            [np.nan, 2.0, np.nan, 5.0],
+            [-np.inf, -np.inf, -np.inf, -np.inf],
+            [2.0, -np.inf, 7.0, 7.0],
+            [1.0, np.nan, 9.0, np.nan],
+        ]
+    )
+    tangent = np.array(
+        [
+            [np.inf, 10.0, 20.0, np.nan],
+            [30.0, 1.0, 2.0, 3.0],
+            [40.0, np.inf, 1.0, 2.0],
+            [np.nan, 5.0, 50.0, 6.0],
+            [1.0, 60.0, 2.0, 3.0],
+        ]
+    )
+    for slices in (16, 0):  # slice by slice, and by `argmax` (longer axes)
+        monkeypatch.setattr(_reduce, "FIRST_MAXIMUM_SLICES", slices)
+        for axis, v, t in ((1, values, tangent), (0, values.T, tangent.T)):
+            expected = _tangent_at_argmax(jnp.asarray(v), jnp.asarray(t), axis)
+            got = _tangent_at_first_maximum(jnp.asarray(v), jnp.asarray(t), axis)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+            np.testing.assert_array_equal(np.asarray(got), [10.0, 30.0, 40.0, 50.0, 60.0])
+
+
+def _transcendentals(jaxpr) -> list[tuple[str, object]]:
+    """(operation, accuracy) of every exp/log/log1p/expm1 in `jaxpr`."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("exp", "log", "log1p", "expm1"):
+            found.append((eqn.primitive.name, eqn.params.get("accuracy")))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _transcendentals(sub)
+    return found
+
+
+def precise_utility(consumption, income, wealth):
+    # exp and log directly, inside a jitted JAX function (`jnp.where`), and in a
+    # library function (`logsumexp`), with a constant argument.
+    smooth = jax.scipy.special.logsumexp(jnp.stack([jnp.log(consumption), 0.1 * income]))
+    return smooth - jnp.where(wealth > 5.0, jnp.expm1(-wealth), jnp.log1p(wealth))
+
+
+def test_a_tpu_runs_user_functions_with_exp_and_log_to_round_off(monkeypatch):
+    """Where the default device is a TPU, the exp, log, log1p and expm1 in every user
+    function (and in the JAX functions it calls) ask for the highest accuracy, and the
+    values (a CPU computes either to round-off) are the same to the last bit, as is a
+    gradient."""
+    from lcm_eqx._model import _dag
+
+    def solve_and_gradient():
+        model = build_with(precise_utility)
+        jaxpr = jax.make_jaxpr(lambda beta: model.solve({"discount_factor": beta}))(0.95)
+        values = np.asarray(model.solve(PARAMS).values["alive"])
+        gradient = jax.grad(
+            lambda beta: model.solve({"discount_factor": beta}).value("alive", 0).sum()
+        )(0.95)
+        return _transcendentals(jaxpr.jaxpr), values, float(gradient)
+
+    plain, values, gradient = solve_and_gradient()
+    # The library's solve of this model has none of its own: each is the utility's.
+    assert sorted(plain) == sorted(
+        [("log", None), ("exp", None), ("log", None), ("expm1", None), ("log1p", None)]
+    )
+    jax.clear_caches()
+    monkeypatch.setattr(_dag, "precise_transcendentals_needed", lambda: True)
+    precise, precise_values, precise_gradient = solve_and_gradient()
+    assert sorted(precise) == sorted((op, jax.lax.AccuracyMode.HIGHEST) for op, _ in plain)
+    np.testing.assert_array_equal(precise_values, values)
+    assert precise_gradient == gradient
+    jax.clear_caches()
 
 
 def test_float64_on_a_tpu_is_said_when_the_model_is_built(monkeypatch):

@@ -115,6 +115,25 @@ def test_checks_apart_raise_what_the_plain_checks_raise():
         solve(FAILING["out of bounds"])
 
 
+def test_the_accelerator_forms_flag_what_the_cpu_forms_flag(monkeypatch):
+    """Every case's flags, with each `platform_dependent` choice lowered as on a TPU (the
+    check maxima over the arrays' own axes, not merged), equal the CPU forms'."""
+    expected = {case: flags(model(), p) for case, p in FAILING.items()}
+    jax.clear_caches()
+    monkeypatch.setattr(
+        jax.lax, "platform_dependent", lambda *args, default, **_platforms: default(*args)
+    )
+    accelerated = build(lcm.GridSearch())
+    for case, p in FAILING.items():
+        checks, got = flags(accelerated, p)
+        assert checks == expected[case][0]
+        for regime, violations in expected[case][1].items():
+            np.testing.assert_array_equal(got[regime], violations, err_msg=case)
+    with pytest.raises(lcm.InvalidTransitionProbabilitiesError, match="period 1"):
+        accelerated.solve(FAILING["probability above 1"])
+    jax.clear_caches()
+
+
 def _loop_bodies(text: str) -> list[str]:
     """The computations of the compiled program's while loops' bodies."""
     computations = dict(

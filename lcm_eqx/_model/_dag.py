@@ -15,7 +15,11 @@ import jax.numpy as jnp
 from jax.experimental import checkify
 
 from .._errors import ModelInitializationError
-from .._numerics import exact_contractions
+from .._numerics import (
+    exact_contractions,
+    precise_transcendentals_needed,
+    with_precise_transcendentals,
+)
 from ._constants import host_arrays
 
 SPECIAL_ARGUMENTS = ("period", "age")
@@ -278,6 +282,7 @@ class Evaluator:
         self._inputs = inputs
         self._params = params
         self._check_indices = check_indices
+        self._precise = precise_transcendentals_needed()
         self._cache: dict[str, Any] = {}
         self.index_errors: dict[str, Any] = {}
 
@@ -319,14 +324,16 @@ class Evaluator:
             # device (`exact_contractions`). The named scope marks its operations with
             # its key, by which the structure-aware grid search says which function
             # joins the axes it could not separate (`_solve/_factored.py`).
+            # And a TPU's exp and log to round-off (`with_precise_transcendentals`).
+            fn = with_precise_transcendentals(function.fn) if self._precise else function.fn
             with exact_contractions(), jax.named_scope(function.key):
                 if self._check_indices and has_array_parameter(function, function_params):
-                    checked = checkify.checkify(function.fn, errors=checkify.index_checks)
+                    checked = checkify.checkify(fn, errors=checkify.index_checks)
                     error, out = checked(**kwargs)
                     # Several functions may share a key (a per-target law of motion).
                     self.record_index_error(function.key, index_failed(error))
                     return out
-                return function.fn(**kwargs)
+                return fn(**kwargs)
         except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as error:
             raise ModelInitializationError(_host_conversion_message(function, error)) from error
 

@@ -267,8 +267,7 @@ def _period_step(
         n_checks = len(check) if isinstance(check, tuple) else check.shape[-1]
         if induction.validate and n_checks and len(axes) == len(shape):
             # Every state axis reduced here: merged with the other regimes' checks.
-            stacked = jnp.stack(check, axis=-1) if isinstance(check, tuple) else check
-            tables[name] = stacked.reshape(-1, n_checks).astype(dtype)
+            tables[name] = jax.tree.map(lambda c: c.astype(dtype), check)
         elif isinstance(check, tuple):  # one array per check: one variadic reduction
             current_violations[name] = stack_checks(check, axes, shape, dtype)
         else:
@@ -296,33 +295,52 @@ def _period_step(
 
 
 def _merge_checks(tables: dict[str, jax.Array], columns: dict[str, tuple[int, int]]):
-    """The check violations of the regimes in `tables` (`(points, n_checks)` each, to be
-    maximised over the points) maximised in one reduction: one vector of every regime's
-    checks, whose columns of each regime `columns` records; None without tables.
+    """The check violations of the regimes in `tables` (each one array per check over the
+    states, or their stack `(*states, n_checks)`), maximised over the states into one
+    vector of every regime's checks, whose columns of each regime `columns` records;
+    None without tables.
 
-    A reduction per regime was two XLA kernels per regime and period (and a copy of
-    each into the scanned outputs): on the quick start's model, 3 of the validated
-    program's kernels. The tables are padded with `-inf` to the longest (the maximum of
-    a column is unchanged); a regime whose padded table would be large is reduced on its
-    own first, so that no regime's points are padded to another's.
+    On the CPU in one reduction: a reduction per regime was two XLA kernels per regime
+    and period (and a copy of each into the scanned outputs): on the quick start's
+    model, 3 of the validated program's kernels. The tables are flattened to `(points,
+    n_checks)` and padded with `-inf` to the longest (the maximum of a column is
+    unchanged); a regime whose padded table would be large is reduced on its own first,
+    so that no regime's points are padded to another's. Elsewhere each table is reduced
+    over its own axes (flattening is a relayout on a TPU; see `max_each`).
     """
     if not tables:
         return None
-    total = sum(t.shape[1] for t in tables.values())
-    tables = {
-        name: max_each((t,), (0,))[0][None] if t.shape[0] * total > _MERGED_CHECKS else t
-        for name, t in tables.items()
-    }
-    rows = max(t.shape[0] for t in tables.values())
     start = 0
     for name, t in tables.items():
-        columns[name] = (start, start + t.shape[1])
-        start += t.shape[1]
+        n_checks = len(t) if isinstance(t, tuple) else t.shape[-1]
+        columns[name] = (start, start + n_checks)
+        start += n_checks
+    return jax.lax.platform_dependent(
+        tuple(tables.values()), cpu=_merge_flattened, default=_merge_apart
+    )
+
+
+def _merge_flattened(tables: tuple) -> jax.Array:
+    stacked = (jnp.stack(t, axis=-1) if isinstance(t, tuple) else t for t in tables)
+    tables = tuple(t.reshape(-1, t.shape[-1]) for t in stacked)
+    total = sum(t.shape[1] for t in tables)
+    tables = tuple(
+        max_each((t,), (0,))[0][None] if t.shape[0] * total > _MERGED_CHECKS else t for t in tables
+    )
+    rows = max(t.shape[0] for t in tables)
     padded = [
-        jnp.pad(t, ((0, rows - t.shape[0]), (0, 0)), constant_values=-jnp.inf)
-        for t in tables.values()
+        jnp.pad(t, ((0, rows - t.shape[0]), (0, 0)), constant_values=-jnp.inf) for t in tables
     ]
     return max_each((jnp.concatenate(padded, axis=1),), (0,))[0]
+
+
+def _merge_apart(tables: tuple) -> jax.Array:
+    def reduced(t):
+        if isinstance(t, tuple):  # one array per check: their maxima, then stacked
+            return jnp.stack(max_each(t, tuple(range(t[0].ndim))))
+        return max_each((t,), tuple(range(t.ndim - 1)))[0]
+
+    return jnp.concatenate([reduced(t) for t in tables])
 
 
 def _collect(induction: _Induction, segment, inputs, outputs, deferred, columns, parts) -> None:

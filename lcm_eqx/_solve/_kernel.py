@@ -70,13 +70,27 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
     each one over more than 32 entries into two kernels (a reduce-window, then a reduce),
     but leaves a variadic reduction whole. A single array is paired with a constant
     filler, so that it stays variadic (XLA would drop an unused second result).
+
+    Elsewhere (a TPU, a GPU) a plain maximum per array over its own axes: merging the
+    axes is a reshape, which on a TPU is a relayout of the tiled array, and emitting it
+    was most of the full Mahler-Yum validated solve's compile (12 of its 17.6 s for one
+    check of 80,000 points; docs/tuning.md, "Running on an accelerator").
     """
     if not arrays or not axes:
         return arrays
+    arrays = jax.lax.stop_gradient(tuple(arrays))
+    return jax.lax.platform_dependent(
+        arrays,
+        cpu=functools.partial(_max_each_merged, axes=axes),
+        default=lambda arrays: tuple(jnp.max(a, axis=axes) for a in arrays),
+    )
+
+
+def _max_each_merged(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, ...]:
     # Consecutive reduced axes merged into one (`merged_axes`: one contiguous axis
     # reduces an order of magnitude faster on the CPU).
     shape, axes = merged_axes(arrays[0].shape, axes)
-    arrays = jax.lax.stop_gradient(tuple(a.reshape(shape) for a in arrays))
+    arrays = tuple(a.reshape(shape) for a in arrays)
     if 0 < math.prod(shape[a] for a in axes) <= _UNROLL:
         # A few entries (a discrete action's codes): a maximum of slices, which fuses
         # into the kernel that reads the result instead of being a reduction of its own.
