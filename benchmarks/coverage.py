@@ -46,7 +46,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
-from lcm_eqx._estimation._estimate import _minimise, _unconstrained  # noqa: E402
+from lcm_eqx._estimation._inference import to_unconstrained  # noqa: E402
+from lcm_eqx._estimation._optimise import minimise  # noqa: E402
 from tests.models import retirement  # noqa: E402
 
 TRUE = {
@@ -98,7 +99,7 @@ def fit(model, df, method: str, n_periods: int, beta_upper: float = 1.0, start=N
     # the estimator's distribution (and fails the replications that reach it).
     # The disutility of work and the wage are positive: bounded at 0, `summary()`'s
     # intervals for them are built on the log scale (see `lcm_eqx._estimation.
-    # _estimate.wald_interval`), where these skewed estimates are closer to normal.
+    # _inference.wald_interval`), where these skewed estimates are closer to normal.
     bounds = {
         "discount_factor": (0.0, beta_upper),
         **{k: (0.0, math.inf) for k in POSITIVE if k in free},
@@ -182,12 +183,12 @@ def likelihood_ratios(result, names) -> dict:
     truth = np.asarray([TRUE[name] for name in names])
     at_truth = problem.evaluate(jax.numpy.asarray(truth))[0]
     out = {"lr joint": 2.0 * (result.objective + at_truth * n)}
-    x_hat = _unconstrained(problem, result.estimates)
+    x_hat = to_unconstrained(problem, result.estimates)
     for j, name in enumerate(names):
         fixed = np.arange(len(names)) == j
         x = x_hat.copy()
-        x[j] = _unconstrained(problem, np.where(fixed, truth, result.estimates))[j]
-        _, value, gradient = _minimise(problem, x, tolerance, max_steps, fixed)[:3]
+        x[j] = to_unconstrained(problem, np.where(fixed, truth, result.estimates))[j]
+        _, value, gradient = minimise(problem, x, tolerance, max_steps, fixed)[:3]
         out[f"lr {name}"] = 2.0 * (result.objective + value * n)
         out[f"lr gradient {name}"] = gradient
     return out

@@ -22,6 +22,9 @@ import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
 from lcm_eqx._estimation import _estimate as estimate_module  # noqa: E402
+from lcm_eqx._estimation import _inference as inference_module  # noqa: E402
+from lcm_eqx._estimation import _objective as objective_module  # noqa: E402
+from lcm_eqx._estimation import _optimise as optimise_module  # noqa: E402
 from tests.models import retirement  # noqa: E402
 from tests.test_taste_shocks import build_model  # noqa: E402
 
@@ -202,7 +205,7 @@ def test_the_model_moments_influence_is_their_derivative_towards_each_subject(on
     objective, theta = result.problem, jnp.asarray(result.estimates)
     panel = estimate_module.panel_moments(model, df, profiles)
     conditions = estimate_module._first_rows(model, df, "subject_id", panel)
-    influence = estimate_module._model_influence(model, objective, theta, conditions)
+    influence = estimate_module.model_influence(model, objective, theta, conditions)
     assert influence.shape == (N, 2)
     wealth = conditions["wealth"]
     np.testing.assert_allclose(influence[:, 1], wealth - wealth.mean(), rtol=1e-10, atol=1e-10)
@@ -269,13 +272,13 @@ def test_datasets_of_the_same_size_trace_the_likelihood_once(one_period, monkeyp
     subjects start in either regime, and the second panel has no retired subject)."""
     model, _ = one_period
     traces = []
-    counted = estimate_module.block_log_likelihoods
+    counted = objective_module.block_log_likelihoods
 
     def counting(*args, **kwargs):
         traces.append(1)
         return counted(*args, **kwargs)
 
-    monkeypatch.setattr(estimate_module, "block_log_likelihoods", counting)
+    monkeypatch.setattr(objective_module, "block_log_likelihoods", counting)
     panels = []
     for seed, retired_share in ((1, 0.3), (2, 0.0)):
         rng = np.random.default_rng(seed)
@@ -312,13 +315,13 @@ def test_panels_with_another_number_of_rows_trace_the_likelihood_once(monkeypatc
         panels.append(simulated.to_dataframe())
     assert len(panels[0]) != len(panels[1])
     traces = []
-    counted = estimate_module.block_log_likelihoods
+    counted = objective_module.block_log_likelihoods
 
     def counting(*args, **kwargs):
         traces.append(1)
         return counted(*args, **kwargs)
 
-    monkeypatch.setattr(estimate_module, "block_log_likelihoods", counting)
+    monkeypatch.setattr(objective_module, "block_log_likelihoods", counting)
     start = {**mortal.params(), "disutility_of_work": jnp.asarray(0.5)}
     counts = []
     for df in panels:
@@ -617,7 +620,7 @@ def test_wald_intervals_are_built_on_the_optimisers_scale():
     se = np.array([0.2, 0.1, 0.5, 0.05, np.nan, 0.1])
     lower = np.array([-np.inf, 0.0, -np.inf, 0.0, 0.0, 0.0])
     upper = np.array([np.inf, np.inf, 3.0, 1.5, 1.0, 1.0])
-    lo, hi = estimate_module.wald_interval(theta, se, lower, upper)
+    lo, hi = inference_module.wald_interval(theta, se, lower, upper)
     np.testing.assert_allclose([lo[0], hi[0]], [1.5 - z * 0.2, 1.5 + z * 0.2], rtol=1e-14)
     np.testing.assert_allclose(  # log(θ): θ exp(± z se / θ)
         [lo[1], hi[1]], [0.4 * np.exp(-z * 0.1 / 0.4), 0.4 * np.exp(z * 0.1 / 0.4)], rtol=1e-12
@@ -681,7 +684,7 @@ def test_a_failed_line_search_restarts_rescaled_and_says_so(one_period, monkeypa
     defeats every trial of its line search: estimate restarts from the best point with
     the memory reset and the parameters rescaled, converges, and says so."""
     model, df = one_period
-    direction = estimate_module._lbfgs_direction
+    direction = optimise_module._lbfgs_direction
     calls = []
 
     def stale_once(*args):
@@ -689,7 +692,7 @@ def test_a_failed_line_search_restarts_rescaled_and_says_so(one_period, monkeypa
         calls.append(1)
         return (updates * 1e50 if len(calls) == 2 else updates), state
 
-    monkeypatch.setattr(estimate_module, "_lbfgs_direction", stale_once)
+    monkeypatch.setattr(optimise_module, "_lbfgs_direction", stale_once)
     start = {**TRUE, "disutility_of_work": 0.3}
     result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
     assert len(calls) > 2  # the stale direction was met, and the search went on
@@ -717,7 +720,7 @@ def test_a_kink_that_stops_every_line_search_is_named():
     decreases the objective, rescaling and the steepest descent included; the reason
     says the objective is not smooth, not just that a line search failed."""
     kinked = Known(lambda x: (abs(x[0] - 0.3) + x[1] ** 2, [1 if x[0] >= 0.3 else -1, 2 * x[1]]))
-    run = estimate_module._minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500)
+    run = estimate_module.minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500)
     assert run.reason is not None and "not smooth there" in run.reason, run.reason
     assert "steepest descent" in run.reason
     assert abs(run.x[0] - 0.3) < 1e-6 and abs(run.x[1]) < 1e-6
@@ -728,27 +731,27 @@ def test_a_gradient_below_the_objectives_rounding_is_said():
     """A flat objective whose gradient stays at 1e-7: no step decreases it, and the
     decrease promised is within rounding, which the reason says."""
     flat = Known(lambda x: (1.0, [1e-7]))
-    run = estimate_module._minimise(flat, np.array([0.0]), 1e-8, 50)
+    run = estimate_module.minimise(flat, np.array([0.0]), 1e-8, 50)
     assert run.n_steps == 0
     assert run.reason is not None and "within the objective's rounding" in run.reason
 
 
 def test_a_kink_with_little_left_to_gain_settles_and_is_judged_by_the_newton_step():
     """Where the decrease promised is below `negligible`, a failed line search stops
-    `settled` at once (no recovery), and `_status` then judges by the curvature and the
+    `settled` at once (no recovery), and `run_status` then judges by the curvature and the
     Newton step in standard errors instead of the gradient, saying so."""
     kinked = Known(lambda x: (abs(x[0] - 0.3) + x[1] ** 2, [1 if x[0] >= 0.3 else -1, 2 * x[1]]))
-    run = estimate_module._minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500, negligible=1e-3)
+    run = estimate_module.minimise(kinked, np.array([1.0, 0.5]), 1e-8, 500, negligible=1e-3)
     assert run.settled and "kink" in run.reason and not run.notes
     fit = estimate_module.Fit(
         run.x, run.value, run.gradient, run.n_steps, run.reason, (np.eye(2),),
         np.array([0.01, 0.0]), np.array([False, False]), run.settled,
     )  # fmt: skip
     status = dict(names=("a", "b"), bounds=((-9, -9), (9, 9)), tolerance=1e-8, max_steps=500)
-    converged, message = estimate_module._status(fit, step_tolerance=0.05, **status)
+    converged, message = estimate_module.run_status(fit, step_tolerance=0.05, **status)
     assert converged and "above the tolerance" in message and "kink" in message
     far = fit._replace(newton_in_se=np.array([0.2, 0.0]))
-    assert not estimate_module._status(far, step_tolerance=0.05, **status)[0]
+    assert not estimate_module.run_status(far, step_tolerance=0.05, **status)[0]
 
 
 class Rows:
@@ -775,7 +778,7 @@ def test_the_hessian_through_fine_kinks_is_taken_over_a_quarter_of_a_standard_er
     """The information is n·I (standard errors of 0.1). Over 1e-4 the kinks put noise of
     several times that into it; over a quarter of a standard error, a few percent, and
     the note says which was used."""
-    information, _, _, note = estimate_module._likelihood_curvature(
+    information, _, _, note = estimate_module.likelihood_curvature(
         Rows(jump), np.array([1.2345678, 0.7654321]), [-np.inf] * 2, [np.inf] * 2
     )
     if jump == 0.0:
@@ -792,7 +795,7 @@ def test_a_stop_at_a_kink_short_of_the_optimum_takes_newton_steps(one_period, mo
     and says so (without them the Newton-step criterion fails)."""
     model, df = one_period
     estimate, se = closed_form(df, TRUE["taste_shock_scale"])
-    minimise = estimate_module._minimise
+    minimise = estimate_module.minimise
 
     def short(objective, x, *args, **kwargs):
         run = minimise(objective, x, *args, **kwargs)
@@ -803,7 +806,7 @@ def test_a_stop_at_a_kink_short_of_the_optimum_takes_newton_steps(one_period, mo
             reason="a kink (made up)", settled=True, last=None,
         )  # fmt: skip
 
-    monkeypatch.setattr(estimate_module, "_minimise", short)
+    monkeypatch.setattr(estimate_module, "minimise", short)
     start = {**TRUE, "disutility_of_work": 0.3}
     result = lcm.estimate(model, start, data=df, free=["disutility_of_work"], tolerance=1e-10)
     assert result.converged, result.message

@@ -20,8 +20,8 @@ import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
 from benchmarks import second_hour  # noqa: E402
-from lcm_eqx._estimation import _estimate as estimate_module  # noqa: E402
 from lcm_eqx._estimation import _likelihood as likelihood_module  # noqa: E402
+from lcm_eqx._estimation import _objective as objective_module  # noqa: E402
 
 FREE = list(second_hour.FREE)
 
@@ -72,7 +72,7 @@ def test_log_likelihood_of_a_second_panel_of_the_same_size_traces_nothing(two_pa
 @pytest.mark.slow  # compiles the DC-EGM log-likelihood's gradient (about a minute)
 def test_estimate_on_a_second_panel_of_the_same_size_traces_nothing(two_panels, monkeypatch):
     model, _, panels = two_panels
-    traces = count_calls(monkeypatch, estimate_module, "block_log_likelihoods")
+    traces = count_calls(monkeypatch, objective_module, "block_log_likelihoods")
     after = []
     for df in panels:
         with pytest.warns(lcm.LcmWarning, match="did not converge"):  # one step
