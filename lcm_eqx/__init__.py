@@ -89,8 +89,8 @@ from ._solve._dcegm import ExactEnvelope as ExactEnvelope
 from ._solve._grid_search import GridSearch as GridSearch
 from ._solve._negm import NEGM as NEGM
 from ._solve._negm import NEGMPolicy as NEGMPolicy
-from ._solve._refine import Refine as Refine
-from ._solve._refine import RefineCode as RefineCode
+from ._solve._refine_spec import Refine as Refine
+from ._solve._refine_spec import RefineCode as RefineCode
 from ._solve._solution import Solution as Solution
 from ._solve._solver import AbstractPointwiseSolver as AbstractPointwiseSolver
 from ._solve._solver import AbstractSolver as AbstractSolver

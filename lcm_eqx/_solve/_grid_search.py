@@ -9,12 +9,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _factored, _refine
+from . import _factored, _refine, _refine_spec
 from ._axes import auto_splayed, lift, map_axis, reduce_axis
 from ._kernel import max_each
 from ._on_grid import q_on_action_grid
 from ._reduce import max_along, smooth_max
-from ._refine import Refine
+from ._refine_spec import Refine
 from ._solver import AbstractPointwiseSolver, AbstractSolver, PeriodSolution, taste_shock_scale
 
 if TYPE_CHECKING:
@@ -53,11 +53,11 @@ class GridSearch(AbstractPointwiseSolver):
     """
 
     factored: bool = eqx.field(default=True, static=True)
-    refine: Refine | None = eqx.field(default=None, static=True, converter=_refine.as_refine)
+    refine: Refine | None = eqx.field(default=None, static=True, converter=_refine_spec.as_refine)
 
     def check(self, model: ModelPlan, regime: RegimePlan) -> None:
         if self.refine is not None:
-            _refine.check(self.refine, model, regime)
+            _refine_spec.check(self.refine, model, regime)
 
     def _refines(self, problem) -> bool:
         """Whether `problem` has continuous actions to refine."""
