@@ -323,7 +323,7 @@ class Evaluator:
             # A contraction in the user's function (a `jnp.dot`) computes alike on every
             # device (`exact_contractions`). The named scope marks its operations with
             # its key, by which the structure-aware grid search says which function
-            # joins the axes it could not separate (`_solve/_factored.py`).
+            # joins the axes it could not separate (`_solve/_factor_plan.py`).
             # And a TPU's exp and log to round-off (`with_precise_transcendentals`).
             fn = with_precise_transcendentals(function.fn) if self._precise else function.fn
             with exact_contractions(), jax.named_scope(function.key):

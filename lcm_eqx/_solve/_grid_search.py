@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _factored, _refine, _refine_spec
+from . import _factor_plan, _factored, _refine, _refine_spec
 from ._axes import auto_splayed, lift, map_axis, reduce_axis
 from ._kernel import max_each
 from ._on_grid import q_on_action_grid
@@ -89,12 +89,12 @@ class GridSearch(AbstractPointwiseSolver):
         state fixed, as the simulation asks), or None where the plain product is
         evaluated (see `factored`)."""
         planned = self._plan(problem, state, limit_pieces=state is None)
-        if planned is None or not _factored.worth_it(planned[0]):
+        if planned is None or not _factor_plan.worth_it(planned[0]):
             return None
         return None if planned[0].refine_obstacle else planned
 
     def _plan(self, problem, state=None, *, limit_pieces: bool = True):
-        """`_factored.plan_factoring` of `problem`, or None where this solver never
+        """`_factor_plan.plan_factoring` of `problem`, or None where this solver never
         factors it (`factored=False`, no actions, two values per point; with refinement:
         at one state, or several refined actions, which are refined jointly)."""
         aggregator = problem.aggregator
@@ -113,7 +113,7 @@ class GridSearch(AbstractPointwiseSolver):
             refined, evaluations = names[0], _refine.evaluations(self.refine)
         # At one state the taste shocks are drawn and every action maximised.
         smooth = state is None and taste_shock_scale(problem) is not None
-        return _factored.plan_factoring(
+        return _factor_plan.plan_factoring(
             problem,
             smooth,
             fixed=state,
@@ -146,7 +146,7 @@ class GridSearch(AbstractPointwiseSolver):
             if len(names) != 1:  # (at least one: `_refines`)
                 joint = f"several refined actions ({', '.join(names)}) are refined jointly"
                 return (f"{reason}: {joint}",)
-            planned = _factored.plan_factoring(
+            planned = _factor_plan.plan_factoring(
                 problem,
                 smooth,
                 limit_pieces=False,
@@ -156,7 +156,7 @@ class GridSearch(AbstractPointwiseSolver):
             assert planned is not None
             reasons = planned[0].obstacles()
             return (reason, *reasons) if reasons else ()
-        planned = _factored.plan_factoring(problem, smooth, limit_pieces=False)
+        planned = _factor_plan.plan_factoring(problem, smooth, limit_pieces=False)
         assert planned is not None
         return planned[0].obstacles()
 
@@ -190,7 +190,7 @@ class GridSearch(AbstractPointwiseSolver):
                 problem, *planned, taste_shock_scale(problem), self.refine
             )
             return PeriodSolution(value, checks, None)
-        if planned is None or not (planned[0].pieces_fit() and _factored.worth_it(planned[0])):
+        if planned is None or not (planned[0].pieces_fit() and _factor_plan.worth_it(planned[0])):
             if apart and planned is not None:
                 # The plain product's values, and the checks on their own axes.
                 return self._plain_with_checks_apart(problem, *planned)
@@ -209,7 +209,7 @@ class GridSearch(AbstractPointwiseSolver):
         def at(point, arrays):
             local = problem.with_continuations(arrays)
             # The same structure as the whole product's plan, at the point's states.
-            planned = _factored.plan_factoring(
+            planned = _factor_plan.plan_factoring(
                 local, scale is not None, fixed=point, limit_pieces=False
             )
             assert planned is not None
