@@ -16,7 +16,9 @@ violation as ``file:line``:
    `LOCAL_IMPORTS_ALLOWED`, each with its reason;
 7. no import from a solver's folder (`lcm_eqx/_solve/<family>/`) outside it, except by
    the public façade (`lcm_eqx/__init__.py`): the rest of the package reaches a solver
-   through the interface only.
+   through the interface only;
+8. no module over `MAX_LINES` lines (one room, one job), except those in
+   `LONG_MODULES_LEFT`, each at most its recorded length: the list only shrinks.
 
 A violation anywhere fails; `python tests/test_architecture.py` lists them all.
 """
@@ -387,6 +389,33 @@ def solver_folder_imports() -> list[Violation]:
     return found
 
 
+MAX_LINES = 800
+
+# Modules still over `MAX_LINES` (issue 64), with their length when recorded: each class
+# is one room that a later split takes apart (the solver class from its period
+# mathematics; `RegimeProblem` as data, grid search's prepared continuation in grid
+# search). A module may shrink, never grow, and leaves the list once it fits.
+LONG_MODULES_LEFT = {
+    "lcm_eqx/_solve/_dcegm/_solver.py": 1395,
+    "lcm_eqx/_solve/_kernel.py": 1179,
+    "lcm_eqx/_solve/_negm/_solver.py": 1023,
+}
+
+
+def long_modules() -> list[Violation]:
+    found = []
+    for module in modules().values():
+        n = module.source.count("\n")
+        allowed = LONG_MODULES_LEFT.get(module.file, MAX_LINES)
+        if n > allowed:
+            found.append(Violation(module.file, n, f"{n} lines, over {allowed}"))
+    for file in LONG_MODULES_LEFT:
+        n = next((m.source.count("\n") for m in modules().values() if m.file == file), 0)
+        if n <= MAX_LINES:
+            found.append(Violation(file, n, f"{n} lines: take it off LONG_MODULES_LEFT"))
+    return found
+
+
 CHECKS = {
     "import_cycles": import_cycles,
     "private_imports": private_imports,
@@ -395,6 +424,7 @@ CHECKS = {
     "init_noqa_e402": init_noqa_e402,
     "local_imports": local_imports,
     "solver_folder_imports": solver_folder_imports,
+    "long_modules": long_modules,
 }
 
 
