@@ -294,7 +294,9 @@ def _period_step(
     )
 
 
-def _merge_checks(tables: dict[str, jax.Array], columns: dict[str, tuple[int, int]]):
+def _merge_checks(
+    tables: dict[str, jax.Array | tuple[jax.Array, ...]], columns: dict[str, tuple[int, int]]
+):
     """The check violations of the regimes in `tables` (each one array per check over the
     states, or their stack `(*states, n_checks)`), maximised over the states into one
     vector of every regime's checks, whose columns of each regime `columns` records;
