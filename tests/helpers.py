@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -85,3 +86,13 @@ SOLVERS = (
 
 CASES = tuple((solver, model) for solver in SOLVERS for model in MODELS if solver.fits(model))
 CASE_IDS = tuple(f"{solver.name}-{model.name}" for solver, model in CASES)
+
+
+def force_accelerator_forms(monkeypatch) -> None:
+    """Lower every `jax.lax.platform_dependent` choice as on an accelerator (its
+    `default`), so that the accelerator's forms run on the CPU; the caches are cleared
+    first (a program traced before keeps the CPU's forms)."""
+    jax.clear_caches()
+    monkeypatch.setattr(
+        jax.lax, "platform_dependent", lambda *args, default, **_platforms: default(*args)
+    )

@@ -11,6 +11,7 @@ import pytest
 
 import lcm_eqx as lcm
 from lcm_eqx._estimation import _estimate as estimate_module
+from tests.helpers import force_accelerator_forms
 
 jax.config.update("jax_enable_x64", True)
 
@@ -357,9 +358,15 @@ def _value_gradients(my, model, params, mode):
     return np.asarray(jax.grad(f)(x) if mode == "reverse" else jax.jacfwd(f)(x))
 
 
-def _default_branch(*args, default, **_platforms):
-    """`jax.lax.platform_dependent` as it lowers on an accelerator (its `default`)."""
-    return default(*args)
+def _assert_alive_values_equal(my, got, expected) -> None:
+    for t in range(my.SIZES["tiny"]["periods"] - 1):
+        np.testing.assert_allclose(
+            np.asarray(got.value("alive", t)),
+            np.asarray(expected.value("alive", t)),
+            rtol=1e-12,
+            atol=0,
+            err_msg=f"period {t}",
+        )
 
 
 def test_the_accelerator_forms_solve_validate_and_differentiate_like_the_cpus(
@@ -370,18 +377,10 @@ def test_the_accelerator_forms_solve_validate_and_differentiate_like_the_cpus(
     tiny model's values, checks and reverse-mode gradient equal the CPU forms'."""
     _, params, _, solution = tiny
     cpu_gradient = _value_gradients(my, tiny[0], params, "reverse")
-    jax.clear_caches()
-    monkeypatch.setattr(jax.lax, "platform_dependent", _default_branch)
+    force_accelerator_forms(monkeypatch)
     model, _, _ = my.build("tiny", n_subjects=4, saving=4)
     accelerated = model.solve(params)
-    for t in range(my.SIZES["tiny"]["periods"] - 1):
-        np.testing.assert_allclose(
-            np.asarray(accelerated.value("alive", t)),
-            np.asarray(solution.value("alive", t)),
-            rtol=1e-12,
-            atol=0,
-            err_msg=f"period {t}",
-        )
+    _assert_alive_values_equal(my, accelerated, solution)
     for name, violations in solution.violations.items():
         np.testing.assert_array_equal(
             np.asarray(accelerated.violations[name]), np.asarray(violations)
@@ -418,15 +417,7 @@ def test_factored_values_and_gradients_equal_the_plain_product(my, tiny, plain_t
     # plain product's values, and the derivatives of a value with respect to two
     # parameters (forward mode; its reverse mode: see the next test), equal it.
     model, params, _, solution = tiny
-    expected = plain_tiny.solve(params)
-    for t in range(my.SIZES["tiny"]["periods"] - 1):
-        np.testing.assert_allclose(
-            np.asarray(solution.value("alive", t)),
-            np.asarray(expected.value("alive", t)),
-            rtol=1e-12,
-            atol=0,
-            err_msg=f"period {t}",
-        )
+    _assert_alive_values_equal(my, solution, plain_tiny.solve(params))
     factored = _value_gradients(my, model, params, "reverse")
     plain = _value_gradients(my, plain_tiny, params, "forward")
     assert np.all(np.abs(plain) > 0)

@@ -24,6 +24,7 @@ from lcm_eqx._solve._reduce import (
     _tangent_at_argmax,
     _tangent_at_first_maximum,
 )
+from tests.helpers import force_accelerator_forms
 
 jax.config.update("jax_enable_x64", True)
 
@@ -119,9 +120,7 @@ def test_the_check_maxima_agree_on_every_platform(monkeypatch):
     values[0, 1, 2, 0] = np.nan
     values[2, :, :, 1] = -np.inf
     arrays = (jnp.asarray(values), jnp.asarray(values[::-1]))
-    monkeypatch.setattr(
-        jax.lax, "platform_dependent", lambda *args, default, **_platforms: default(*args)
-    )
+    force_accelerator_forms(monkeypatch)
     for axes in ((0, 1, 2), (1, 2), (3,), (0, 3), (1,)):
         merged = _max_each_merged(arrays, axes)
         apart = max_each(arrays, axes)

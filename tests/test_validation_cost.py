@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import lcm_eqx as lcm
+from tests.helpers import force_accelerator_forms
 
 N_PERIODS = 4
 N_WEALTH, N_INCOME, N_CONSUMPTION = 12, 3, 16
@@ -119,10 +120,7 @@ def test_the_accelerator_forms_flag_what_the_cpu_forms_flag(monkeypatch):
     """Every case's flags, with each `platform_dependent` choice lowered as on a TPU (the
     check maxima over the arrays' own axes, not merged), equal the CPU forms'."""
     expected = {case: flags(model(), p) for case, p in FAILING.items()}
-    jax.clear_caches()
-    monkeypatch.setattr(
-        jax.lax, "platform_dependent", lambda *args, default, **_platforms: default(*args)
-    )
+    force_accelerator_forms(monkeypatch)
     accelerated = build(lcm.GridSearch())
     for case, p in FAILING.items():
         checks, got = flags(accelerated, p)
