@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable
 
 import jax
+import jax.core  # jax.core.Tracer: a submodule that `import jax` does not declare
 import jax.numpy as jnp
 from jax.extend import core as jax_core
 from jaxtyping import Array
