@@ -182,3 +182,19 @@ def test_kernel_costs_keeps_identical_copies_apart():
             )
             assert differing == identical, line
             assert differing == 2 if exact else differing >= 2, line
+
+
+def test_compile_profile_reads_the_compilers_events():
+    """`benchmarks/compile_profile.py` sums the profiler's events of one compile by name:
+    the compiler's own are among them, and the compiled HLO comes back."""
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.compile_profile import compile_events
+
+    result = compile_events(lambda: jax.jit(lambda x: jnp.sin(x) * 2.0).lower(1.0), top=50)
+    names = [name for name, _, _ in result["events"]]
+    assert any("ompile" in name for name in names), names
+    assert all(count > 0 and ms >= 0 for _, count, ms in result["events"])
+    assert "sine" in result["hlo"]
+    assert result["compile_s"] > 0

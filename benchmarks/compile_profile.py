@@ -1,0 +1,117 @@
+"""Where a program's compile time goes, on the default device: the compiler's passes and
+the emission of each fusion, read from a `jax.profiler.trace` around
+`jax.jit(f).lower(...).compile()`.
+
+XLA records each pass and, on a TPU, the emission of each fusion ("XLA::TPU emitting for
+fusion.57") as profiler events; summed by name they say which pass or which kernel the
+compile spends its time on, and the compiled HLO names the operation behind a kernel
+(its `op_name` metadata). This is how the two slow forms of issue 59 were found (a
+relayout reshape of the validated solve's checks, 12 of its 17.6 s; an `argmax` along
+the gradient's savings, emitted seven times, 59 of 64 s: docs/tuning.md, "Running on an
+accelerator").
+
+    python benchmarks/compile_profile.py                        # full Mahler-Yum solve
+    python benchmarks/compile_profile.py --program gradient --size reduced
+    python benchmarks/compile_profile.py --program solve --validate off --hlo solve.txt
+
+Programs: `solve` (`model.solve`'s program), `gradient` (`jax.grad` of the mean period-0
+value in the effort elasticity, as `benchmarks/device_check.py` has it). The
+compilation cache is off, so that the compile is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+
+def compile_events(lower, top: int = 30) -> dict:
+    """Lower and compile (`lower()` returns a `jax.stages.Lowered`) under the profiler:
+    the lower and compile seconds, the compiled HLO, and the `top` profiler events by
+    total duration (name, count, milliseconds; the Python tracer off, so that the events
+    are the compiler's)."""
+    import jax
+
+    with tempfile.TemporaryDirectory() as directory:
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0
+        options.host_tracer_level = 2
+        with jax.profiler.trace(directory, profiler_options=options):
+            start = time.perf_counter()
+            lowered = lower()
+            lowered_at = time.perf_counter()
+            compiled = lowered.compile()
+            compiled_at = time.perf_counter()
+        files = sorted(glob.glob(f"{directory}/**/*.xplane.pb", recursive=True))
+        profile = jax.profiler.ProfileData.from_file(files[-1])
+        totals: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+        for plane in profile.planes:
+            for line in plane.lines:
+                for event in line.events:
+                    entry = totals[event.name[:100]]
+                    entry[0] += 1
+                    entry[1] += event.duration_ns / 1e6
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:top]
+    return {
+        "lower_s": lowered_at - start,
+        "compile_s": compiled_at - lowered_at,
+        "hlo": compiled.as_text() or "",
+        "events": [(name, count, ms) for name, (count, ms) in ranked],
+    }
+
+
+def _program(name: str, size: str, validate: str):
+    import jax
+    import jax.numpy as jnp
+    import mahler_yum
+
+    model, params, _ = mahler_yum.build(size, n_subjects=4)
+    if name == "solve":
+        checked = model.checked_params(params)
+        return lambda: model._solve_nested.lower(checked, validate=validate != "off", progress=None)
+
+    def mean_value(elasticity):
+        p = {**params, "alive": {**params["alive"]}}
+        p["alive"]["effort_cost"] = {
+            **params["alive"]["effort_cost"],
+            "effort_elasticity": elasticity,
+        }
+        return jnp.mean(model.solve(p, validate=validate).value("alive", 0))
+
+    x = jnp.asarray(params["alive"]["effort_cost"]["effort_elasticity"])
+    return lambda: jax.jit(jax.value_and_grad(mean_value)).lower(x)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--program", choices=("solve", "gradient"), default="solve")
+    parser.add_argument("--size", default="full")
+    parser.add_argument("--validate", choices=("raise", "off"), default="raise")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--hlo", type=Path, help="write the compiled HLO here")
+    args = parser.parse_args()
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    result = compile_events(_program(args.program, args.size, args.validate), args.top)
+    print(
+        f"{args.program} ({args.size}, validate={args.validate}) on {jax.devices()[0]}: "
+        f"lower {result['lower_s']:.2f} s, compile {result['compile_s']:.2f} s"
+    )
+    width = max(len(name) for name, _, _ in result["events"])
+    for name, count, ms in result["events"]:
+        print(f"  {name:<{width}} {count:>6} {ms:>10.1f} ms")
+    if args.hlo:
+        args.hlo.write_text(result["hlo"])
+
+
+if __name__ == "__main__":
+    main()
