@@ -57,6 +57,7 @@ from .._reduce import max_along, smooth_max
 from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
 from .._static import constant_outputs
 from . import _period
+from ._checks import check_dcegm
 from ._envelope import (
     ORDINARY,
     AbstractUpperEnvelope,
@@ -227,101 +228,7 @@ class DCEGM(AbstractSolver):
         )
 
     def check(self, model: ModelPlan, regime: RegimePlan) -> None:
-        name = regime.name
-
-        def fail(what: str):
-            raise ModelInitializationError(
-                f"Regime {name!r}: DCEGM(state={self.state!r}, action={self.action!r}) "
-                f"cannot solve it: {what}"
-            )
-
-        if regime.is_terminal:
-            fail("the regime is terminal (no continuation to invert); use GridSearch().")
-        if regime.aggregator is not None:
-            # Under an aggregator the first-order condition is not the additive
-            # `u'(c) = β·E[R·V'_m]` that DC-EGM inverts: Epstein-Zin's involves the
-            # certainty equivalent of next period's values, present bias the next self's
-            # policy (a generalised Euler equation). Neither is built.
-            fail(
-                f"aggregator {type(regime.aggregator).__name__} not supported by DCEGM yet: "
-                "DC-EGM inverts the additive Euler equation u'(c) = β·E[R·V'_m], and under "
-                "this aggregator the first-order condition is another one (with the "
-                "certainty equivalent of next period's values, or the next self's policy), "
-                "which DCEGM does not build. Solve this regime with GridSearch() "
-                "(Regime(..., solver=GridSearch()), or GridSearch(refine=...) for a "
-                "continuous consumption off the grid)."
-            )
-        if self.state not in regime.states or regime.grids[self.state].is_discrete:
-            fail(f"{self.state!r} is not a continuous state of the regime.")
-        if self.action not in regime.actions or regime.grids[self.action].is_discrete:
-            fail(f"{self.action!r} is not a continuous action of the regime.")
-        for other in regime.states:
-            if other != self.state and not regime.grids[other].is_discrete:
-                fail(f"it has a second continuous state {other!r}; DC-EGM handles one.")
-        for other in regime.actions:
-            if other != self.action and not regime.grids[other].is_discrete:
-                fail(f"it has a second continuous action {other!r}; DC-EGM handles one.")
-        continuous = {self.state, self.action}
-        utility_inputs = transitive_inputs(regime.utility, regime.helpers)
-        if self.action not in utility_inputs:
-            fail(f"its utility does not depend on {self.action!r}, so there is no Euler equation.")
-        if self.state in utility_inputs:
-            fail(
-                f"its utility depends on the state {self.state!r}; DC-EGM needs utility of "
-                f"the action {self.action!r} and discrete variables only."
-            )
-        assert regime.next_regime is not None
-        if transitive_inputs(regime.next_regime, regime.helpers) & continuous:
-            fail(
-                f"its regime transition depends on {self.state!r} or {self.action!r}; "
-                "DC-EGM needs it to depend on discrete variables only."
-            )
-        for state, transition in regime.state_transitions.items():
-            if transition.per_target:
-                fail(
-                    f"the law of motion of {state!r} depends on the regime moved to "
-                    f"(state_transitions[{state!r}] is a dict by target); DC-EGM needs one "
-                    "law of motion per state. Solve this regime with GridSearch()."
-                )
-            if state == self.state:
-                continue
-            if not model.state_grid(state).is_discrete:
-                fail(f"it produces a second continuous next state {state!r}; DC-EGM handles one.")
-            if transition.function is not None and (
-                transitive_inputs(transition.function, regime.helpers) & continuous
-            ):
-                fail(
-                    f"the transition of the discrete state {state!r} (function "
-                    f"'next_{state}') depends on {self.state!r} or {self.action!r}."
-                )
-        if self.state not in regime.state_transitions:
-            fail(f"it has no transition for {self.state!r}.")
-        limit = regime.helpers.get("borrowing_limit")
-        if limit is not None:
-            if transitive_inputs(limit, regime.helpers) & continuous:
-                fail(
-                    f"its function 'borrowing_limit' depends on {self.state!r} or "
-                    f"{self.action!r}; DC-EGM needs a limit of discrete variables, period, "
-                    "age and parameters only (it shifts the savings grid by it)."
-                )
-            first = float(np.asarray(self.savings.to_jax())[0])
-            if first != 0.0:
-                fail(
-                    "it has a function 'borrowing_limit', so the savings grid is the offset "
-                    f"above that limit and must start at 0, but it starts at {first!r}."
-                )
-        discount = regime.helpers.get("discount_factor")
-        if discount is not None and transitive_inputs(discount, regime.helpers) & continuous:
-            fail(
-                f"its function 'discount_factor' depends on {self.state!r} or "
-                f"{self.action!r}; DC-EGM needs it to depend on discrete variables, period, "
-                "age and parameters only."
-            )
-        for target in regime.targets:
-            target_plan = model.regimes[target]
-            for state in target_plan.states:
-                if state != self.state and not target_plan.grids[state].is_discrete:
-                    fail(f"the regime it can move to, {target!r}, has another continuous state.")
+        check_dcegm(self, model, regime)
 
     def extra_checks(self, regime: RegimePlan) -> tuple[str, ...]:
         # A regime function `borrowing_limit` must give a finite limit

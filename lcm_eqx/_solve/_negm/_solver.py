@@ -40,7 +40,6 @@ from jaxtyping import Array, PRNGKeyArray
 
 from ..._errors import LcmError, ModelInitializationError
 from ..._grids import AbstractContinuousGrid
-from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
 from .._axes import map_axis
 from .._continuation import NEG_INF
@@ -49,6 +48,7 @@ from .._kernel import RegimeProblem
 from .._reading import REFERENCE_ACTION, invert_marginal
 from .._sharding import is_identity_transition
 from .._solver import AbstractSolver, FollowingPeriod, Period, PeriodSolution, SegmentOutputs
+from ._checks import check_negm
 from ._interpolate import hermite_1d, linear_1d
 from ._policy import (
     NEGMPolicy,
@@ -165,112 +165,7 @@ class NEGM(AbstractSolver):
         return not regime.is_terminal and self.durable in regime.states
 
     def check(self, model: ModelPlan, regime: RegimePlan) -> None:
-        name = regime.name
-
-        def fail(what: str):
-            raise ModelInitializationError(
-                f"Regime {name!r}: NEGM(liquid={self.liquid!r}, durable={self.durable!r}) "
-                f"cannot solve it: {what}"
-            )
-
-        if regime.is_terminal:
-            fail("the regime is terminal (nothing to invert); use GridSearch().")
-        if regime.aggregator is not None:
-            fail(
-                f"aggregator {type(regime.aggregator).__name__}: NEGM inverts the additive "
-                "Euler equation u_c = β·E[R·V'_m]; solve this regime with GridSearch()."
-            )
-        if regime.taste_shocks:
-            fail(
-                "it has taste shocks; NEGM takes the exact max over keep/adjust. Solve it "
-                "with GridSearch()."
-            )
-        for state in (self.liquid, self.durable):
-            if state not in regime.states or regime.grids[state].is_discrete:
-                fail(f"{state!r} is not a continuous state of the regime.")
-            if regime.grids[state].varies_with_age:
-                fail(f"the grid of {state!r} varies with age; NEGM needs one grid.")
-        for action in (self.consumption, self.durable_choice):
-            if action not in regime.actions or regime.grids[action].is_discrete:
-                fail(f"{action!r} is not a continuous action of the regime.")
-        if self.adjust not in regime.actions or not regime.grids[self.adjust].is_discrete:
-            fail(f"{self.adjust!r} is not a discrete action of the regime.")
-        if regime.grids[self.adjust].n_points != 2:
-            fail(
-                f"the action {self.adjust!r} has {regime.grids[self.adjust].n_points} "
-                "categories; NEGM needs two (code 0 keep, code 1 adjust)."
-            )
-        for action in (self.consumption, self.durable_choice, self.adjust):
-            if regime.grids[action].batch_size > 0:
-                fail(
-                    f"the action {action!r} has batch_size={regime.grids[action].batch_size}; "
-                    "NEGM searches no action grid. Splay the states, or the solver's "
-                    "savings and resources grids (their batch_size)."
-                )
-        own = {self.liquid, self.durable}
-        for other in regime.states:
-            if other not in own and not regime.grids[other].is_discrete:
-                fail(f"it has a third continuous state {other!r}; NEGM handles two.")
-        for other in regime.actions:
-            if other not in {self.consumption, self.durable_choice, self.adjust}:
-                kind = "discrete" if regime.grids[other].is_discrete else "continuous"
-                fail(f"it has another {kind} action {other!r}; NEGM handles adjust/keep only.")
-        if self.resources_function not in regime.helpers:
-            fail(
-                f"it has no function {self.resources_function!r} (an adjuster's total "
-                f"resources, of {self.liquid!r} and {self.durable!r})."
-            )
-        actions = {self.consumption, self.durable_choice, self.adjust}
-        resource_inputs = transitive_inputs(regime.helpers[self.resources_function], regime.helpers)
-        if resource_inputs & actions:
-            fail(
-                f"its function {self.resources_function!r} depends on an action; total "
-                "resources must be a function of the states."
-            )
-        utility_inputs = transitive_inputs(regime.utility, regime.helpers)
-        if self.consumption not in utility_inputs:
-            fail(f"its utility does not depend on {self.consumption!r}: no Euler equation.")
-        if self.liquid in utility_inputs:
-            fail(f"its utility depends on the liquid state {self.liquid!r}.")
-        if regime.targets != (name,):
-            fail(
-                f"it can move to {regime.targets}; NEGM reads next period's keeper and "
-                "adjuster of the regime itself only (no other regime, no mortality regime "
-                "yet)."
-            )
-        assert regime.next_regime is not None
-        continuous = own | actions
-        if transitive_inputs(regime.next_regime, regime.helpers) & continuous:
-            fail("its regime transition depends on a continuous variable or on adjusting.")
-        if regime.drawn:
-            fail(f"laws of motion read next period's draws of {regime.drawn}; not supported.")
-        for state in own:
-            if state not in regime.state_transitions:
-                fail(f"it has no transition for {state!r}.")
-        for state, transition in regime.state_transitions.items():
-            if transition.per_target:
-                fail(f"the law of motion of {state!r} is by target regime; not supported.")
-            if state in own or transition.function is None:
-                continue
-            if transitive_inputs(transition.function, regime.helpers) & continuous:
-                fail(
-                    f"the transition of the discrete state {state!r} depends on a continuous "
-                    "variable or on adjusting."
-                )
-        durable_law = regime.state_transitions[self.durable].function
-        if durable_law is None:
-            fail(f"the next {self.durable!r} has no law of motion of its own.")
-        assert durable_law is not None
-        if transitive_inputs(durable_law, regime.helpers) & {self.liquid, self.consumption}:
-            fail(
-                f"the next {self.durable!r} depends on {self.liquid!r} or "
-                f"{self.consumption!r}; it must be a function of the durable held."
-            )
-        discount = regime.helpers.get("discount_factor")
-        if discount is not None and transitive_inputs(discount, regime.helpers) & continuous:
-            fail("its function 'discount_factor' depends on a continuous variable.")
-        if "borrowing_limit" in regime.helpers:
-            fail("a function 'borrowing_limit' is not supported; the limit is savings[0].")
+        check_negm(self, model, regime)
 
     # ------------------------------------------------------------------ pieces
     def _discrete_states(self, regime: RegimePlan) -> tuple[str, ...]:
