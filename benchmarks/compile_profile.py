@@ -40,13 +40,28 @@ def compile_events(lower, top: int = 30) -> dict:
     are the compiler's)."""
     import jax
 
-    # A compile read from the persistent cache has no compiler events.
+    # A compile read from the persistent cache has no compiler events. JAX decides once
+    # per process whether it uses the cache (at the first compile): its memo is reset
+    # around the profiled compile so that the switch takes effect (a private module,
+    # where this JAX has it).
     cached = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    _reset_cache_memo()
     try:
         return _profiled(lower, top)
     finally:
         jax.config.update("jax_enable_compilation_cache", cached)
+        _reset_cache_memo()
+
+
+def _reset_cache_memo() -> None:
+    try:
+        from jax._src import compilation_cache
+    except ImportError:
+        return
+    reset = getattr(compilation_cache, "reset_cache", None)
+    if reset is not None:
+        reset()
 
 
 def _profiled(lower, top: int) -> dict:

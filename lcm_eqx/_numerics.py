@@ -60,6 +60,27 @@ def default_platform() -> str:
     return device if isinstance(device, str) else device.platform
 
 
+def on_accelerator() -> bool:
+    """Whether the program traced now takes the accelerator's forms (`by_platform`):
+    where its default device (`default_platform`) is not a CPU."""
+    return default_platform() != "cpu"
+
+
+def by_platform(*operands, cpu: Callable, default: Callable):
+    """`cpu(*operands)` in a program for a CPU, `default(*operands)` for an accelerator.
+
+    Where the library writes one computation in two forms (a CPU and a TPU compile and
+    run different forms fastest), both compute the same numbers. The form is chosen when
+    the program is traced, by its default device (`on_accelerator`), not with
+    `jax.lax.platform_dependent`, which traces and lowers every form into the program
+    for the compiler to choose: the validated full Mahler-Yum solve had 66 such choices,
+    which made its trace and lowering half as long again on a TPU. A program placed on
+    another device than the default runs the other form: the same numbers, at the other
+    device's speed.
+    """
+    return (default if on_accelerator() else cpu)(*operands)
+
+
 # The functions that a TPU v5e computes in float32 to round-off only when asked
 # (`AccuracyMode.HIGHEST`; measured 2026-12-07 over [1e-4, 1e4] and [-20, 20]): `log` 1.1e-4
 # absolute at its default accuracy, 8e-7 at the highest; `exp` 5.5e-6 relative, 1.2e-7;

@@ -89,10 +89,10 @@ CASE_IDS = tuple(f"{solver.name}-{model.name}" for solver, model in CASES)
 
 
 def force_accelerator_forms(monkeypatch) -> None:
-    """Lower every `jax.lax.platform_dependent` choice as on an accelerator (its
-    `default`), so that the accelerator's forms run on the CPU; the caches are cleared
-    first (a program traced before keeps the CPU's forms)."""
+    """Trace every `_numerics.by_platform` choice as for an accelerator (its `default`),
+    so that the accelerator's forms run on the CPU; the caches are cleared first (a
+    program traced before keeps the CPU's forms)."""
+    from lcm_eqx import _numerics
+
     jax.clear_caches()
-    monkeypatch.setattr(
-        jax.lax, "platform_dependent", lambda *args, default, **_platforms: default(*args)
-    )
+    monkeypatch.setattr(_numerics, "on_accelerator", lambda: True)

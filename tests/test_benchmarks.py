@@ -192,7 +192,8 @@ def test_compile_profile_reads_the_compilers_events():
 
     from benchmarks.compile_profile import compile_events
 
-    result = compile_events(lambda: jax.jit(lambda x: jnp.sin(x) * 2.0).lower(1.0), top=50)
+    # Every event (a busy machine may put the short compile below other events' time).
+    result = compile_events(lambda: jax.jit(lambda x: jnp.sin(x) * 2.0).lower(1.0), top=10_000)
     names = [name for name, _, _ in result["events"]]
     assert any("ompile" in name for name in names), names
     assert all(count > 0 and ms >= 0 for _, count, ms in result["events"])

@@ -372,7 +372,7 @@ def _assert_alive_values_equal(my, got, expected) -> None:
 def test_the_accelerator_forms_solve_validate_and_differentiate_like_the_cpus(
     my, tiny, monkeypatch
 ):
-    """With every `platform_dependent` choice lowered as on a TPU (the dense reads, the
+    """With every `by_platform` choice traced as for a TPU (the dense reads, the
     check maxima over the arrays' own axes, the first maximiser without `argmax`), the
     tiny model's values, checks and reverse-mode gradient equal the CPU forms'."""
     _, params, _, solution = tiny

@@ -5,7 +5,8 @@
   those in a user's function alike: a TPU computes an unnamed float32 contraction in one
   bfloat16 pass, which made its Mahler–Yum values 4.5 % off the CPU's.
 - The check reductions after the period loop give the same flags and counts whichever
-  platform's form is lowered (a variadic reduction on the CPU, plain ones elsewhere).
+  platform's form is traced (a variadic reduction on the CPU, plain ones elsewhere), and
+  only the form of the program's default device is traced.
 - float64 on a TPU is said at `Model(...)`.
 """
 
@@ -112,6 +113,35 @@ def test_the_check_reductions_agree_on_every_platform():
         for a, b in zip(jax.tree.leaves(variadic), jax.tree.leaves(apart), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
             assert a.dtype == b.dtype
+
+
+def test_one_form_is_traced_chosen_by_the_default_device(monkeypatch):
+    """`by_platform` traces the CPU's form or the accelerator's, never both (a
+    `platform_dependent` lowered both into every program), chosen by the default device
+    when the program is traced."""
+    traced = []
+
+    def form(name):
+        def fn(x):
+            traced.append(name)
+            return x + (1.0 if name == "cpu" else 2.0)
+
+        return fn
+
+    def program(x):
+        return _numerics.by_platform(x, cpu=form("cpu"), default=form("accelerator"))
+
+    assert float(jax.jit(program)(1.0)) == 2.0 and traced == ["cpu"]
+    text = jax.jit(program).lower(1.0).as_text()
+    assert "case" not in text and "platform_index" not in text
+    traced.clear()
+    monkeypatch.setattr(_numerics, "default_platform", lambda: "tpu")
+    jax.clear_caches()
+    assert float(jax.jit(program)(1.0)) == 3.0 and traced == ["accelerator"]
+    traced.clear()
+    monkeypatch.setattr(_numerics, "default_platform", lambda: "cpu")
+    jax.clear_caches()
+    assert float(jax.jit(program)(1.0)) == 2.0 and traced == ["cpu"]
 
 
 def test_the_check_maxima_agree_on_every_platform(monkeypatch):

@@ -117,7 +117,7 @@ def test_checks_apart_raise_what_the_plain_checks_raise():
 
 
 def test_the_accelerator_forms_flag_what_the_cpu_forms_flag(monkeypatch):
-    """Every case's flags, with each `platform_dependent` choice lowered as on a TPU (the
+    """Every case's flags, with each `by_platform` choice traced as for a TPU (the
     check maxima over the arrays' own axes, not merged), equal the CPU forms'."""
     expected = {case: flags(model(), p) for case, p in FAILING.items()}
     force_accelerator_forms(monkeypatch)

@@ -210,7 +210,10 @@ def _string_comparisons(code: types.CodeType, names: set[str]) -> list[tuple[str
                 and const_kind == "const"
                 and isinstance(container, (tuple, frozenset))
             ):
-                found.extend((str(variable), c) for c in container if isinstance(c, str))
+                strings = [c for c in container if isinstance(c, str)]
+                if isinstance(container, frozenset):  # a set literal: its order varies
+                    strings.sort()
+                found.extend((str(variable), c) for c in strings)
             pushed = []
         elif op not in ("CACHE", "EXTENDED_ARG", "NOP"):
             pushed = []

@@ -400,7 +400,9 @@ def _regime_plan(
 
     discrete_states = frozenset(s for s in states if regime.states[s].is_discrete)
     allowed_precontract = discrete_states | set(SPECIAL_ARGUMENTS)
-    process_states = {s for s in states if isinstance(regime.states[s], AbstractProcessGrid)}
+    # In the regime's order of states (a set's order varies between Python processes with
+    # the hash seed; the order sets the keys of the simulation's draws).
+    process_states = tuple(s for s in states if isinstance(regime.states[s], AbstractProcessGrid))
     state_transitions: dict[str, StateTransition] = {}
     parameters: dict[str, tuple[str, ...]] = {}
     terminal = regime.transition is None

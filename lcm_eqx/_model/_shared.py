@@ -92,14 +92,15 @@ def _with_shared(name: str, regime: Regime, functions: dict, state_transitions: 
     if regime.transition is not None:
         needed |= _arguments(name, _callables({"regime": regime.transition}))
         needed.add("discount_factor")  # the Bellman equation reads it, if shared
-    pending = [n for n in needed if n in functions and n not in variables]
+    # In the order of `functions` (a set's order varies between Python processes).
+    pending = [n for n in functions if n in needed and n not in variables][::-1]
     while pending:
         key = pending.pop()
         if key in own_functions:
             continue
         own_functions[key] = functions[key]
         more = _arguments(name, [(key, functions[key])])
-        pending += [n for n in more if n in functions and n not in variables]
+        pending += [n for n in functions if n in more and n not in variables][::-1]
     if own_functions == regime.functions and own_transitions == regime.state_transitions:
         return regime
     return regime.replace(functions=own_functions, state_transitions=own_transitions)

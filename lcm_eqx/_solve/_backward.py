@@ -21,6 +21,7 @@ from .._errors import warn
 from .._grids._age import AgeGrid, age_of
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan, Segment
+from .._numerics import by_platform
 from .._persistence import plan_structure
 from .._progress import solve_tick
 from .._validation import NAN_CHECK
@@ -317,9 +318,7 @@ def _merge_checks(
         n_checks = len(t) if isinstance(t, tuple) else t.shape[-1]
         columns[name] = (start, start + n_checks)
         start += n_checks
-    return jax.lax.platform_dependent(
-        tuple(tables.values()), cpu=_merge_flattened, default=_merge_apart
-    )
+    return by_platform(tuple(tables.values()), cpu=_merge_flattened, default=_merge_apart)
 
 
 def _merge_flattened(tables: tuple) -> jax.Array:

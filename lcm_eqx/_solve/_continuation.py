@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from .._numerics import CONTRACTION_PRECISION
+from .._numerics import CONTRACTION_PRECISION, by_platform
 
 NEG_INF = -jnp.inf
 
@@ -254,7 +254,7 @@ def continuation_at(
     )
     if READ == "dense":
         return dense(*operands)
-    return jax.lax.platform_dependent(*operands, cpu=gathered, default=dense)
+    return by_platform(*operands, cpu=gathered, default=dense)
 
 
 # How `continuation_at` reads a continuation with one continuous axis: "platform" (a

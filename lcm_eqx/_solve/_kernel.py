@@ -23,7 +23,7 @@ from .._model._aggregator import Continuation
 from .._model._dag import Evaluator, has_array_parameter
 from .._model._markov import regime_vector
 from .._model._plan import ModelPlan, RegimePlan
-from .._numerics import one_kernel_reduce
+from .._numerics import by_platform, one_kernel_reduce
 from ._axes import Axis, Carried, lift
 from ._continuation import (
     NEG_INF,
@@ -79,7 +79,7 @@ def max_each(arrays: tuple[Array, ...], axes: tuple[int, ...]) -> tuple[Array, .
     if not arrays or not axes:
         return arrays
     arrays = jax.lax.stop_gradient(tuple(arrays))
-    return jax.lax.platform_dependent(
+    return by_platform(
         arrays,
         cpu=functools.partial(_max_each_merged, axes=axes),
         default=lambda arrays: tuple(jnp.max(a, axis=axes) for a in arrays),
@@ -937,8 +937,8 @@ class RegimeProblem:
         probabilities: dict[str, dict[str, Array]] = {}
         for name, transition in self.regime.state_transitions.items():
             n_points = self.model.state_grid(name).n_points
-            for target in transition.per_target_markov:
-                if target not in self.regime.targets:
+            for target in transition.per_target:  # its order (a set's varies by process)
+                if target not in transition.per_target_markov or target not in self.regime.targets:
                     continue
                 result = jnp.asarray(evaluate(transition.per_target[target]))
                 self._check_shape(f"next_{name}", result.shape, (n_points,))

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._numerics import by_platform
+
 
 def merged_axes(shape: tuple[int, ...], axes) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The shape with each run of consecutive axes of `axes` merged into one, and the
@@ -58,7 +60,7 @@ def max_and_count_neginf(
     if not axes:
         return arrays, tuple(jnp.isneginf(a).astype(jnp.int32) for a in arrays)
     arrays = jax.lax.stop_gradient(tuple(arrays))
-    return jax.lax.platform_dependent(
+    return by_platform(
         arrays,
         cpu=functools.partial(_max_and_count_variadic, axes=axes),
         default=functools.partial(_max_and_count_apart, axes=axes),
@@ -108,7 +110,7 @@ def max_along(values: Array, axis: int) -> Array:
 @max_along.defjvp
 def _max_along_jvp(axis: int, primals, tangents):
     (values,), (tangent,) = primals, tangents
-    return jnp.max(values, axis=axis), jax.lax.platform_dependent(
+    return jnp.max(values, axis=axis), by_platform(
         values,
         tangent,
         cpu=functools.partial(_tangent_at_argmax, axis=axis),

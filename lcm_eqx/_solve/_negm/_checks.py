@@ -98,7 +98,7 @@ def check_negm(solver, model: ModelPlan, regime: RegimePlan) -> None:
         fail("its regime transition depends on a continuous variable or on adjusting.")
     if regime.drawn:
         fail(f"laws of motion read next period's draws of {regime.drawn}; not supported.")
-    for state in own:
+    for state in (solver.liquid, solver.durable):
         if state not in regime.state_transitions:
             fail(f"it has no transition for {state!r}.")
     for state, transition in regime.state_transitions.items():
