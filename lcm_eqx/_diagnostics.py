@@ -19,7 +19,9 @@ from ._errors import warn
 from ._grids import DiscreteGrid
 from ._grids._age import age_of
 from ._model._params import resolve_params
-from ._solve._kernel import RegimeProblem, age_varying_points, probability_violation
+from ._solve._age_tables import age_varying_points
+from ._solve._check_arrays import probability_violation
+from ._solve._kernel import RegimeProblem
 from ._validation import CHECKS, first_failures
 
 

@@ -351,10 +351,12 @@ class Model(eqx.Module):
             with _CollectorPaused():
                 try:
                     raw, infeasible = program(params, **options)
-                except jax.errors.JaxRuntimeError as error:
-                    if program is self._solve_nested or "No such compile option" not in str(error):
+                except (jax.errors.JaxRuntimeError, ValueError) as error:
+                    # An XLA without an option, or a caller's trace of untraced params.
+                    refused = "No such compile option" in str(error)
+                    if program is self._solve_nested or not (refused or "top-level" in str(error)):
                         raise
-                    _OPTIONS_REFUSED.append(str(error))  # this XLA lacks an option: go without
+                    _OPTIONS_REFUSED.extend([str(error)] * refused)
                     raw, infeasible = self._solve_nested(params, **options)
             timer.done(raw, f" ({self.n_periods} periods)")
         solution = raw  # it records the model's structure (`Solution.model_structure`)
@@ -741,12 +743,11 @@ def _simulate_chunk_with_params(
     validate=False,
     entry=None,
 ):
-    resolved = resolve_params(plan, params)
     return simulate_chunk(
         plan,
         solvers,
         ages,
-        resolved,
+        resolve_params(plan, params),
         values,
         regime,
         states,
@@ -779,10 +780,9 @@ def _horizon(n_periods: int | None, ages: AgeGrid | None) -> int:
 
 
 def _start_copies_to_host(tree) -> None:
-    """Start copying every array of `tree` to the host at once, so that the checks read
-    them after one round trip to an accelerator, not one per array (on a TPU each took
-    about 0.5 ms, most of a small model's validated solve). Free on a CPU; arrays that
-    span other processes are left to the checks' own reads."""
+    """Start copying every array of `tree` to the host at once: the checks then read them
+    after one round trip to an accelerator, not one per array (about 0.5 ms each on a
+    TPU). Free on a CPU; arrays spanning other processes are left to the checks."""
     for leaf in jax.tree.leaves(tree):
         if isinstance(leaf, jax.Array) and leaf.is_fully_addressable:
             leaf.copy_to_host_async()

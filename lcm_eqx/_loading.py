@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from ._persistence import load
 from ._simulate._result import SimulationResult
+from ._solve._age_tables import age_varying_points
 from ._solve._backward import state_points
-from ._solve._kernel import age_varying_points
 from ._solve._solution import Solution
 from ._typing import FilePath
 

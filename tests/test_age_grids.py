@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
-from lcm_eqx._solve._kernel import age_varying_points  # noqa: E402
+from lcm_eqx._solve._age_tables import age_varying_points  # noqa: E402
 from tests.models import retirement  # noqa: E402
 
 N_PERIODS = 3

@@ -201,6 +201,18 @@ def test_jit_vmap_and_no_retrace():
     assert model._solve._cache_size() == before
 
 
+def test_a_solve_inside_a_callers_jit_with_parameters_closed_over():
+    """Inside a caller's `jax.jit` whose parameters are constants of the function (closed
+    over, not traced), the solve is still nested: the solver's `compiler_options` cannot
+    be passed there (JAX refuses them below the top level), and the solution equals the
+    eager one to the last bit."""
+    model, params, solution = solved(3, 0.1)
+    assert model._solve is not model._solve_nested  # the eager solve has options
+    inside = jax.jit(lambda: model.solve(params, validate="off").values)()
+    for regime in ("working", "retired"):
+        np.testing.assert_array_equal(inside[regime], solution.values[regime])
+
+
 def test_the_top_level_solve_compiles_with_the_solvers_options(monkeypatch):
     """`DCEGM` compiles its eager solve with its `compiler_options` (XLA:CPU's loop
     emitters, no loop-invariant code motion); inside a caller's trace the nested program

@@ -18,7 +18,7 @@ import pytest
 import lcm_eqx as lcm
 from lcm_eqx import _numerics
 from lcm_eqx._solve import _reduce
-from lcm_eqx._solve._kernel import _max_each_merged, max_each
+from lcm_eqx._solve._check_arrays import _max_each_merged, max_each
 from lcm_eqx._solve._reduce import (
     _max_and_count_apart,
     _max_and_count_variadic,

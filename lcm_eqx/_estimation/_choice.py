@@ -27,7 +27,7 @@ from .._solve._reduce import choice_weights, log_choice_weights
 from .._solve._solution import Solution
 
 if TYPE_CHECKING:
-    from .._facade import Model
+    from .._protocols import ModelLike
     from .._typing import Params
 
 
@@ -99,7 +99,7 @@ def taste_shock_scale(problem: RegimeProblem):
 
 
 def discrete_values(
-    model: Model, params: Params, solution: Solution, regime: str, period: int | np.integer
+    model: ModelLike, params: Params, solution: Solution, regime: str, period: int | np.integer
 ) -> Float[Array, "..."]:
     """`v_d` on the state grid: the best value over the continuous actions, per discrete action.
 
@@ -122,7 +122,11 @@ def _discrete_values_on_grid(model, regime, params, solution_values, policies, p
 
 
 def refine_codes(
-    model: Model, params: Params, solution: Solution | None, regime: str, period: int | np.integer
+    model: ModelLike,
+    params: Params,
+    solution: Solution | None,
+    regime: str,
+    period: int | np.integer,
 ) -> dict[str, Array]:
     """How the refinement of each continuous action ended at each cell of the state grid
     (`GridSearch(refine=...)`): `{action: codes}`, each of the regime's state axes
@@ -158,7 +162,11 @@ def _refine_codes_on_grid(model, regime, params, solution_values, policies, peri
 
 
 def choice_probabilities(
-    model: Model, params: Params, solution: Solution | None, regime: str, period: int | np.integer
+    model: ModelLike,
+    params: Params,
+    solution: Solution | None,
+    regime: str,
+    period: int | np.integer,
 ) -> Float[Array, "..."]:
     """Conditional choice probabilities `P(d | s, period)` on the regime's state grid.
 

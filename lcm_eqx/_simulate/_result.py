@@ -20,7 +20,7 @@ from .._persistence import model_structure, save
 from .._typing import FilePath, Params
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .._facade import Model
+    from .._protocols import ModelLike
 
 
 class SimulationResult(eqx.Module):
@@ -72,7 +72,7 @@ class SimulationResult(eqx.Module):
         extra: Sequence[str] = (),
         *,
         use_labels: bool = True,
-        model: Model | None = None,
+        model: ModelLike | None = None,
         params: Params | None = None,
     ) -> pd.DataFrame:
         """One row per subject and period present.
@@ -166,7 +166,7 @@ def _as_codes(column):
 def _extra_columns(
     result: SimulationResult,
     names: tuple[str, ...],
-    model: Model | None,
+    model: ModelLike | None,
     params,
     period_index: np.ndarray,
     subject_index: np.ndarray,

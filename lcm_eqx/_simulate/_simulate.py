@@ -23,14 +23,9 @@ from .._errors import LcmWarning
 from .._grids._age import age_of
 from .._model._plan import ModelPlan, RegimePlan
 from .._progress import simulate_tick
-from .._solve._kernel import (
-    RegimeProblem,
-    age_varying_points,
-    aggregator_checks,
-    any_nan,
-    probability_violation,
-    shifted,
-)
+from .._solve._age_tables import age_varying_points, shifted
+from .._solve._check_arrays import aggregator_checks, any_nan, probability_violation
+from .._solve._kernel import RegimeProblem
 from .._solve._sharding import ShardingPlan, sharding_plan
 from .._solve._solver import AbstractSolver
 

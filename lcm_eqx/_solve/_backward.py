@@ -25,7 +25,9 @@ from .._numerics import by_platform
 from .._persistence import plan_structure
 from .._progress import solve_tick
 from .._validation import NAN_CHECK
-from ._kernel import RegimeProblem, age_varying_points, max_each, shifted, stack_checks
+from ._age_tables import age_varying_points, shifted
+from ._check_arrays import max_each, stack_checks
+from ._kernel import RegimeProblem
 from ._reduce import max_and_count_neginf
 from ._sharding import ShardingPlan, sharding_plan
 from ._solution import Solution

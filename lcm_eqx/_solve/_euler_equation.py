@@ -4,7 +4,7 @@ read through `ContinuationReader`s of the marginal value)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -13,8 +13,18 @@ from jaxtyping import Array, Float
 from ._kernel import RegimeProblem
 from ._reading import ContinuationReader, expected_at_savings, invert_marginal, marginal_of
 
-if TYPE_CHECKING:
-    from ._solver import AbstractSolver
+
+@runtime_checkable
+class PolicySolver(Protocol):
+    """What the Euler equation reads of a solver (`AbstractSolver` has all three): its
+    continuous policy, its action's resolution and the borrowing limit. A structural
+    type, so that this module, which `_solver.py` imports, need not import it back."""
+
+    def continuous_policy(self, problem: RegimeProblem, state: dict[str, Array]) -> dict: ...
+
+    def action_step(self, problem: RegimeProblem, action: str) -> Array: ...
+
+    def borrowing_limit(self, problem: RegimeProblem, discrete: dict[str, Array]) -> Array: ...
 
 
 def feasible_at(problem: RegimeProblem, point: dict[str, Array]) -> Array:
@@ -27,7 +37,7 @@ def feasible_at(problem: RegimeProblem, point: dict[str, Array]) -> Array:
 
 
 def euler_errors_on_axes(
-    solver: AbstractSolver,
+    solver: PolicySolver,
     problem: RegimeProblem,
     readers: dict[str, ContinuationReader],
     state: str,

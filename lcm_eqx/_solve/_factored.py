@@ -42,8 +42,9 @@ from ._axes import (
     map_axis,
     reduce_axis,
 )
+from ._check_arrays import max_each
 from ._factor_plan import Factoring, Piece, Step, Term, elimination_order, piece_outputs
-from ._kernel import RegimeProblem, max_each
+from ._kernel import RegimeProblem
 from ._reduce import max_along, smooth_max
 from ._refine import refine_along
 

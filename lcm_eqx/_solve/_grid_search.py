@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from . import _factor_plan, _factored, _refine, _refine_spec
 from ._axes import auto_splayed, lift, map_axis, reduce_axis
-from ._kernel import max_each
+from ._check_arrays import max_each
 from ._on_grid import q_on_action_grid
 from ._reduce import max_along, smooth_max
 from ._refine_spec import Refine

@@ -29,7 +29,8 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from ._axes import Axis, map_axis, reduce_axis
-from ._kernel import RegimeProblem, max_each
+from ._check_arrays import max_each
+from ._kernel import RegimeProblem
 from ._refine_spec import Refine, RefineCode
 
 T = TypeVar("T")

@@ -35,7 +35,7 @@ from ._rows import grid_arrays
 
 if TYPE_CHECKING:
     from .._kernel import RegimeProblem
-    from ._solver import DCEGM
+    from ._protocol import DCEGMLike
 
 State = tuple[dict[str, tuple], dict[tuple[str, ...], tuple]]
 
@@ -48,7 +48,7 @@ GRID_FIELDS = ("nodes", "count", "continuation0", "feasible", "limit")
 READ_VALUES_BYTES = 32 * 2**20
 
 
-def choice_shapes(solver: DCEGM, plan: ModelPlan, names) -> dict[str, tuple[int, ...]]:
+def choice_shapes(solver: DCEGMLike, plan: ModelPlan, names) -> dict[str, tuple[int, ...]]:
     """The shape of each regime's choices: its discrete states, then discrete actions."""
     shapes = {}
     for name in names:
@@ -67,13 +67,13 @@ def members(state: State) -> tuple[str, ...]:
     return (*by_regime, *(name for group in by_group for name in group))
 
 
-def initial_state(solver: DCEGM, plan: ModelPlan, names, dtype) -> State:
+def initial_state(solver: DCEGMLike, plan: ModelPlan, names, dtype) -> State:
     """The state after the model's last period (V_T = 0), each regime on its own."""
     grids = {name: zero_grid(plan, name, solver, dtype) for name in names}
     return {name: grid_arrays(g) for name, g in grids.items()}, {}
 
 
-def batch_groups(solver: DCEGM, plan: ModelPlan, names) -> list[tuple[str, ...]]:
+def batch_groups(solver: DCEGMLike, plan: ModelPlan, names) -> list[tuple[str, ...]]:
     """The regimes among `names` (in their order) solved together in one pass over rows
     (`DCEGM.solve_batched`): those whose discrete axes are neither splayed nor sharded,
     one group per number of savings points (a kinked budget adds points by draw)."""
@@ -86,7 +86,7 @@ def batch_groups(solver: DCEGM, plan: ModelPlan, names) -> list[tuple[str, ...]]
     return list(groups.values())
 
 
-def regrouped(solver: DCEGM, plan: ModelPlan, state: State, active) -> State:
+def regrouped(solver: DCEGMLike, plan: ModelPlan, state: State, active) -> State:
     """`state` with the regimes of a segment (`active`) that are solved together carried
     as one set of rows, the others by regime."""
     names = members(state)
@@ -154,7 +154,7 @@ def grid_status(name: str, segment: Segment, following: frozenset[str] | None, p
     return jnp.where(period == segment.stop - 1, edge, inside).astype(jnp.int32)
 
 
-def reader(solver: DCEGM, target: str, state: State, period: Period):
+def reader(solver: DCEGMLike, target: str, state: State, period: Period):
     """How `period` reads regime `target` of `state`: its refined grids of next period."""
     plan = period.plan
     arrays = ungrouped(state, choice_shapes(solver, plan, members(state)), only=target)[target]
@@ -165,7 +165,7 @@ def reader(solver: DCEGM, target: str, state: State, period: Period):
 
 
 def step(
-    solver: DCEGM, problems: dict[str, RegimeProblem], state: State, period: Period
+    solver: DCEGMLike, problems: dict[str, RegimeProblem], state: State, period: Period
 ) -> tuple[dict[str, PeriodSolution], State, Any]:
     """One period of the regimes `problems` (those of `state` active in it): their
     period solutions, the new state, and what the period emits (the changing arrays)."""
@@ -222,7 +222,7 @@ def step(
 
 
 def stacked_readers(
-    solver: DCEGM, state: State, period: Period
+    solver: DCEGMLike, state: State, period: Period
 ) -> dict[tuple[str, ...], ContinuationReader]:
     """Readers of the groups of regimes of `state` that have equal structure and
     parameters that stack (`_groups.py`), each reading its members at once
@@ -274,7 +274,7 @@ def stacked_arrays(state: State, shapes: dict, group: tuple[str, ...]) -> tuple:
 
 
 def solve_regimes(
-    solver: DCEGM, problems: dict[str, RegimeProblem], later: frozenset[str] = frozenset()
+    solver: DCEGMLike, problems: dict[str, RegimeProblem], later: frozenset[str] = frozenset()
 ) -> tuple[dict[str, PeriodSolution], dict[tuple[str, ...], dict[str, Array]]]:
     """The period solutions of `problems` (by name), and the refined grids of the group
     solved together, as rows (by the group's names: see `batch_groups`).
@@ -300,7 +300,7 @@ def solve_regimes(
 
 
 def postprocess(
-    solver: DCEGM, emitted, segment: SegmentOutputs
+    solver: DCEGMLike, emitted, segment: SegmentOutputs
 ) -> tuple[dict[str, Array], dict[str, EndogenousGrid]]:
     """After the loop over a segment's periods: the value arrays its steps left out
     (`segment.deferred`, leading axis the periods) and each regime's refined grids of
@@ -328,7 +328,7 @@ def postprocess(
     return values, policies
 
 
-def _feasible_put_back(solver: DCEGM, emitted: dict) -> dict:
+def _feasible_put_back(solver: DCEGMLike, emitted: dict) -> dict:
     """The scan's emitted grids with an always-true `feasible` and a constant limit
     (emitted as None) put back."""
     dtype = jnp.zeros(()).dtype
@@ -343,7 +343,7 @@ def _feasible_put_back(solver: DCEGM, emitted: dict) -> dict:
     }
 
 
-def _read_values(solver: DCEGM, segment: SegmentOutputs, policies, rows) -> dict[str, Array]:
+def _read_values(solver: DCEGMLike, segment: SegmentOutputs, policies, rows) -> dict[str, Array]:
     """The value arrays of the regimes of `policies` in every period of a segment
     (leading axis), read from their refined grids: the reads the period step left out.
     All periods at once where their grids take at most `READ_VALUES_BYTES` (the batched

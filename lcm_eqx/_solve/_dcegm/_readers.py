@@ -19,13 +19,13 @@ from ._kinks import consumption_kinks
 from ._rows import grid_arrays, map_choices
 
 if TYPE_CHECKING:
-    from ._solver import DCEGM
+    from ._protocol import DCEGMLike
 
 
 def endogenous_reader(
     model: ModelPlan,
     target: str,
-    solver: DCEGM,
+    solver: DCEGMLike,
     grid: EndogenousGrid,
     params,
     period,
@@ -110,7 +110,7 @@ def endogenous_reader(
     )
 
 
-def zero_grid(model: ModelPlan, regime: str, solver: DCEGM, dtype) -> EndogenousGrid:
+def zero_grid(model: ModelPlan, regime: str, solver: DCEGMLike, dtype) -> EndogenousGrid:
     """The `EndogenousGrid` of the period after the last (value 0 everywhere)."""
     plan = model.regimes[regime]
     shape = tuple(
@@ -136,7 +136,7 @@ def inactive_grid(grid: EndogenousGrid) -> EndogenousGrid:
 def stacked_endogenous_reader(
     model: ModelPlan,
     targets: tuple[str, ...],
-    solver: DCEGM,
+    solver: DCEGMLike,
     arrays: tuple,
     status,
     params,
