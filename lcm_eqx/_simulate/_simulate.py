@@ -350,7 +350,7 @@ def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
     count = jnp.sum(mask.astype(jnp.int32))
     n_blocks = (count + block - 1) // block
     # `fn` is traced once, for the loop's body and the results' shapes alike.
-    on_block = traced_once(jax.vmap(fn), *jax.tree.map(lambda x: x[:block], args))
+    on_block = TracedOnce(jax.vmap(fn), *jax.tree.map(lambda x: x[:block], args))
     init = jax.tree.map(lambda s: jnp.zeros((n, *s.shape[1:]), s.dtype), on_block.shapes)
 
     def body(i, out):
@@ -369,7 +369,7 @@ def in_blocks(fn, args, mask: jax.Array, block: int | None = None):
     return jax.lax.fori_loop(0, n_slots // block, maybe_body, init)
 
 
-class traced_once:
+class TracedOnce:
     """`fn` traced once at `args` (a jaxpr, with the tracers it closes over as its
     constants): calling it evaluates the jaxpr (at arguments of the same shapes) without
     tracing `fn` again; `shapes` are its results'. Where a function runs in several
@@ -388,7 +388,7 @@ class traced_once:
 def skipped_without(predicate: jax.Array, fn, *args):
     """`fn(*args)` where `predicate` holds, zeros of its results' shapes where it does not
     (a `cond`: nothing of `fn` runs then); `fn` is traced once."""
-    once = traced_once(fn, *args)
+    once = TracedOnce(fn, *args)
 
     def zeros(*_):
         return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), once.shapes)
