@@ -20,7 +20,10 @@ violation as ``file:line``:
    the public façade (`lcm_eqx/__init__.py`): the rest of the package reaches a solver
    through the interface only;
 8. no module over `MAX_LINES` lines (one room, one job), except those in
-   `LONG_MODULES_LEFT`, each at most its recorded length: the list only shrinks.
+   `LONG_MODULES_LEFT`, each at most its recorded length: the list only shrinks;
+9. the parameters' normalisation (`NORMALISATION`) imported only where parameters
+   enter (`NORMALISING_MODULES`): every layer below takes the normal form, or asks a
+   model for it (`ModelLike.checked_params`).
 
 A violation anywhere fails; `python tests/test_architecture.py` lists them all.
 """
@@ -425,6 +428,24 @@ def type_import_cycles() -> list[Violation]:
     return import_cycles(typing=True)
 
 
+# The functions that normalise and check a user's parameters, and the modules where
+# parameters enter the package (the façade, and `estimate`, which keeps the user's own
+# spelling for its result).
+NORMALISATION = frozenset({"coerce_params", "arrays_from_series", "check_params"})
+NORMALISING_MODULES = frozenset({"lcm_eqx._facade", "lcm_eqx._estimation._estimate"})
+
+
+def normalisation_imports() -> list[Violation]:
+    return [
+        Violation(edge.file, edge.line, f"imports {name} (the façade normalises parameters)")
+        for edge in imports(typing=True)
+        for name in edge.names
+        if name in NORMALISATION
+        and edge.module not in NORMALISING_MODULES
+        and edge.module not in ("lcm_eqx._model._params", "lcm_eqx._pandas")  # their own
+    ]
+
+
 CHECKS = {
     "import_cycles": import_cycles,
     "type_import_cycles": type_import_cycles,
@@ -435,6 +456,7 @@ CHECKS = {
     "local_imports": local_imports,
     "solver_folder_imports": solver_folder_imports,
     "long_modules": long_modules,
+    "normalisation_imports": normalisation_imports,
 }
 
 

@@ -634,3 +634,41 @@ def test_a_per_target_code_out_of_range_is_caught_where_the_target_is_reached():
         regime_ids=RegimeId,
     )
     never.solve({**PARAMS, "bonus": 0.2})
+
+
+def test_simulate_normalises_and_checks_its_parameters_once(monkeypatch):
+    """`Model.simulate` normalises (`coerce_params`, `arrays_from_series`) and checks
+    (`check_params`) its parameters once, at the façade; every layer below takes that
+    normal form. `to_dataframe(extra=...)`, a call of its own, normalises through the
+    model's façade (`checked_params`), not by importing the normalisation (issue 64)."""
+    import sys
+
+    from lcm_eqx import _pandas
+    from lcm_eqx._model import _params
+
+    model = build()
+    conditions = initial_conditions()
+    counts = dict.fromkeys(("coerce_params", "arrays_from_series", "check_params"), 0)
+    originals = {
+        "coerce_params": _pandas.coerce_params,
+        "arrays_from_series": _params.arrays_from_series,
+        "check_params": _params.check_params,
+    }
+
+    def counted(name):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return originals[name](*args, **kwargs)
+
+        return call
+
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("lcm_eqx"):
+            for name, original in originals.items():
+                if getattr(module, name, None) is original:
+                    monkeypatch.setattr(module, name, counted(name))
+    result = model.simulate(PARAMS, conditions, key=jax.random.key(1))
+    assert counts == dict.fromkeys(counts, 1)
+    frame = result.to_dataframe(extra=["labor_income"], model=model, params=PARAMS)
+    assert counts == dict.fromkeys(counts, 2)
+    assert "labor_income" in frame

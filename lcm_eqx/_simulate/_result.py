@@ -14,8 +14,7 @@ import pandas as pd
 from .._errors import LcmError
 from .._grids._age import age_of
 from .._model._dag import Evaluator
-from .._model._params import arrays_from_series, check_params, resolve_params
-from .._pandas import coerce_params
+from .._model._params import resolve_params
 from .._persistence import model_structure, save
 from .._typing import FilePath, Params
 
@@ -197,9 +196,8 @@ def _extra_columns(
                 f"to_dataframe: no regime has a function {name!r} to add as a column "
                 f"(functions: {known})."
             )
-    params = arrays_from_series(plan, coerce_params(params))
-    check_params(plan, params)
-    resolved = resolve_params(plan, params)
+    # Normalised and checked by the model's own façade (`ModelLike.checked_params`).
+    resolved = resolve_params(plan, model.checked_params(params))
     n_rows = period_index.shape[0]
     outputs: dict[str, np.ndarray] = {}
     filled: dict[str, np.ndarray] = {name: np.zeros(n_rows, dtype=bool) for name in names}
