@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from collections.abc import Callable
+from typing import NoReturn
 
 # Packages whose frames a warning skips to reach the user's line (lcm_eqx calls user code
 # through jax transforms and equinox modules).
@@ -68,6 +70,16 @@ class LcmWarning(UserWarning):
     """Base class of every warning lcm_eqx issues: a model that works but not as well as it
     could, or a result to double-check. Filter them all with
     `warnings.filterwarnings("ignore", category=lcm.LcmWarning)`."""
+
+
+def outside_class(regime: str, solver: str) -> Callable[[str], NoReturn]:
+    """`fail(what)` for a solver's check of a regime (`AbstractSolver.check`): raises
+    `ModelInitializationError("Regime <regime>: <solver> cannot solve it: <what>")`."""
+
+    def fail(what: str) -> NoReturn:
+        raise ModelInitializationError(f"Regime {regime!r}: {solver} cannot solve it: {what}")
+
+    return fail
 
 
 def warn(message: str) -> None:

@@ -19,6 +19,7 @@ from ._grids import (
     AbstractProcessGrid,
     AgeGrid,
     DiscreteGrid,
+    state_spellings,
     unknown_states_message,
 )
 from ._model._params import resolve_params
@@ -181,13 +182,9 @@ def encode_initial_conditions(
     dtype = jnp.zeros(()).dtype
     states: dict[str, np.ndarray | jax.Array] = {}
     for state, discrete in state_kinds.items():
-        index_key = state + INDEX_SUFFIX
-        given = [k for k in (state, index_key) if k in initial_conditions]
-        if len(given) > 1:
-            raise InvalidInitialConditionsError(
-                f"simulate: initial_conditions has both {state!r} (values) and {index_key!r} "
-                "(grid indices); give one of them."
-            )
+        given, both = state_spellings("simulate: initial_conditions", state, initial_conditions)
+        if both:
+            raise InvalidInitialConditionsError(both)
         if not given:
             for name, regime_plan in plan.regimes.items():
                 if state in regime_plan.states:

@@ -24,6 +24,7 @@ from ._grids import (
     AbstractContinuousGrid,
     AbstractProcessGrid,
     DiscreteGrid,
+    state_spellings,
     unknown_states_message,
 )
 from ._grids._age import age_of
@@ -398,12 +399,9 @@ def _policy_points(model: Model, params, regime_plan, states: Mapping[str, Any])
     for name in regime_plan.states:
         grid = regime_plan.grids[name]
         index_key = name + INDEX_SUFFIX
-        given = [k for k in (name, index_key) if k in states]
-        if len(given) > 1:
-            raise PlotError(
-                f"Regime {regime!r}: states has both {name!r} (values) and {index_key!r} "
-                "(grid indices); give one of them."
-            )
+        given, both = state_spellings(f"Regime {regime!r}: states", name, states)
+        if both:
+            raise PlotError(both)
         raw = np.asarray(states[given[0]])
         if name in process and given[0] == name and raw.dtype.kind not in "iub":
             if nodes is None:

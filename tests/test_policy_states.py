@@ -144,3 +144,21 @@ def test_plot_policy_along_a_process_state_warns_nothing(solved):
         )
         assert len(ax.get_lines()) == 3  # one per period
     plt.close("all")
+
+
+def test_initial_conditions_with_both_spellings_of_a_state_are_refused(solved):
+    """Values and grid indices of one process state in `simulate`'s initial conditions
+    are refused by name (the same check as `compute_policy`'s states)."""
+    model, solution, nodes = solved
+    initial = {
+        "regime": np.zeros(4, dtype=int),
+        "wealth": WEALTH,
+        "shock": nodes[[0, 1, 2, 1]],
+        "shock:index": np.array([0, 1, 2, 1]),
+        "kind": np.zeros(4, dtype=int),
+    }
+    with pytest.raises(
+        lcm.InvalidInitialConditionsError,
+        match=r"initial_conditions has both 'shock' \(values\) and 'shock:index'",
+    ):
+        model.simulate(PARAMS, initial, solution, key=jax.random.key(0))

@@ -17,4 +17,5 @@ from ._process import NormalIIDGrid as NormalIIDGrid
 from ._process import RouwenhorstGrid as RouwenhorstGrid
 from ._process import TauchenGrid as TauchenGrid
 from ._process import UniformIIDGrid as UniformIIDGrid
+from ._process import state_spellings as state_spellings
 from ._process import unknown_states_message as unknown_states_message

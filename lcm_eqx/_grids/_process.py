@@ -37,6 +37,20 @@ def unknown_states_message(
     return f"{what} has unknown entries {unknown}; the states are {states}{hint}"
 
 
+def state_spellings(what: str, state: str, entries) -> tuple[list[str], str | None]:
+    """The keys of `entries` that give `state` (its values under `state`, grid indices
+    under `<state>:index`), and the message where both do (`None` otherwise): the check
+    of `simulate`'s initial conditions and `compute_policy`'s states."""
+    index_key = state + INDEX_SUFFIX
+    given = [k for k in (state, index_key) if k in entries]
+    both = (
+        f"{what} has both {state!r} (values) and {index_key!r} (grid indices); give one of them."
+        if len(given) > 1
+        else None
+    )
+    return given, both
+
+
 class AbstractProcessGrid(AbstractGrid):
     """A state whose transition is its own Markov chain on fixed nodes (an AR(1)
     discretisation or an i.i.d. draw).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._errors import ModelInitializationError
+from ..._errors import outside_class
 from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
 
@@ -14,12 +14,7 @@ from ..._model._plan import ModelPlan, RegimePlan
 def check_dcegm(solver, model: ModelPlan, regime: RegimePlan) -> None:
     """`solver.check(model, regime)`: raises where `regime` is outside DC-EGM's class."""
     name = regime.name
-
-    def fail(what: str):
-        raise ModelInitializationError(
-            f"Regime {name!r}: DCEGM(state={solver.state!r}, action={solver.action!r}) "
-            f"cannot solve it: {what}"
-        )
+    fail = outside_class(name, f"DCEGM(state={solver.state!r}, action={solver.action!r})")
 
     if regime.is_terminal:
         fail("the regime is terminal (no continuation to invert); use GridSearch().")

@@ -4,28 +4,15 @@ actions, its resources function and laws of motion, each failure a
 
 from __future__ import annotations
 
-import math
-
-from ..._errors import ModelInitializationError
+from ..._errors import outside_class
 from ..._model._dag import transitive_inputs
 from ..._model._plan import ModelPlan, RegimePlan
-
-# The codes of the `adjust` action.
-KEEP, ADJUST = 0, 1
-
-# The golden ratio's conjugate: each golden-section step keeps this share of the bracket.
-GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def check_negm(solver, model: ModelPlan, regime: RegimePlan) -> None:
     """`solver.check(model, regime)`: raises where `regime` is outside NEGM's class."""
     name = regime.name
-
-    def fail(what: str):
-        raise ModelInitializationError(
-            f"Regime {name!r}: NEGM(liquid={solver.liquid!r}, durable={solver.durable!r}) "
-            f"cannot solve it: {what}"
-        )
+    fail = outside_class(name, f"NEGM(liquid={solver.liquid!r}, durable={solver.durable!r})")
 
     if regime.is_terminal:
         fail("the regime is terminal (nothing to invert); use GridSearch().")
