@@ -48,7 +48,9 @@ from pathlib import Path
 
 import jax
 
-jax.config.update("jax_enable_x64", True)
+# `--float32` for an accelerator without float64 (a TPU); the derivative check needs
+# float64 (its central differences) and is skipped there.
+jax.config.update("jax_enable_x64", "--float32" not in sys.argv)
 
 import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -267,7 +269,11 @@ def main(argv=None) -> dict:
     )
     parser.add_argument("--bootstrap", type=int, default=0, help="bootstrap replications")
     parser.add_argument("--no-check", action="store_true", help="skip the derivative check")
+    parser.add_argument("--float32", action="store_true", help="single precision (a TPU)")
+    parser.add_argument("--max-steps", type=int, default=200, help="Gauss–Newton steps at most")
     args = parser.parse_args(argv)
+    if args.float32:
+        args.no_check = True
     names = list(FREE)
     paths = [path for path, _, _ in FREE.values()]
 
@@ -308,7 +314,7 @@ def main(argv=None) -> dict:
     for path, factor, _ in FREE.values():
         start = put(start, path, factor * get(truth, path))
     clock = time.perf_counter()
-    result = estimate(model, start, panel, moments, initial, targets)
+    result = estimate(model, start, panel, moments, initial, targets, max_steps=args.max_steps)
     elapsed = time.perf_counter() - clock
     true_values = np.array([get(truth, p) for p in paths])
     se = np.sqrt(np.diag(result.covariance))

@@ -94,4 +94,5 @@ from ._solve._refine_spec import RefineCode as RefineCode
 from ._solve._solution import Solution as Solution
 from ._solve._solver import AbstractPointwiseSolver as AbstractPointwiseSolver
 from ._solve._solver import AbstractSolver as AbstractSolver
+from ._spline import Spline as Spline
 from ._version import __version__ as __version__

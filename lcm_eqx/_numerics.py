@@ -248,3 +248,46 @@ def count_at_or_below(points: Array, x: Array) -> Array:
     first = jnp.maximum(one_kernel_reduce(jax.lax.add, 0, heads, 0) - 1, 0)
     window = jax.lax.dynamic_slice_in_dim(padded, first * block, block)
     return first * block + jnp.sum(window <= x)
+
+
+# ------------------------------------------------------------------- small linear systems
+# The refined grid search solves a Newton system of one to a few refined actions at every
+# state. `jnp.linalg.solve` and `eigvalsh` lower on a CPU to LAPACK custom calls that split
+# their batch over XLA's intra-op thread pool from inside a worker of that same pool: two
+# such calls at once on a 2-core machine held both workers, each waiting for the other's
+# share, and the reduced Mahler–Yum estimation hung (jaxlib 0.10.2, `lapack_dtrsm_ffi` in
+# `ParallelBatchMap`, every thread asleep). Elimination unrolled in `jax.numpy` is plain
+# elementwise work that XLA fuses with the kernel around it, on every device.
+
+
+def solve_small(matrix: Array, rhs: Array) -> Array:
+    """`x` with `matrix @ x = rhs` for a small `(n, n)` system (`n` static): Gaussian
+    elimination with partial pivoting, unrolled. A singular system gives non-finite
+    entries (as LAPACK's does), which callers test."""
+    n = matrix.shape[-1]
+    if n == 1:
+        return rhs / matrix[..., 0, :]
+    a = jnp.concatenate([matrix, rhs[..., None]], axis=-1)
+    for k in range(n):
+        pivot = k + jnp.argmax(jnp.abs(a[k:, k]))
+        rows = jnp.arange(n)
+        order = jnp.where(rows == k, pivot, jnp.where(rows == pivot, k, rows))
+        a = a[order]
+        below = a[k + 1 :, k] / a[k, k]
+        a = a.at[k + 1 :].add(-below[:, None] * a[k])
+    x = jnp.zeros(n, a.dtype)
+    for k in reversed(range(n)):
+        x = x.at[k].set((a[k, n] - jnp.sum(a[k, k + 1 : n] * x[k + 1 :])) / a[k, k])
+    return x
+
+
+def negative_definite(matrix: Array) -> Array:
+    """Whether the symmetric `(n, n)` `matrix` is negative definite: every pivot of its
+    elimination without exchanges is negative (Sylvester's criterion on `-matrix`)."""
+    n = matrix.shape[-1]
+    a = matrix
+    negative = a[0, 0] < 0
+    for _ in range(n - 1):
+        a = a[1:, 1:] - jnp.outer(a[1:, 0], a[0, 1:]) / a[0, 0]
+        negative = negative & (a[0, 0] < 0)
+    return negative

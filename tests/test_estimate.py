@@ -483,6 +483,127 @@ def test_a_labelled_series_parameter_keeps_its_shape_through_estimate():
     assert np.all(np.isfinite(np.asarray(refit)))
 
 
+def by_kind_utility(consumption, labor, kind, disutility_by_kind):
+    return jnp.log(consumption) - disutility_by_kind[kind] * (labor == Labor.work)
+
+
+@pytest.fixture(scope="module")
+def by_kind():
+    """One period, two kinds, each kind's work disutility its own entry of an array: the
+    maximum-likelihood estimate of each is the closed form of its kind's share working."""
+    model = typed_model(by_kind_utility, n_periods=1, n_wealth=5, n_consumption=6)
+    truth = {k: v for k, v in TRUE.items() if k != "disutility_of_work"}
+    truth["disutility_by_kind"] = jnp.array([0.2, 0.7])
+    rng = np.random.default_rng(8)
+    initial = {
+        "regime": np.zeros(N, dtype=int),
+        "wealth": rng.uniform(2.0, 50.0, N),
+        "kind": rng.integers(0, 2, N),
+    }
+    df = model.simulate(truth, initial, key=jax.random.key(8)).to_dataframe()
+    scale = TRUE["taste_shock_scale"]
+    closed = []
+    for k in ("low", "high"):
+        share = float(np.mean(df["labor"][df["kind"] == k] == "work"))
+        n = int(np.sum(df["kind"] == k))
+        closed.append(
+            (scale * np.log((1 - share) / share), scale / np.sqrt(n * share * (1 - share)))
+        )
+    return model, truth, df, np.array(closed)
+
+
+def test_an_array_parameter_frees_each_entry_and_keeps_its_shape(by_kind):
+    model, truth, df, closed = by_kind
+    start = {**truth, "disutility_by_kind": jnp.array([0.5, 0.5])}
+    result = lcm.estimate(
+        model, start, data=df, free=["disutility_by_kind"], bounds={"disutility_by_kind": (-5, 5)},
+        tolerance=1e-10,
+    )  # fmt: skip
+    assert result.converged, result.message
+    assert result.names == ("disutility_by_kind[0]", "disutility_by_kind[1]")
+    np.testing.assert_allclose(result.estimates, closed[:, 0], rtol=1e-7)
+    np.testing.assert_allclose(np.sqrt(np.diag(result.covariance)), closed[:, 1], rtol=1e-4)
+    assert result.params["disutility_by_kind"].shape == (2,)
+    np.testing.assert_allclose(result.params["disutility_by_kind"], closed[:, 0], rtol=1e-7)
+    np.testing.assert_allclose(
+        result.standard_errors["disutility_by_kind"], closed[:, 1], rtol=1e-4
+    )
+    assert list(result.summary().index) == list(result.names)
+    with pytest.raises(lcm.EstimationError, match=r"start of 'disutility_by_kind\[1\]' is 0.5"):
+        lcm.estimate(
+            model, {**start, "disutility_by_kind": jnp.array([0.3, 0.5])}, data=df,
+            free=["disutility_by_kind"], bounds={"disutility_by_kind": (-1, 0.4)},
+        )  # fmt: skip
+
+
+def test_a_labelled_series_parameter_frees_its_rows_by_their_labels(by_kind):
+    """The same table as a Series indexed by kind, its rows in another order than the
+    codes: each entry is labelled by its row and the result is the Series, reordered
+    nowhere."""
+    model, truth, df, closed = by_kind
+    index = pd.Index(["high", "low"], name="kind")
+    start = {**truth, "disutility_by_kind": pd.Series([0.5, 0.4], index=index)}
+    result = lcm.estimate(model, start, data=df, free=["disutility_by_kind"], tolerance=1e-10)
+    assert result.converged, result.message
+    assert set(result.names) == {"disutility_by_kind[high]", "disutility_by_kind[low]"}
+    estimated = result.params["disutility_by_kind"]
+    assert isinstance(estimated, pd.Series) and estimated.index.equals(index)
+    np.testing.assert_allclose(estimated.loc[["low", "high"]], closed[:, 0], rtol=1e-7)
+    errors = result.standard_errors["disutility_by_kind"]
+    np.testing.assert_allclose(errors.loc[["low", "high"]], closed[:, 1], rtol=1e-4)
+    by_label = dict(zip(result.names, result.estimates, strict=True))
+    np.testing.assert_allclose(by_label["disutility_by_kind[high]"], closed[1, 0], rtol=1e-7)
+
+
+KNOTS = lcm.Spline([0.0, 1.5, 3.0])  # a profile over periods 0-3 from three numbers
+
+
+def knotted_utility(consumption, labor, period, disutility_knots):
+    return jnp.log(consumption) - KNOTS(disutility_knots, period) * (labor == Labor.work)
+
+
+def test_an_age_profile_by_spline_knots_is_recovered_from_exact_moments():
+    """A work disutility over four periods written as a natural spline through three free
+    knot values: `estimate` frees the array, the exact Jacobian equals central
+    differences, and the exact moments at the truth give the truth back."""
+    model = typed_model(knotted_utility, n_periods=4, n_wealth=5, n_consumption=6)
+    truth = {k: v for k, v in TRUE.items() if k != "disutility_of_work"}
+    truth["disutility_knots"] = jnp.array([0.1, 0.6, 0.3])
+    rng = np.random.default_rng(9)
+    initial = {
+        "regime": np.zeros(N, dtype=int),
+        "wealth": rng.uniform(30.0, 60.0, N),
+        "kind": rng.integers(0, 2, N),
+    }
+    df = model.simulate(truth, initial, key=jax.random.key(9)).to_dataframe()
+    moments = [lcm.Profile("labor", Labor.work, regime="working", periods=[0, 1, 2, 3])]
+    options = dict(data=df, method="msm", moments=moments, free=["disutility_knots"])
+    options.update(initial=initial, weighting="identity")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", lcm.LcmWarning)  # no steps: "did not converge"
+        probe = lcm.estimate(model, truth, **options, max_steps=0)
+    step, theta = 1e-6, np.asarray(probe.estimates)
+    central = np.empty_like(probe.jacobian)
+    for i in range(theta.size):
+        up, down = theta.copy(), theta.copy()
+        up[i] += step
+        down[i] -= step
+        problem = probe.problem
+        moments_at = [np.asarray(problem.moments(problem.model_params(jnp.asarray(t))))
+                      for t in (up, down)]  # fmt: skip
+        central[:, i] = (moments_at[0] - moments_at[1]) / (2 * step)
+    # every knot moves three periods' shares (the last period's is the last knot's alone)
+    assert np.all(np.sum(np.abs(central) > 1e-4, axis=0) >= 3)
+    np.testing.assert_allclose(probe.jacobian, central, rtol=1e-6, atol=1e-9)
+
+    start = {**truth, "disutility_knots": jnp.array([0.3, 0.3, 0.3])}
+    result = lcm.estimate(model, start, **options, targets=probe.moments, tolerance=1e-12)
+    assert result.converged, result.message
+    assert result.names == tuple(f"disutility_knots[{k}]" for k in range(3))
+    np.testing.assert_allclose(result.params["disutility_knots"], truth["disutility_knots"],
+                               atol=1e-7)  # fmt: skip
+
+
 def taxed_utility(consumption, labor, wage, disutility_of_work, income_weight, tax_rate):
     # `earnings ** (1 − tax_rate)` has an infinite slope at the retirees' earnings 0
     # (Mahler–Yum's `taxed_income`); weighted by 0 here.

@@ -488,9 +488,11 @@ def forward(
                     + jnp.sum(node_mass * lost)
                 )
                 n_lead = len(shape) + len(d_shape)
-                for target, (indices, weights) in flows.items():
+                for target, (indices, weights, dense) in flows.items():
                     lead = node_mass.reshape(node_mass.shape + (1,) * (weights.ndim - n_lead))
-                    moved = weights * lead
+                    n_dense = dense.ndim - n_lead
+                    moved = (weights * lead).reshape(weights.shape + (1,) * n_dense)
+                    moved = moved * jnp.expand_dims(dense, n_lead)
                     joint = _joint_states(sharding, regime_plan, plan.regimes[target])
                     arriving = _push(
                         incoming[target].shape,
@@ -499,6 +501,7 @@ def forward(
                         indices,
                         moved,
                         joint,
+                        dense_states(regime_plan, plan.regimes[target]),
                     )
                     incoming[target] = place(target, incoming[target] + arriving)
             record.update(
@@ -534,6 +537,21 @@ def _joint_states(sharding: ShardingPlan | None, regime, target) -> tuple[str, .
     )
 
 
+def dense_states(regime, target) -> tuple[str, ...]:
+    """The states of `target` whose next value a flow from `regime` carries as a dense
+    probability vector over their whole grid (Markov transitions, where no state is
+    drawn): pushed as a block at each of the other states' indices, in `target`'s order
+    of states."""
+    if regime.drawn:
+        return ()
+    return tuple(
+        s
+        for s in target.states
+        if regime.state_transitions[s].is_markov
+        or target.name in regime.state_transitions[s].per_target_markov
+    )
+
+
 def _push(
     shape: tuple[int, ...],
     target_states: tuple[str, ...],
@@ -541,29 +559,56 @@ def _push(
     indices: Array,
     moved: Array,
     joint: tuple[str, ...],
+    dense: tuple[str, ...] = (),
 ) -> Array:
-    """The mass `moved` `(*source states, ...)` arriving at `indices` on the target grid.
+    """The mass `moved` `(*source states, ..., K, *dense states)` arriving on the target
+    grid: at `indices` `(*source states, ..., K, sparse states)` along the target's other
+    (sparse) states, each a block along the `dense` ones (one scatter of `K` blocks
+    rather than of every combination).
 
     The `joint` states keep their code: the scatter is mapped over their axes (sliced
     alike in source and target), so a sharded one needs no communication.
     """
-    if not joint:
-        return _scatter(shape, indices, moved)
-    source_axes = [source_states.index(s) for s in joint]
-    target_axes = [target_states.index(s) for s in joint]
-    front = list(range(len(joint)))
-    moved = jnp.moveaxis(moved, source_axes, front)
-    indices = jnp.moveaxis(indices, source_axes, front)
-    kept = [i for i, s in enumerate(target_states) if s not in joint]
-    indices = indices[..., jnp.asarray(kept, dtype=jnp.int32)]
-    reduced = tuple(shape[i] for i in kept)
+    sparse = tuple(s for s in target_states if s not in dense)
+    size = dict(zip(target_states, shape, strict=True))
+    n_dense = len(dense)
+    if joint:
+        source_axes = [source_states.index(s) for s in joint]
+        front = list(range(len(joint)))
+        moved = jnp.moveaxis(moved, source_axes, front)
+        indices = jnp.moveaxis(indices, source_axes, front)
+        kept = [i for i, s in enumerate(sparse) if s not in joint]
+        indices = indices[..., jnp.asarray(kept, dtype=jnp.int32)]
+    kept_states = tuple(s for s in sparse if s not in joint)
 
     def scatter(index, weight):
-        return _scatter(reduced, index, weight)
+        return _scatter_blocks(
+            tuple(size[s] for s in kept_states), index, weight, tuple(size[s] for s in dense)
+        )
 
     for _ in joint:
         scatter = jax.vmap(scatter)
-    return jnp.moveaxis(scatter(indices, moved), front, target_axes)
+    arrived = scatter(indices, moved) if joint or n_dense else _scatter(shape, indices, moved)
+    if not (joint or n_dense):
+        return arrived
+    names = (*joint, *kept_states, *dense)
+    return jnp.transpose(arrived, [names.index(s) for s in target_states])
+
+
+def _scatter_blocks(
+    shape: tuple[int, ...], indices: Array, blocks: Array, block_shape: tuple[int, ...]
+) -> Array:
+    """Add `blocks` `(..., *block_shape)` at `indices` `(..., len(shape))`: an array of
+    `shape + block_shape`."""
+    flat = blocks.reshape((-1, *block_shape))
+    if not shape:
+        return jnp.sum(flat, axis=0)
+    index = indices.reshape(-1, len(shape))
+    return (
+        jnp.zeros((*shape, *block_shape), blocks.dtype)
+        .at[tuple(index[:, i] for i in range(len(shape)))]
+        .add(flat)
+    )
 
 
 def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) -> Array:
@@ -694,17 +739,15 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
                 flows[target] = (
                     indices.reshape(-1, indices.shape[-1]),
                     weights.reshape(-1) * regime_p[target_plan.id],
+                    jnp.ones((), p.dtype),
                 )
                 continue
-            dims = []
+            dims, dense = [], jnp.ones((), p.dtype)
             for s in target_plan.states:
                 transition = regime.state_transitions[s]
                 grid = target_plan.grids[s]
                 if target in transition.per_target_markov:
-                    probabilities = target_probabilities[target][s]
-                    dims.append(
-                        (jnp.arange(grid.n_points, dtype=jnp.int32)[None], probabilities[None])
-                    )
+                    dense = dense[..., None] * target_probabilities[target][s]
                 elif transition.is_markov:
                     if s in stochastic:
                         probabilities = stochastic[s]
@@ -712,15 +755,13 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
                         probabilities = problem.process_matrices[s][state[s]]
                     else:
                         probabilities = jnp.asarray(evaluate(transition.function))
-                    dims.append(
-                        (jnp.arange(grid.n_points, dtype=jnp.int32)[None], probabilities[None])
-                    )
+                    dense = dense[..., None] * probabilities
                 elif grid.is_discrete:
                     dims.append((deterministic[s].reshape(1, 1), jnp.ones((1, 1), p.dtype)))
                 else:
                     dims.append(_interpolation(grid, deterministic[s].reshape(1)))
             indices, weights = _outer(dims, 1, p.dtype)
-            flows[target] = (indices[0], weights[0] * regime_p[target_plan.id])
+            flows[target] = (indices[0], weights[0] * regime_p[target_plan.id], dense)
         unreachable = [r.id for n, r in plan.regimes.items() if n not in targets]
         lost = (
             jnp.sum(regime_p[jnp.asarray(unreachable)]) if unreachable else jnp.zeros((), p.dtype)

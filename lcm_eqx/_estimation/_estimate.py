@@ -128,10 +128,13 @@ def estimate(
         method: `"mle"` (likelihood of the observed choices) or `"msm"` (method of
             moments on `moments` of the exact distribution).
         free: the parameters to estimate: names of top-level entries of `params` or
-            paths such as `("working", "wage")`; each must be a scalar.
-        bounds: `{name: (lower, upper)}` (use `math.inf` for none); the start must lie
-            strictly inside. Defaults: `(0, 1)` for `discount_factor`, `(0, inf)` for
-            `taste_shock_scale`, unbounded otherwise.
+            paths such as `("working", "wage")`. A scalar, or an array (or labelled
+            Series) whose every entry is then free, labelled `path[i]` (e.g. the knots
+            of an age profile, `lcm.Spline`); the result keeps its shape.
+        bounds: `{name: (lower, upper)}` (use `math.inf` for none), for every entry of an
+            array parameter alike; the start must lie strictly inside. Defaults: `(0, 1)`
+            for `discount_factor`, `(0, inf)` for `taste_shock_scale`, unbounded
+            otherwise.
         moments: `"msm"`: the `lcm.Profile`s to match.
         weighting: `"msm"`: `"optimal"` (the inverse of the data moments' covariance),
             `"diagonal"` (the inverse of its diagonal), `"identity"`, or a matrix.
@@ -180,7 +183,7 @@ def estimate(
     params = _as_arrays(model.checked_params(given))
     if method not in ("mle", "msm"):
         raise EstimationError(f"estimate: method must be 'mle' or 'msm', got {method!r}.")
-    free_specs = _free(model, params, free, bounds or {})
+    free_specs = _free(model, params, free, bounds or {}, given)
     kind = covariance or ("hessian" if method == "mle" else "sandwich")
     kinds = ("hessian", "opg", "sandwich") if method == "mle" else ("sandwich",)
     if kind not in kinds:
@@ -367,8 +370,8 @@ def estimate(
     estimated: dict[str, Any] = dict(given)
     standard_errors: dict[str, Any] = _fixed_errors(given)
     for i, f in enumerate(free_specs):
-        estimated = with_leaf(estimated, f.path, jnp.asarray(theta[i]))
-        standard_errors = with_leaf(standard_errors, f.path, jnp.asarray(se[i]))
+        estimated = f.set_in(estimated, jnp.asarray(theta[i]))
+        standard_errors = f.set_in(standard_errors, jnp.asarray(se[i]))
     return EstimationResult(
         params=estimated,
         standard_errors=standard_errors,
@@ -421,7 +424,7 @@ def _fixed_errors(params) -> Any:
     return jnp.full(jnp.shape(params), jnp.nan)
 
 
-def _free(model, params, free, bounds) -> tuple[Free, ...]:
+def _free(model, params, free, bounds, given) -> tuple[Free, ...]:
     if isinstance(free, str) or not free:
         raise EstimationError(
             "estimate: free must be a non-empty list of parameter names or paths, e.g. "
@@ -442,11 +445,10 @@ def _free(model, params, free, bounds) -> tuple[Free, ...]:
             raise EstimationError(
                 f"estimate: free parameter {label!r} is not in params (its keys: {list(params)})."
             ) from None
-        if isinstance(value, Mapping) or jnp.shape(value) != ():
+        if isinstance(value, Mapping):
             raise EstimationError(
-                f"estimate: free parameter {label!r} must be a scalar, got shape "
-                f"{getattr(value, 'shape', type(value).__name__)}; free each element as its "
-                "own scalar parameter."
+                f"estimate: free parameter {label!r} is a group of parameters "
+                f"({sorted(value)}); free its entries by path, e.g. {(*path, next(iter(value)))}."
             )
         if not jnp.issubdtype(jnp.asarray(value).dtype, jnp.floating):
             raise EstimationError(f"estimate: free parameter {label!r} must be a float.")
@@ -454,14 +456,41 @@ def _free(model, params, free, bounds) -> tuple[Free, ...]:
         if bound is None:
             bound = DEFAULT_BOUNDS.get(path[-1], (-math.inf, math.inf))
         lower, upper = (float(b) for b in bound)
-        start = float(value)
-        if not lower < start < upper:
-            raise EstimationError(
-                f"estimate: the start of {label!r} is {start}, outside its bounds "
-                f"({lower}, {upper}); start strictly inside."
-            )
-        specs.append(Free(path=path, lower=lower, upper=upper))
+        shape = jnp.shape(value)
+        rows = _series_rows(model, given, path)
+        # An array leaf (an age profile's knots, a table) frees each of its entries.
+        for index in np.ndindex(shape) if shape else [None]:
+            spec = Free(path=path, lower=lower, upper=upper, index=index)
+            if index is not None and rows is not None:
+                row = int(rows[0][index])
+                spec = Free(path, lower, upper, index, row, _row_label(rows[1][row]))
+            start = float(spec.value_in(params))
+            if not lower < start < upper:
+                raise EstimationError(
+                    f"estimate: the start of {spec.label!r} is {start}, outside its bounds "
+                    f"({lower}, {upper}); start strictly inside."
+                )
+            specs.append(spec)
     return tuple(specs)
+
+
+def _series_rows(model, given, path) -> tuple[np.ndarray, pd.Index] | None:
+    """For a parameter the user gave as a labelled Series: which of its rows each entry
+    of the model's array is (the model's own reading of a Series of row numbers), and
+    the rows' labels; None for any other parameter."""
+    try:
+        series = leaf_at(given, path)
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(series, pd.Series):
+        return None
+    numbered = pd.Series(np.arange(len(series)), index=series.index, name=series.name)
+    positions = leaf_at(model.checked_params(with_leaf(given, path, numbered)), path)
+    return np.asarray(positions), series.index
+
+
+def _row_label(label) -> str:
+    return ", ".join(str(v) for v in label) if isinstance(label, tuple) else str(label)
 
 
 def _names(free_specs, types) -> tuple[str, ...]:
@@ -493,7 +522,7 @@ def _starts(free_specs, params, shares0, starts) -> list[np.ndarray]:
     def one(values):
         x = []
         for f in free_specs:
-            value = float(values.get(f.label, leaf_at(params, f.path)))
+            value = float(values.get(f.label, f.value_in(params)))
             if not f.lower < value < f.upper:
                 raise EstimationError(
                     f"estimate: a start of {f.label!r} is {value}, outside its bounds "

@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 
 from ._data import RegimeBlock
 from ._likelihood import block_log_likelihoods
@@ -19,15 +20,46 @@ from ._moments import Profile
 
 
 class Free(eqx.Module):
-    """One free parameter: where it is in `params`, its label and its interval."""
+    """One free parameter: where it is in `params` (a scalar leaf, or the entry `index`
+    of an array leaf), its label and its interval. An entry of a parameter the user gave
+    as a labelled Series is also its `row` there, and labelled by the row's index."""
 
     path: tuple[str, ...] = eqx.field(static=True)
     lower: float = eqx.field(static=True)
     upper: float = eqx.field(static=True)
+    index: tuple[int, ...] | None = eqx.field(static=True, default=None)
+    row: int | None = eqx.field(static=True, default=None)
+    row_label: str | None = eqx.field(static=True, default=None)
 
     @property
     def label(self) -> str:
-        return "/".join(self.path)
+        name = "/".join(self.path)
+        if self.index is None:
+            return name
+        if self.row_label is not None:
+            return f"{name}[{self.row_label}]"
+        return f"{name}[{', '.join(str(i) for i in self.index)}]"
+
+    def value_in(self, params) -> Any:
+        """This parameter's value in `params` (the model's arrays or the user's Series)."""
+        leaf = leaf_at(params, self.path)
+        if self.index is None:
+            return leaf
+        if isinstance(leaf, pd.Series):
+            return leaf.to_numpy()[self.row]
+        return jnp.asarray(leaf)[self.index]
+
+    def set_in(self, params, value) -> Any:
+        """`params` with this parameter at `value` (traced or not; a labelled Series
+        keeps its labels and order)."""
+        if self.index is None:
+            return with_leaf(params, self.path, value)
+        leaf = leaf_at(params, self.path)
+        if isinstance(leaf, pd.Series):
+            values = leaf.to_numpy(dtype=float, copy=True)
+            values[self.row] = float(value)
+            return with_leaf(params, self.path, pd.Series(values, leaf.index, name=leaf.name))
+        return with_leaf(params, self.path, jnp.asarray(leaf).at[self.index].set(value))
 
     def to_natural(self, x: float) -> tuple[float, float]:
         """`θ` and `dθ/dx` at the unconstrained `x` (a line search's wild trial step
@@ -107,7 +139,7 @@ class Objective(eqx.Module):
     def model_params(self, theta):
         params = self.params
         for i, f in enumerate(self.free):
-            params = with_leaf(params, f.path, theta[i])
+            params = f.set_in(params, theta[i])
         return params
 
     def shares(self, theta):

@@ -77,7 +77,7 @@ def solve_factored(
     states = factoring.states
 
     def on_axes(names: tuple[str, ...], fn: Callable):
-        return _on_axes(problem, states, names, fn)
+        return evaluate_on_axes(problem, states, names, fn)
 
     # The check components, by their axes: those on a piece's axes are evaluated with
     # that piece, in one function, so that what they share (a feasibility mask, the
@@ -108,7 +108,7 @@ def solve_factored(
         over = tuple(i for i, n in enumerate(names) if n not in states)
         kept = tuple(n for n in names if n in states)
         for index, array in zip(indices, max_each(tuple(arrays), over), strict=True):
-            reduced[index] = _broadcast(array, kept, states)
+            reduced[index] = broadcast_axes(array, kept, states)
 
     # Each result: its axes, its array, and where the refined action was eliminated into
     # it, the refined value (its array then the grid's maximum, without derivative).
@@ -119,7 +119,7 @@ def solve_factored(
 
         def piece_and_checks(point, piece=piece, indices=with_checks):
             values, checks = evaluated(piece_outputs(piece), indices, point)
-            return _piece_value(piece, values, dtype), checks
+            return piece_value(piece, values, dtype), checks
 
         array, arrays = on_axes(piece.axes, piece_and_checks)
         results.append((piece.axes, array, None))
@@ -166,19 +166,21 @@ def solve_factored(
                 (n, (jax.lax.stop_gradient(a), a if paid is None else paid))
                 for n, a, paid in members
             ]
-            grid, paid = _eliminate_with(step, group, todo, best)
+            grid, paid = eliminate_with(step, group, todo, best)
             results.append((out, grid, paid))
         else:
             group = [(n, a if paid is None else paid) for n, a, paid in members] or [
-                _nothing(step, factoring, dtype)
+                nothing_piece(step, factoring, dtype)
             ]
             results.append((out, _eliminate(step, group, todo, scale), None))
 
     value = jnp.zeros(tuple(factoring.sizes[n] for n in states), dtype)
     for index in factoring.final:
         names, array, refined_value = results[index]
-        value = value + _broadcast(array if refined_value is None else refined_value, names, states)
-    value = _drop_tangent_at_neg_inf(value)
+        value = value + broadcast_axes(
+            array if refined_value is None else refined_value, names, states
+        )
+    value = drop_tangent_at_neg_inf(value)
 
     # The other components of equal axes evaluated together and reduced over their
     # actions in one variadic reduction (`max_each`: one XLA kernel for all of them).
@@ -222,7 +224,7 @@ def _refined_step(
         return jnp.max(total, axis=position), jnp.argmax(total, axis=position)
 
     group = [(n, (jax.lax.stop_gradient(a),)) for n, a, _ in members]
-    grid, codes = _eliminate_with(step, group, todo, best)
+    grid, codes = eliminate_with(step, group, todo, best)
 
     pieces = [factoring.pieces[i] for i in step.group]
     outputs = [piece_outputs(p) for p in pieces]
@@ -234,7 +236,7 @@ def _refined_step(
             values, checks = evaluated(flat, check_indices, {**point, action: t})
             total, start = None, 0
             for piece, o in zip(pieces, outputs, strict=True):
-                v = _piece_value(piece, values[start : start + len(o)], dtype)
+                v = piece_value(piece, values[start : start + len(o)], dtype)
                 total = v if total is None else total + v
                 start += len(o)
             assert total is not None  # a step's group holds at least one piece
@@ -370,12 +372,14 @@ def checks_apart(problem: RegimeProblem, factoring: Factoring, evaluate: Callabl
         kept = tuple(n for n in names if n in states)
         state_axes = auto_splayed(tuple(axes[n] for n in kept), action_axes, itemsize)
         for index, array in zip(indices, lift(over_actions, state_axes), strict=True):
-            reduced[index] = _broadcast(array, kept, states)
+            reduced[index] = broadcast_axes(array, kept, states)
     shape = tuple(factoring.sizes[n] for n in states)
     return combined_checks(problem, factoring, reduced, shape)
 
 
-def _on_axes(problem: RegimeProblem, states: tuple[str, ...], names: tuple[str, ...], fn: Callable):
+def evaluate_on_axes(
+    problem: RegimeProblem, states: tuple[str, ...], names: tuple[str, ...], fn: Callable
+):
     """`fn(point)` on the product of `names` (axes in that order), splayed as the knobs
     and the evaluation budget say (`states`: which of them are state axes)."""
     axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
@@ -392,7 +396,7 @@ def _on_axes(problem: RegimeProblem, states: tuple[str, ...], names: tuple[str, 
     return lift(fn, tuple(splayed.get(a.name, a) for a in chosen))
 
 
-def _broadcast(array: Array, names: tuple[str, ...], target: tuple[str, ...]) -> Array:
+def broadcast_axes(array: Array, names: tuple[str, ...], target: tuple[str, ...]) -> Array:
     """`array` (axes `names`, in the order of `target`) with size-1 axes for the rest."""
     shape = [1] * len(target)
     for name, n in zip(names, array.shape, strict=True):
@@ -410,11 +414,11 @@ def _eliminate(step: Step, group, todo: tuple[tuple[str, int], ...], scale) -> A
             return (smooth_max(total, scale, position),)
         return (max_along(total, position),)
 
-    (result,) = _eliminate_with(step, [(n, (a,)) for n, a in group], todo, reduce)
+    (result,) = eliminate_with(step, [(n, (a,)) for n, a in group], todo, reduce)
     return result
 
 
-def _eliminate_with(step: Step, group, todo: tuple[tuple[str, int], ...], reduce) -> tuple:
+def eliminate_with(step: Step, group, todo: tuple[tuple[str, int], ...], reduce) -> tuple:
     """`_eliminate` of several arrays per member of the group (`(axes, arrays)` pairs,
     summed channel by channel), reduced along the action by `reduce(totals, position)`,
     which returns a tuple of arrays on the other axes."""
@@ -470,7 +474,7 @@ def choose_factored(
         (
             piece.axes,
             lift(
-                lambda point, piece=piece: _piece_value(
+                lambda point, piece=piece: piece_value(
                     piece, evaluate(piece_outputs(piece), point), dtype
                 ),
                 tuple(axes[n] for n in piece.axes),
@@ -508,11 +512,11 @@ def tabulate_shared_pieces(
         ):
             continue
         room -= size * itemsize
-        tables[index] = _on_axes(
+        tables[index] = evaluate_on_axes(
             problem,
             factoring.states,
             piece.axes,
-            lambda point, piece=piece: _piece_value(
+            lambda point, piece=piece: piece_value(
                 piece, evaluate(piece_outputs(piece), point), jnp.zeros(()).dtype
             ),
         )
@@ -540,7 +544,7 @@ def choose_tabulated(
             array = tables[index][tuple(own.values())]
         else:
             array = lift(
-                lambda point, piece=piece, own=own: _piece_value(
+                lambda point, piece=piece, own=own: piece_value(
                     piece, evaluate(piece_outputs(piece), {**own, **point}), dtype
                 ),
                 tuple(Axis(n, action_axes[n].points, 0, False) for n in actions),
@@ -569,7 +573,7 @@ def _best_by_elimination(
     )
     best = []
     for step in steps:
-        group = [results[i] for i in step.group] or [_nothing(step, factoring, dtype)]
+        group = [results[i] for i in step.group] or [nothing_piece(step, factoring, dtype)]
         total = _combined(group, step.axes)
         position = step.axes.index(step.action)
         out = tuple(n for n in step.axes if n != step.action)
@@ -601,7 +605,7 @@ def _product(values: list, dtype) -> Array:
     return jnp.where(ok, total, 0.0)
 
 
-def _nothing(step: Step, factoring: Factoring, dtype) -> tuple[tuple[str, ...], Array]:
+def nothing_piece(step: Step, factoring: Factoring, dtype) -> tuple[tuple[str, ...], Array]:
     """The piece of an action that no piece contains: 0 at each of its points (its max
     is 0; under taste shocks its log-sum-exp adds `λ·log n`, as in the plain product)."""
     return (step.action,), jnp.zeros((factoring.sizes[step.action],), dtype)
@@ -623,7 +627,7 @@ def _term_value(term: Term, values: list, dtype) -> Array:
     return total
 
 
-def _piece_value(piece: Piece, values: list, dtype):
+def piece_value(piece: Piece, values: list, dtype):
     """The sum of a piece's signed terms, `-inf` where a mask fails, from `values`
     (`piece_outputs` evaluated at a point)."""
     total = jnp.zeros((), dtype)
@@ -645,16 +649,16 @@ def _combined(group, names: tuple[str, ...]) -> Array:
     """The arrays of `group` (each with its axes) broadcast to `names` and summed."""
     total = None
     for array_names, array in group:
-        b = _broadcast(array, array_names, names)
+        b = broadcast_axes(array, array_names, names)
         total = b if total is None else total + b
     assert total is not None
     shape = tuple(
-        max(_broadcast(a, n, names).shape[i] for n, a in group) for i in range(len(names))
+        max(broadcast_axes(a, n, names).shape[i] for n, a in group) for i in range(len(names))
     )
-    return _drop_tangent_at_neg_inf(jnp.broadcast_to(total, shape))
+    return drop_tangent_at_neg_inf(jnp.broadcast_to(total, shape))
 
 
-def _drop_tangent_at_neg_inf(total: Array) -> Array:
+def drop_tangent_at_neg_inf(total: Array) -> Array:
     """`total`, with no derivative where it is `-inf`.
 
     A piece that no constraint masks (the continuation) may carry a NaN derivative where

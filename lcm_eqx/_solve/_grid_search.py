@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _factor_plan, _factored, _refine, _refine_spec
+from . import _factor_plan, _factored, _factored_policy, _refine, _refine_spec
 from ._axes import auto_splayed, lift, map_axis, reduce_axis
 from ._check_arrays import max_each
 from ._on_grid import q_on_action_grid
@@ -432,6 +432,23 @@ class GridSearch(AbstractPointwiseSolver):
             refined, actions = self._policy(problem, state)
             return refined.value, actions
         return super().choices_at(problem, state)
+
+    def choices_on_grid(self, problem):
+        # The whole grid by the period's plan, where the solve would use it (no carried
+        # slices: a sharded state's continuation is read node by node on its device).
+        if problem.carried():
+            return None
+        planned = self._plan(problem)
+        if planned is None:
+            return None
+        factoring, evaluate = planned
+        if self._refines(problem):
+            if not factoring.usable():
+                return None
+            return _factored_policy.choices_factored(problem, factoring, evaluate, self.refine)
+        if not (factoring.pieces_fit() and _factor_plan.worth_it(factoring)):
+            return None
+        return _factored_policy.choices_factored(problem, factoring, evaluate)
 
     def refine_codes(self, problem, state):
         if not self._refines(problem):

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._numerics import negative_definite, solve_small
 from ._axes import Axis, map_axis, reduce_axis
 from ._check_arrays import max_each
 from ._kernel import RegimeProblem
@@ -414,8 +415,8 @@ def _joint_newton(q: Callable, actions: dict, refined: tuple[Axis, ...], grid_co
         x, value = carry
         slope = jax.grad(at)(x)
         curvature = jax.hessian(at)(x)
-        concave = jnp.all(jnp.linalg.eigvalsh(curvature) < 0)
-        moved = x - jnp.linalg.solve(jnp.where(concave, curvature, -jnp.eye(len(names))), slope)
+        concave = negative_definite(curvature)
+        moved = x - solve_small(jnp.where(concave, curvature, -jnp.eye(len(names))), slope)
         ok = concave & jnp.all(jnp.isfinite(moved)) & jnp.all((moved >= lower) & (moved <= upper))
         candidate = jnp.where(ok, moved, x)
         new = at(candidate)
@@ -522,6 +523,23 @@ def evaluations(refine: Refine) -> int:
     return 3 * (refine.newton_steps + 3) + 2
 
 
+def _search_along(objective: Callable[[Array], Array], points: Array, index: Array, refine):
+    """The polish of one action in the bracket around its grid point `index`, without
+    derivatives: the kink's sides and slopes there, whether the optimum is interior and
+    the refined point (`classify`)."""
+
+    def search(_):
+        lo, hi = _neighbours(points, index)
+        ends = jax.vmap(lambda t: value_slope_curvature(objective, t))(jnp.stack([lo, hi]))
+        line = polish(objective, points[index], lo, hi, refine.newton_steps, ends)
+        code, point, sides, side_slopes = classify(
+            line, points[0], points[-1], _spacing(points, index), refine.tolerance
+        )
+        return sides, side_slopes, code == RefineCode.interior, point
+
+    return without_derivatives(search, jnp.zeros(()))
+
+
 def refine_along(
     f: Callable[[Array], tuple[Array, T]], points: Array, index: Array, refine: Refine
 ) -> tuple[Array, T]:
@@ -534,23 +552,38 @@ def refine_along(
 
     `GridSearch`'s structure-aware search calls it in the step that eliminates the
     refined action, with `f` the pieces that contain it (`_factored.solve_factored`)."""
-
-    def objective(t):
-        return f(t)[0]
-
-    def search(_):
-        lo, hi = _neighbours(points, index)
-        ends = jax.vmap(lambda t: value_slope_curvature(objective, t))(jnp.stack([lo, hi]))
-        line = polish(objective, points[index], lo, hi, refine.newton_steps, ends)
-        _, _, sides, side_slopes = classify(
-            line, points[0], points[-1], _spacing(points, index), refine.tolerance
-        )
-        return sides, side_slopes
-
-    sides, side_slopes = without_derivatives(search, jnp.zeros(()))
+    sides, side_slopes, _, _ = _search_along(lambda t: f(t)[0], points, index, refine)
     values, others = jax.vmap(f)(sides)  # one trace of `f`
     value, _ = along_kink(values, side_slopes, sides)
     return value, jax.tree.map(lambda x: x[0], others)
+
+
+def refine_along_action(
+    objective: Callable[[Array], Array], points: Array, index: Array, refine: Refine
+) -> tuple[Array, Array]:
+    """`refine_along`'s value, and the refined action with `with_derivatives`'
+    derivative (the implicit function theorem's, or along a kink), for the policy on
+    the whole grid (`_factored_policy`): `objective` may be the pieces that contain the
+    action alone, since the others add nothing to its slope."""
+    sides, side_slopes, interior, point = _search_along(objective, points, index, refine)
+    values, slope, curvature, kink_step = _implicit_step_terms(objective, sides, side_slopes)
+    value, _ = along_kink(values, side_slopes, sides)
+    system = jnp.where(interior & jnp.isfinite(curvature), curvature, -1.0)
+    rhs = jnp.where(interior & jnp.isfinite(slope), slope, 0.0)
+    step = -rhs / system
+    step = jnp.where(interior & jnp.isfinite(step), step, 0.0) + kink_step
+    return value, point + step
+
+
+def _implicit_step_terms(objective: Callable[[Array], Array], sides: Array, side_slopes: Array):
+    """At the two `sides` of one refined action (the point twice where no kink): the
+    objective there, its slope and curvature (without derivative) at the first side,
+    and the kink's move (`along_kink`'s location's derivative; 0 where no kink)."""
+    sides = jax.lax.stop_gradient(sides)
+    values, slopes, curvatures = jax.vmap(lambda t: value_slope_curvature(objective, t))(sides)
+    _, kink = along_kink(values, side_slopes, sides)
+    kink_step = jnp.where(sides[1] > sides[0], kink - jax.lax.stop_gradient(kink), 0.0)
+    return values, slopes[0], jax.lax.stop_gradient(curvatures[0]), kink_step
 
 
 def refine_choice(problem: RegimeProblem, state: dict, fixed: dict, refine: Refine) -> Refined:
@@ -664,13 +697,10 @@ def with_derivatives(
 
     kink_step = jnp.zeros_like(point)
     if len(names) == 1:
-        sides = jax.lax.stop_gradient(refined.sides[0])
-        values, slopes, curvatures = jax.vmap(
-            lambda t: value_slope_curvature(lambda s: q(s[None]), t)
-        )(sides)  # one trace of the kernel
-        _, kink = along_kink(values, refined.side_slopes[0], sides)
-        kink_step = jnp.where(sides[1] > sides[0], kink - jax.lax.stop_gradient(kink), 0.0)[None]
-        slope, curvature = slopes[0][None], jax.lax.stop_gradient(curvatures[0])[None, None]
+        _, slope, curvature, kink_step = _implicit_step_terms(
+            lambda s: q(s[None]), refined.sides[0], refined.side_slopes[0]
+        )  # one trace of the kernel
+        slope, curvature, kink_step = slope[None], curvature[None, None], kink_step[None]
     else:
         slope = jax.grad(q)(point)
         curvature = jax.lax.stop_gradient(jax.hessian(q)(point))
@@ -680,7 +710,7 @@ def with_derivatives(
     system = jnp.where(both, curvature, -eye)
     system = jnp.where(jnp.isfinite(system), system, -eye)
     rhs = jnp.where(interior & jnp.isfinite(slope), slope, 0.0)
-    step = -jnp.linalg.solve(system, rhs)
+    step = -solve_small(system, rhs)
     step = jnp.where(interior & jnp.isfinite(step), step, 0.0) + kink_step
     return {**actions, **{name: actions[name] + step[i] for i, name in enumerate(names)}}
 
