@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._errors import LcmError
-from .._grids import AbstractContinuousGrid
+from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._solve._axes import Carried, auto_splayed, lift
@@ -493,16 +493,26 @@ def forward(
                     n_dense = dense.ndim - n_lead
                     moved = (weights * lead).reshape(weights.shape + (1,) * n_dense)
                     moved = moved * jnp.expand_dims(dense, n_lead)
-                    joint = _joint_states(sharding, regime_plan, plan.regimes[target])
+                    target_plan = plan.regimes[target]
+                    joint = _joint_states(sharding, regime_plan, target_plan)
+                    chained = chained_states(regime_plan, target_plan)
+                    pushed_shape = tuple(
+                        problem.process_matrices[s].shape[0] if s in chained else n
+                        for s, n in zip(target_plan.states, incoming[target].shape, strict=True)
+                    )
                     arriving = _push(
-                        incoming[target].shape,
-                        plan.regimes[target].states,
+                        pushed_shape,
+                        target_plan.states,
                         regime_plan.states,
                         indices,
                         moved,
                         joint,
-                        dense_states(regime_plan, plan.regimes[target]),
+                        dense_states(regime_plan, target_plan),
                     )
+                    for s in chained:
+                        arriving = _along_chain(
+                            arriving, target_plan.states.index(s), problem.process_matrices[s]
+                        )
                     incoming[target] = place(target, incoming[target] + arriving)
             record.update(
                 choice=choice, actions=actions, functions=functions, state_values=state_values
@@ -541,15 +551,45 @@ def dense_states(regime, target) -> tuple[str, ...]:
     """The states of `target` whose next value a flow from `regime` carries as a dense
     probability vector over their whole grid (Markov transitions, where no state is
     drawn): pushed as a block at each of the other states' indices, in `target`'s order
-    of states."""
+    of states. Process states (`chained_states`) apart."""
+    if regime.drawn:
+        return ()
+    chained = chained_states(regime, target)
+    return tuple(
+        s
+        for s in target.states
+        if s not in chained
+        and (
+            regime.state_transitions[s].is_markov
+            or target.name in regime.state_transitions[s].per_target_markov
+        )
+    )
+
+
+def chained_states(regime, target) -> tuple[str, ...]:
+    """The process states of `target` (an exogenous chain on the grid, no law of motion)
+    that `regime` has, where no state is drawn: a flow pushes its mass at the current
+    code, and the pushed array is moved along the chain afterwards, once for all nodes
+    (`_along_chain`), rather than a probability vector pushed from every node."""
     if regime.drawn:
         return ()
     return tuple(
         s
         for s in target.states
-        if regime.state_transitions[s].is_markov
-        or target.name in regime.state_transitions[s].per_target_markov
+        if s in regime.states
+        and isinstance(regime.grids[s], AbstractProcessGrid)
+        and regime.state_transitions[s].is_markov
+        and regime.state_transitions[s].function is None
+        and target.name not in regime.state_transitions[s].per_target_markov
     )
+
+
+def _along_chain(array: Array, axis: int, matrix: Array) -> Array:
+    """`array` with the mass along `axis` (current codes) moved by the transition
+    `matrix` (current × next): a sum of products, exact on every device."""
+    moved = jnp.moveaxis(array, axis, -1)
+    moved = jnp.sum(moved[..., :, None] * matrix.astype(array.dtype), axis=-2)
+    return jnp.moveaxis(moved, -1, axis)
 
 
 def _push(
@@ -743,10 +783,14 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
                 )
                 continue
             dims, dense = [], jnp.ones((), p.dtype)
+            chained = chained_states(regime, target_plan)
             for s in target_plan.states:
                 transition = regime.state_transitions[s]
                 grid = target_plan.grids[s]
-                if target in transition.per_target_markov:
+                if s in chained:  # at the current code; moved along its chain later
+                    code = jnp.asarray(state[s], jnp.int32).reshape(1, 1)
+                    dims.append((code, jnp.ones((1, 1), p.dtype)))
+                elif target in transition.per_target_markov:
                     dense = dense[..., None] * target_probabilities[target][s]
                 elif transition.is_markov:
                     if s in stochastic:
