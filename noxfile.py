@@ -23,6 +23,26 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@nox.parametrize("pandas", ["<3", ">=3"], ids=["pandas2", "pandas3"])
+def pandas_versions(session: nox.Session, pandas: str) -> None:
+    """The code that reads and writes pandas (data, moments, labelled parameters,
+    estimation) under pandas 2 and 3: `nox -s pandas_versions`."""
+    session.install("-e", ".[test]", f"pandas{pandas}")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-n",
+        "2",
+        "tests/test_estimate.py",
+        "tests/test_grammar_params.py",
+        "tests/test_pandas.py",
+        *session.posargs,
+        env={"MPLBACKEND": "Agg"},
+    )
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """Lint and check formatting with ruff."""
     session.install("ruff")

@@ -448,6 +448,16 @@ def shifted():
     return model, df, counts, (delta, shift)
 
 
+def kinds_initial(seed: int, low: float, high: float) -> dict:
+    """`N` subjects in the working regime, wealth uniform on `(low, high)`, either kind."""
+    rng = np.random.default_rng(seed)
+    return {
+        "regime": np.zeros(N, dtype=int),
+        "wealth": rng.uniform(low, high, N),
+        "kind": rng.integers(0, 2, N),
+    }
+
+
 def tabled_utility(consumption, labor, kind, period, disutility_of_work, kind_shift):
     shift = kind_shift[period, kind]
     return jnp.log(consumption) - (disutility_of_work + shift) * (labor == Labor.work)
@@ -461,12 +471,7 @@ def test_a_labelled_series_parameter_keeps_its_shape_through_estimate():
     model = typed_model(tabled_utility, n_periods=1, n_wealth=5, n_consumption=6)
     index = pd.MultiIndex.from_product([[0], ["low", "high"]], names=["period", "kind"])
     truth = {**TRUE, "disutility_of_work": 0.2, "kind_shift": pd.Series([0.0, 0.5], index=index)}
-    rng = np.random.default_rng(6)
-    initial = {
-        "regime": np.zeros(N, dtype=int),
-        "wealth": rng.uniform(2.0, 50.0, N),
-        "kind": rng.integers(0, 2, N),
-    }
+    initial = kinds_initial(6, 2.0, 50.0)
     df = model.simulate(truth, initial, key=jax.random.key(6)).to_dataframe()
     scale = TRUE["taste_shock_scale"]
     work, high = np.asarray(df["labor"] == "work"), np.asarray(df["kind"] == "high")
@@ -494,12 +499,7 @@ def by_kind():
     model = typed_model(by_kind_utility, n_periods=1, n_wealth=5, n_consumption=6)
     truth = {k: v for k, v in TRUE.items() if k != "disutility_of_work"}
     truth["disutility_by_kind"] = jnp.array([0.2, 0.7])
-    rng = np.random.default_rng(8)
-    initial = {
-        "regime": np.zeros(N, dtype=int),
-        "wealth": rng.uniform(2.0, 50.0, N),
-        "kind": rng.integers(0, 2, N),
-    }
+    initial = kinds_initial(8, 2.0, 50.0)
     df = model.simulate(truth, initial, key=jax.random.key(8)).to_dataframe()
     scale = TRUE["taste_shock_scale"]
     closed = []
@@ -569,12 +569,7 @@ def test_an_age_profile_by_spline_knots_is_recovered_from_exact_moments():
     model = typed_model(knotted_utility, n_periods=4, n_wealth=5, n_consumption=6)
     truth = {k: v for k, v in TRUE.items() if k != "disutility_of_work"}
     truth["disutility_knots"] = jnp.array([0.1, 0.6, 0.3])
-    rng = np.random.default_rng(9)
-    initial = {
-        "regime": np.zeros(N, dtype=int),
-        "wealth": rng.uniform(30.0, 60.0, N),
-        "kind": rng.integers(0, 2, N),
-    }
+    initial = kinds_initial(9, 30.0, 60.0)
     df = model.simulate(truth, initial, key=jax.random.key(9)).to_dataframe()
     moments = [lcm.Profile("labor", Labor.work, regime="working", periods=[0, 1, 2, 3])]
     options = dict(data=df, method="msm", moments=moments, free=["disutility_knots"])
@@ -616,12 +611,7 @@ def taxed_utility(consumption, labor, wage, disutility_of_work, income_weight, t
 def taxed():
     model = typed_model(taxed_utility, n_periods=1, n_wealth=6, n_consumption=8)
     truth = {**TRUE, "income_weight": 0.0, "tax_rate": 0.3}
-    rng = np.random.default_rng(5)
-    initial = {
-        "regime": np.zeros(N, dtype=int),
-        "wealth": rng.uniform(2.0, 30.0, N),
-        "kind": rng.integers(0, 2, N),
-    }
+    initial = kinds_initial(5, 2.0, 30.0)
     return model, truth, model.simulate(truth, initial, key=jax.random.key(7)).to_dataframe()
 
 

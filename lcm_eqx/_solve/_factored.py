@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -216,8 +217,36 @@ def _refined_step(
     derivatives by the envelope theorem, or along a kink), and the products of the
     check components `check_indices` at the refined point."""
     action = step.action
-    out = tuple(n for n in step.axes if n != action)
     dtype = jnp.zeros(()).dtype
+    pieces = [factoring.pieces[i] for i in step.group]
+    flat = [v for p in pieces for v in piece_outputs(p)]
+    points = next(a for a in problem.action_axes if a.name == action).points
+
+    def at(point, code):
+        def along(t):
+            values, checks = evaluated(flat, check_indices, {**point, action: t})
+            return pieces_total(pieces, values, dtype), checks
+
+        return refine_along(along, points, code, refine)
+
+    grid, _, (paid, checks) = refine_in_step(problem, factoring, step, members, todo, at)
+    return grid, paid, checks
+
+
+def refine_in_step(
+    problem: RegimeProblem,
+    factoring: Factoring,
+    step: Step,
+    members: list,
+    todo: tuple[tuple[str, int], ...],
+    refine_at: Callable,
+) -> tuple[Array, Array, Any]:
+    """The step that eliminates the refined action (the first of a refined plan), on its
+    axes but the action: the grid's maximum of the pieces that contain it (no
+    derivative), its maximiser (grid codes), and `refine_at(point, code)` at each point
+    of those axes (the refinement from the grid's best point), splayed as the knobs and
+    the evaluation budget say."""
+    out = tuple(n for n in step.axes if n != step.action)
 
     def best(totals, position):
         (total,) = totals
@@ -225,27 +254,8 @@ def _refined_step(
 
     group = [(n, (jax.lax.stop_gradient(a),)) for n, a, _ in members]
     grid, codes = eliminate_with(step, group, todo, best)
-
-    pieces = [factoring.pieces[i] for i in step.group]
-    outputs = [piece_outputs(p) for p in pieces]
-    flat = [v for o in outputs for v in o]
-    points = next(a for a in problem.action_axes if a.name == action).points
-
-    def at(point, arrays):
-        def along(t):
-            values, checks = evaluated(flat, check_indices, {**point, action: t})
-            total, start = None, 0
-            for piece, o in zip(pieces, outputs, strict=True):
-                v = piece_value(piece, values[start : start + len(o)], dtype)
-                total = v if total is None else total + v
-                start += len(o)
-            assert total is not None  # a step's group holds at least one piece
-            return total, checks
-
-        return refine_along(along, points, arrays["code"], refine)
-
     axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
-    itemsize = np.zeros((), dtype).itemsize
+    itemsize = np.zeros((), jnp.zeros(()).dtype).itemsize
     chosen = tuple(axes[n] for n in out)
     splayed = {
         a.name: a
@@ -255,12 +265,24 @@ def _refined_step(
             itemsize,
         )
     }
-    paid, checks = lift(
-        at,
+    refined = lift(
+        lambda point, arrays: refine_at(point, arrays["code"]),
         tuple(splayed.get(a.name, a) for a in chosen),
         carried={"code": Carried(codes, out)},
     )
-    return grid, paid, checks
+    return grid, codes, refined
+
+
+def pieces_total(pieces, values: list, dtype) -> Array:
+    """The sum of `pieces`' values from `values` (their `piece_outputs` in order)."""
+    total, start = None, 0
+    for piece in pieces:
+        n = len(piece_outputs(piece))
+        v = piece_value(piece, values[start : start + n], dtype)
+        total = v if total is None else total + v
+        start += n
+    assert total is not None  # a step's group holds at least one piece
+    return total
 
 
 def combined_checks(

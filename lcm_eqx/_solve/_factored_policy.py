@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._axes import Carried, auto_splayed, lift
+from ._axes import auto_splayed
 from ._factor_plan import Factoring, elimination_order, piece_outputs
 from ._factored import (
     broadcast_axes,
@@ -33,6 +33,8 @@ from ._factored import (
     evaluate_on_axes,
     nothing_piece,
     piece_value,
+    pieces_total,
+    refine_in_step,
 )
 from ._kernel import RegimeProblem
 from ._reduce import max_along
@@ -156,47 +158,20 @@ def choices_factored(
 
 
 def _refined(problem, factoring, evaluate, step, members, todo, refine):
-    """The refined action's step: on the step's axes but the action, the grid's maximum
-    of the pieces that contain it (no derivative) and its maximiser, and from there the
-    refined value and point (`refine_along_action`)."""
+    """The refined action's step (`refine_in_step`): the grid's maximum of the pieces
+    that contain it and its maximiser, and from there the refined value and point
+    (`refine_along_action`)."""
     action = step.action
-    out = tuple(n for n in step.axes if n != action)
     dtype = jnp.zeros(()).dtype
-
-    def best(totals, position):
-        (total,) = totals
-        return jnp.max(total, axis=position), jnp.argmax(total, axis=position)
-
-    group = [(n, (jax.lax.stop_gradient(a),)) for n, a, _ in members]
-    grid, codes = eliminate_with(step, group, todo, best)
     pieces = [factoring.pieces[i] for i in step.group]
-    outputs = [v for p in pieces for v in piece_outputs(p)]
+    flat = [v for p in pieces for v in piece_outputs(p)]
     points = next(a for a in problem.action_axes if a.name == action).points
 
-    def at(point, arrays):
+    def at(point, code):
         def objective(t):
-            values = evaluate(outputs, {**point, action: t})
-            total, start = jnp.zeros((), dtype), 0
-            for piece in pieces:
-                n = len(piece_outputs(piece))
-                total = total + piece_value(piece, values[start : start + n], dtype)
-                start += n
-            return total
+            return pieces_total(pieces, evaluate(flat, {**point, action: t}), dtype)
 
-        return refine_along_action(objective, points, arrays["code"], refine)
+        return refine_along_action(objective, points, code, refine)
 
-    axes = {a.name: a for a in (*problem.state_axes, *problem.action_axes)}
-    itemsize = jnp.zeros((), dtype).dtype.itemsize
-    chosen = tuple(axes[n] for n in out)
-    splayed = {
-        a.name: a
-        for a in auto_splayed(
-            tuple(a for a in chosen if a.name in factoring.states),
-            tuple(a for a in chosen if a.name not in factoring.states),
-            itemsize,
-        )
-    }
-    paid, point = lift(
-        at, tuple(splayed.get(a.name, a) for a in chosen), carried={"code": Carried(codes, out)}
-    )
+    grid, codes, (paid, point) = refine_in_step(problem, factoring, step, members, todo, at)
     return grid, paid, codes, point
