@@ -333,13 +333,13 @@ class Model(eqx.Module):
         _check_validate(validate)
         return self._solve_checked(self.checked_params(params), validate, progress_mode(progress))
 
-    def checked_params(self, params: Params) -> Params:
+    def checked_params(self, params: Params) -> dict[str, Any]:
         """`params` normalised (a Series becomes nested dicts, labelled Series leaves
         arrays) and checked against the model: once per call of a public method, which
         then hands the result down (`_solve_checked`)."""
-        params = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
-        check_params(self.plan, params)
-        return params
+        checked = arrays_from_series(self.plan, _plain_dicts(coerce_params(params)))
+        check_params(self.plan, checked)
+        return checked
 
     def _solve_checked(self, params: Params, validate: str, mode: str | None) -> Solution:
         """`solve` of parameters that `checked_params` returned."""

@@ -8,7 +8,7 @@ panel's `to_dataframe`, the choice probabilities) are imported by the façade, a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ._grids._age import AgeGrid
@@ -31,7 +31,7 @@ class ModelLike(Protocol):
     @property
     def solvers(self) -> dict[str, AbstractSolver]: ...
 
-    def checked_params(self, params: Params) -> Params: ...
+    def checked_params(self, params: Params) -> dict[str, Any]: ...
 
     def solve(
         self, params: Params, *, validate: str = "raise", progress: bool | str = False
