@@ -38,15 +38,24 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._errors import LcmError
-from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._solve._axes import Carried, auto_splayed, lift
 from .._solve._kernel import RegimeProblem
 from .._solve._reduce import choice_weights
-from .._solve._sharding import ShardingPlan, is_identity_transition, sharding_plan
+from .._solve._sharding import sharding_plan
 from .._solve._solver import taste_shock_scale
 from ._choice import regime_problem
+from ._flows import (
+    along_chain,
+    chained_states,
+    dense_states,
+    interpolation,
+    joint_states,
+    outer,
+    push,
+    scatter,
+)
 
 
 class RegimeLayout(eqx.Module):
@@ -358,51 +367,10 @@ def bin_initial(
                 code = jnp.asarray(states[s]).astype(jnp.int32)
                 dims.append((code[:, None], jnp.ones((n, 1), dtype)))
             else:
-                dims.append(_interpolation(grid, jnp.asarray(states[s], dtype)))
-        indices, weights = _outer(dims, n, dtype)
-        mass[name] = _scatter(shape, indices, weights * weight[:, None])
+                dims.append(interpolation(grid, jnp.asarray(states[s], dtype)))
+        indices, weights = outer(dims, n, dtype)
+        mass[name] = scatter(shape, indices, weights * weight[:, None])
     return mass
-
-
-def _interpolation(grid, x: Array) -> tuple[Array, Array]:
-    """Indices `(..., 2)` and weights `(..., 2)` of `x` on a continuous grid, clipped."""
-    assert isinstance(grid, AbstractContinuousGrid)
-    points = grid.to_jax()
-    lo, w = jax.vmap(lambda v: grid.interval(v, points))(x.reshape(-1))
-    # Beyond the grid the mass stays at the end node (never extrapolated).
-    w = jnp.clip(w, 0.0, 1.0)
-    indices = jnp.stack([lo, lo + 1], axis=-1).reshape((*x.shape, 2))
-    weights = jnp.stack([1.0 - w, w], axis=-1).reshape((*x.shape, 2))
-    return indices.astype(jnp.int32), weights
-
-
-def _outer(dims: list[tuple[Array, Array]], n: int, dtype) -> tuple[Array, Array]:
-    """Per-dimension (indices, weights) `(n, k_i)` → all combinations `(n, K, n_dims)`."""
-    indices = jnp.zeros((n, 1, 0), jnp.int32)
-    weights = jnp.ones((n, 1), dtype)
-    for index, weight in dims:
-        k, big_k = index.shape[1], indices.shape[1]
-        indices = jnp.concatenate(
-            [
-                jnp.repeat(indices, k, axis=1),
-                jnp.tile(index, (1, big_k))[..., None],
-            ],
-            axis=-1,
-        )
-        weights = (weights[:, :, None] * weight[:, None, :]).reshape(n, big_k * k)
-    return indices, weights
-
-
-def _scatter(shape: tuple[int, ...], indices: Array, weights: Array) -> Array:
-    """Add `weights` (any shape) at `indices` (that shape, then one axis of state codes)."""
-    if not shape:
-        return jnp.sum(weights)
-    flat = indices.reshape(-1, len(shape))
-    return (
-        jnp.zeros(shape, weights.dtype)
-        .at[tuple(flat[:, i] for i in range(len(shape)))]
-        .add(weights.reshape(-1))
-    )
 
 
 # ------------------------------------------------------------------------- forward pass
@@ -494,13 +462,13 @@ def forward(
                     moved = (weights * lead).reshape(weights.shape + (1,) * n_dense)
                     moved = moved * jnp.expand_dims(dense, n_lead)
                     target_plan = plan.regimes[target]
-                    joint = _joint_states(sharding, regime_plan, target_plan)
+                    joint = joint_states(sharding, regime_plan, target_plan)
                     chained = chained_states(regime_plan, target_plan)
                     pushed_shape = tuple(
                         problem.process_matrices[s].shape[0] if s in chained else n
                         for s, n in zip(target_plan.states, incoming[target].shape, strict=True)
                     )
-                    arriving = _push(
+                    arriving = push(
                         pushed_shape,
                         target_plan.states,
                         regime_plan.states,
@@ -510,7 +478,7 @@ def forward(
                         dense_states(regime_plan, target_plan),
                     )
                     for s in chained:
-                        arriving = _along_chain(
+                        arriving = along_chain(
                             arriving, target_plan.states.index(s), problem.process_matrices[s]
                         )
                     incoming[target] = place(target, incoming[target] + arriving)
@@ -532,122 +500,6 @@ def forward(
         exited=stacked["exited"],
         stranded=stacked["stranded"],
         layouts=layouts(plan, stacked["functions"]),
-    )
-
-
-def _joint_states(sharding: ShardingPlan | None, regime, target) -> tuple[str, ...]:
-    """Sharded states that never transition from `regime` and that `target` has: their
-    mass stays at its own code, so it is pushed per code (on its own device)."""
-    if sharding is None:
-        return ()
-    return tuple(
-        s
-        for s in regime.states
-        if sharding.is_sharded(s) and s in target.states and is_identity_transition(regime, s)
-    )
-
-
-def dense_states(regime, target) -> tuple[str, ...]:
-    """The states of `target` whose next value a flow from `regime` carries as a dense
-    probability vector over their whole grid (Markov transitions, where no state is
-    drawn): pushed as a block at each of the other states' indices, in `target`'s order
-    of states. Process states (`chained_states`) apart."""
-    if regime.drawn:
-        return ()
-    chained = chained_states(regime, target)
-    return tuple(
-        s
-        for s in target.states
-        if s not in chained
-        and (
-            regime.state_transitions[s].is_markov
-            or target.name in regime.state_transitions[s].per_target_markov
-        )
-    )
-
-
-def chained_states(regime, target) -> tuple[str, ...]:
-    """The process states of `target` (an exogenous chain on the grid, no law of motion)
-    that `regime` has, where no state is drawn: a flow pushes its mass at the current
-    code, and the pushed array is moved along the chain afterwards, once for all nodes
-    (`_along_chain`), rather than a probability vector pushed from every node."""
-    if regime.drawn:
-        return ()
-    return tuple(
-        s
-        for s in target.states
-        if s in regime.states
-        and isinstance(regime.grids[s], AbstractProcessGrid)
-        and regime.state_transitions[s].is_markov
-        and regime.state_transitions[s].function is None
-        and target.name not in regime.state_transitions[s].per_target_markov
-    )
-
-
-def _along_chain(array: Array, axis: int, matrix: Array) -> Array:
-    """`array` with the mass along `axis` (current codes) moved by the transition
-    `matrix` (current × next): a sum of products, exact on every device."""
-    moved = jnp.moveaxis(array, axis, -1)
-    moved = jnp.sum(moved[..., :, None] * matrix.astype(array.dtype), axis=-2)
-    return jnp.moveaxis(moved, -1, axis)
-
-
-def _push(
-    shape: tuple[int, ...],
-    target_states: tuple[str, ...],
-    source_states: tuple[str, ...],
-    indices: Array,
-    moved: Array,
-    joint: tuple[str, ...],
-    dense: tuple[str, ...] = (),
-) -> Array:
-    """The mass `moved` `(*source states, ..., K, *dense states)` arriving on the target
-    grid: at `indices` `(*source states, ..., K, sparse states)` along the target's other
-    (sparse) states, each a block along the `dense` ones (one scatter of `K` blocks
-    rather than of every combination).
-
-    The `joint` states keep their code: the scatter is mapped over their axes (sliced
-    alike in source and target), so a sharded one needs no communication.
-    """
-    sparse = tuple(s for s in target_states if s not in dense)
-    size = dict(zip(target_states, shape, strict=True))
-    n_dense = len(dense)
-    if joint:
-        source_axes = [source_states.index(s) for s in joint]
-        front = list(range(len(joint)))
-        moved = jnp.moveaxis(moved, source_axes, front)
-        indices = jnp.moveaxis(indices, source_axes, front)
-        kept = [i for i, s in enumerate(sparse) if s not in joint]
-        indices = indices[..., jnp.asarray(kept, dtype=jnp.int32)]
-    kept_states = tuple(s for s in sparse if s not in joint)
-
-    def scatter(index, weight):
-        return _scatter_blocks(
-            tuple(size[s] for s in kept_states), index, weight, tuple(size[s] for s in dense)
-        )
-
-    for _ in joint:
-        scatter = jax.vmap(scatter)
-    arrived = scatter(indices, moved) if joint or n_dense else _scatter(shape, indices, moved)
-    if not (joint or n_dense):
-        return arrived
-    names = (*joint, *kept_states, *dense)
-    return jnp.transpose(arrived, [names.index(s) for s in target_states])
-
-
-def _scatter_blocks(
-    shape: tuple[int, ...], indices: Array, blocks: Array, block_shape: tuple[int, ...]
-) -> Array:
-    """Add `blocks` `(..., *block_shape)` at `indices` `(..., len(shape))`: an array of
-    `shape + block_shape`."""
-    flat = blocks.reshape((-1, *block_shape))
-    if not shape:
-        return jnp.sum(flat, axis=0)
-    index = indices.reshape(-1, len(shape))
-    return (
-        jnp.zeros((*shape, *block_shape), blocks.dtype)
-        .at[tuple(index[:, i] for i in range(len(shape)))]
-        .add(flat)
     )
 
 
@@ -772,7 +624,7 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
                     dims = _node_dims(
                         plan, regime, target, {**fixed, **values}, codes, probabilities_of, p.dtype
                     )
-                    indices, weights = _outer(dims, 1, p.dtype)
+                    indices, weights = outer(dims, 1, p.dtype)
                     return indices[0], weights[0] * weight
 
                 indices, weights = jax.vmap(node_flow)(node_codes, node_values, node_weights)
@@ -803,8 +655,8 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
                 elif grid.is_discrete:
                     dims.append((deterministic[s].reshape(1, 1), jnp.ones((1, 1), p.dtype)))
                 else:
-                    dims.append(_interpolation(grid, deterministic[s].reshape(1)))
-            indices, weights = _outer(dims, 1, p.dtype)
+                    dims.append(interpolation(grid, deterministic[s].reshape(1)))
+            indices, weights = outer(dims, 1, p.dtype)
             flows[target] = (indices[0], weights[0] * regime_p[target_plan.id], dense)
         unreachable = [r.id for n, r in plan.regimes.items() if n not in targets]
         lost = (
@@ -834,5 +686,5 @@ def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabi
         elif grid.is_discrete:
             dims.append((next_values[s].reshape(1, 1), jnp.ones((1, 1), dtype)))
         else:
-            dims.append(_interpolation(grid, next_values[s].reshape(1)))
+            dims.append(interpolation(grid, next_values[s].reshape(1)))
     return dims
