@@ -131,16 +131,7 @@ def solve_factored(
     for step in factoring.steps:
         members = [results[i] for i in step.group]
         out = tuple(n for n in step.axes if n != step.action)
-        # State axes chunked where the step's product would not fit at once (or where
-        # the user splays them): the knobs and the budget of the plain evaluation.
-        chunked = auto_splayed(
-            tuple(axes[n] for n in out if n in states),
-            tuple(axes[n] for n in step.axes if n not in states),
-            itemsize,
-        )
-        todo = tuple(
-            (a.name, a.batch_size) for a in chunked if 0 < a.batch_size < a.points.shape[0]
-        )
+        todo = step_chunks(step, axes, states, itemsize)
         if step.action == factoring.refined:
             # Original pieces only (`plan_factoring` eliminates it first).
             indices = [
@@ -231,6 +222,21 @@ def _refined_step(
 
     grid, _, (paid, checks) = refine_in_step(problem, factoring, step, members, todo, at)
     return grid, paid, checks
+
+
+def step_chunks(
+    step: Step, axes: dict[str, Axis], states: tuple[str, ...], itemsize: int
+) -> tuple[tuple[str, int], ...]:
+    """The state axes of `step`'s result chunked, with their chunk sizes, where the step's
+    product would not fit at once (or where the user splays them): the knobs and the
+    budget of the plain evaluation."""
+    out = tuple(n for n in step.axes if n != step.action)
+    chunked = auto_splayed(
+        tuple(axes[n] for n in out if n in states),
+        tuple(axes[n] for n in step.axes if n not in states),
+        itemsize,
+    )
+    return tuple((a.name, a.batch_size) for a in chunked if 0 < a.batch_size < a.points.shape[0])
 
 
 def refine_in_step(

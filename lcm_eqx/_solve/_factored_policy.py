@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._axes import auto_splayed
 from ._factor_plan import Factoring, elimination_order, piece_outputs
 from ._factored import (
     broadcast_axes,
@@ -35,6 +34,7 @@ from ._factored import (
     piece_value,
     pieces_total,
     refine_in_step,
+    step_chunks,
 )
 from ._kernel import RegimeProblem
 from ._reduce import max_along
@@ -83,14 +83,7 @@ def choices_factored(
     for step in steps:
         members = [results[i] for i in step.group]
         out = tuple(n for n in step.axes if n != step.action)
-        chunked = auto_splayed(
-            tuple(axes[n] for n in out if n in states),
-            tuple(axes[n] for n in step.axes if n not in states),
-            itemsize,
-        )
-        todo = tuple(
-            (a.name, a.batch_size) for a in chunked if 0 < a.batch_size < a.points.shape[0]
-        )
+        todo = step_chunks(step, axes, states, itemsize)
         if step.action == refined:
             grid, paid, codes, point = _refined(
                 problem, factoring, evaluate, step, members, todo, refine
