@@ -13,9 +13,12 @@ accelerator").
     python benchmarks/compile_profile.py                        # full Mahler-Yum solve
     python benchmarks/compile_profile.py --program gradient --size reduced
     python benchmarks/compile_profile.py --program solve --validate off --hlo solve.txt
+    python benchmarks/compile_profile.py --program jacobian --size tiny --float32
 
 Programs: `solve` (`model.solve`'s program), `gradient` (`jax.grad` of the mean period-0
-value in the effort elasticity, as `benchmarks/device_check.py` has it). The
+value in the effort elasticity, as `benchmarks/device_check.py` has it), `distribution`
+(`examples/mahler_yum_estimate.py`'s exact moments) and `jacobian` (their Jacobian, a
+Gauss–Newton step's work; `--float32` on a TPU). The
 persistent compilation cache is off while it compiles, so that the compile is one.
 """
 
@@ -100,6 +103,9 @@ def _program(name: str, size: str, validate: str):
     import jax.numpy as jnp
     import mahler_yum
 
+    if name in ("distribution", "jacobian"):
+        return _estimation_program(name, size)
+
     model, params, _ = mahler_yum.build(size, n_subjects=4)
     if name == "solve":
         checked = model.checked_params(params)
@@ -117,15 +123,55 @@ def _program(name: str, size: str, validate: str):
     return lambda: jax.jit(jax.value_and_grad(mean_value)).lower(x)
 
 
+def _estimation_program(name: str, size: str):
+    """The estimation example's exact moments (`distribution`), or their Jacobian in its
+    five free parameters, forward mode vmapped as `lcm.estimate` takes it (`jacobian`)."""
+    import jax
+    import jax.numpy as jnp
+    import mahler_yum_estimate as example
+
+    model, truth, initial = example.build(size, n_subjects=200)
+    mass = model.initial_mass(initial, params=truth)
+    params = jax.tree.map(jnp.asarray, model.checked_params(truth))
+    paths = [path for path, _, _ in example.FREE.values()]
+    theta = jnp.asarray([float(example.get(params, path)) for path in paths])
+
+    def moments(theta):
+        p = params
+        for i, path in enumerate(paths):
+            p = example.put(p, path, theta[i])
+        d = model.distribution(p, mass, validate="off")
+        return jnp.concatenate(
+            [
+                d.mean("effort_value", "alive"),
+                d.share("health", 1, "alive"),
+                d.mean("wealth", "alive"),
+            ]
+        )
+
+    def jacobian(theta):
+        tangents = jnp.eye(theta.shape[0], dtype=theta.dtype)
+        return jax.vmap(lambda v: jax.jvp(moments, (theta,), (v,)))(tangents)
+
+    return lambda: jax.jit(moments if name == "distribution" else jacobian).lower(theta)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--program", choices=("solve", "gradient"), default="solve")
+    parser.add_argument(
+        "--program", choices=("solve", "gradient", "distribution", "jacobian"), default="solve"
+    )
+    parser.add_argument(
+        "--float32", action="store_true", help="float64 off (the estimation example reads it)"
+    )
     parser.add_argument("--size", default="full")
     parser.add_argument("--validate", choices=("raise", "off"), default="raise")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--hlo", type=Path, help="write the compiled HLO here")
     args = parser.parse_args()
     import jax
+
+    jax.config.update("jax_enable_x64", not args.float32)
 
     result = compile_events(_program(args.program, args.size, args.validate), args.top)
     print(

@@ -78,9 +78,7 @@ def main(argv=None) -> dict:
         )
 
     panel = mye.simulate_panel(model, truth, initial, seed=1)
-    probe = mye.estimate(
-        model, truth, panel, mye.profiles(model.n_periods), initial, max_steps=0
-    )
+    probe = mye.estimate(model, truth, panel, mye.profiles(model.n_periods), initial, max_steps=0)
     theta = jnp.asarray(probe.estimates)
     out["step"] = timed(moments_and_jacobian, probe.problem, theta)
     print(json.dumps(out, indent=1))

@@ -25,7 +25,7 @@ from ._errors import (
     ModelInitializationError,
     warn,
 )
-from ._estimation._distribution import Distribution, bin_initial, forward
+from ._estimation._distribution import Distribution, bin_initial, check_initial_mass, forward
 from ._grids import (
     AgeGrid,
     DiscreteGrid,
@@ -634,13 +634,7 @@ class Model(eqx.Module):
                 )
             mass[name] = array
         if not is_traced(mass):
-            total = sum(float(np.sum(np.asarray(m))) for m in mass.values())
-            negative = any(bool(np.any(np.asarray(m) < 0)) for m in mass.values())
-            if negative or abs(total - 1.0) > 1e-9:
-                raise InvalidInitialConditionsError(
-                    f"distribution: the initial mass must be >= 0 and sum to 1, got a sum of "
-                    f"{total!r}{' and negative entries' if negative else ''}."
-                )
+            check_initial_mass(mass, dtype)
         return mass
 
     def _result(self, record) -> SimulationResult:

@@ -13,6 +13,7 @@ import pytest
 import lcm_eqx as lcm
 from lcm_eqx._estimation._choice import regime_problem
 from lcm_eqx._model._params import resolve_params
+from tests.helpers import force_accelerator_forms
 from tests.test_factored import build, params
 
 jax.config.update("jax_enable_x64", True)
@@ -94,3 +95,30 @@ def test_the_moments_derivatives_by_the_plan_equal_the_plain_readings(case):
     assert np.sum(np.abs(reference) > 1e-4) >= 6  # the moments move
     np.testing.assert_allclose(jax.jacfwd(factored)(theta), reference, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(jax.jacrev(factored)(theta), reference, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("case", ["max", "refined-taste-shocks"])
+def test_the_accelerators_forms_give_the_same_distribution_and_derivatives(case, monkeypatch):
+    """On an accelerator the plan's maximisers are found by selects, not `argmax` (a
+    TPU's compiler emits that very slowly): the same masses and choices, and the same
+    forward-mode derivatives, as the CPU's forms."""
+    p = params(CASES[case]["taste_shocks"])
+
+    def moments(model):
+        def of(cost):
+            q = {**p, "alive": {**p["alive"], "effort_cost": {**p["alive"]["effort_cost"]}}}
+            q["alive"]["effort_cost"]["cost"] = cost
+            dist = _distribution(model, q)
+            return dist.mass["alive"], dist.choice["alive"], dist.mean("effort", "alive")
+
+        return of
+
+    cost = jnp.asarray(0.05)
+    cpu = jax.jvp(moments(_model(case, True)), (cost,), (jnp.ones(()),))
+    force_accelerator_forms(monkeypatch)
+    accelerated = jax.jvp(moments(_model(case, True)), (cost,), (jnp.ones(()),))
+    jax.clear_caches()
+    if CASES[case]["refine"]:  # the refined mean effort moves (on a grid it cannot)
+        assert np.any(np.abs(cpu[1][2]) > 1e-4)
+    for a, b in zip(jax.tree.leaves(accelerated), jax.tree.leaves(cpu), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

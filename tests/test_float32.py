@@ -142,3 +142,26 @@ def test_every_contraction_is_at_the_highest_precision(x64, case):
     ][:3]
     if case == "NEGM":
         assert dots  # its adjuster's quintic read
+
+
+def test_a_float32_initial_mass_is_accepted_to_its_round_off(x64):
+    # A TPU's `initial_mass` summed to 1.0000001 in float32, and `distribution` rejected
+    # it against float64's 1e-9. The tolerance is now the dtype's round-off (100 ulps),
+    # summed in float64; a mass that is off by more is still refused, never renormalised.
+    x64(False)
+    model = retirement.build(n_periods=3)
+    shape = tuple(
+        model.plan.regimes["working"].grids[s].n_points
+        for s in model.plan.regimes["working"].states
+    )
+    n = int(np.prod(shape))
+    close = np.full(shape, np.float32(1.0 / n) * np.float32(1 + 2e-7), np.float32)
+    assert abs(float(np.sum(close, dtype=np.float64)) - 1) > 1e-9
+    dist = model.distribution(retirement.PARAMS, {"working": close})
+    assert dist.mass["working"].dtype == np.float32
+    off = np.full(shape, np.float32(1.0 / n) * np.float32(1 + 1e-4), np.float32)
+    with pytest.raises(lcm.InvalidInitialConditionsError, match=r"sum to 1 \(to 1e-05"):
+        model.distribution(retirement.PARAMS, {"working": off})
+    x64(True)
+    with pytest.raises(lcm.InvalidInitialConditionsError, match=r"sum to 1 \(to 1e-09"):
+        model.distribution(retirement.PARAMS, {"working": close.astype(np.float64)})

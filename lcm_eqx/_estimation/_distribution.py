@@ -35,9 +35,10 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import LcmError
+from .._errors import InvalidInitialConditionsError, LcmError
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
 from .._solve._axes import Carried, auto_splayed, lift
@@ -501,6 +502,20 @@ def forward(
         stranded=stacked["stranded"],
         layouts=layouts(plan, stacked["functions"]),
     )
+
+
+def check_initial_mass(mass: dict[str, Any], dtype) -> None:
+    """Raise unless the (concrete) mass arrays are >= 0 and sum to 1: summed in float64,
+    to the dtype's round-off (float32 mass built on a device sums to 1 only to a few of
+    its ulps). Never renormalised."""
+    total = sum(float(np.sum(np.asarray(m, np.float64))) for m in mass.values())
+    negative = any(bool(np.any(np.asarray(m) < 0)) for m in mass.values())
+    tolerance = max(1e-9, 100 * float(jnp.finfo(dtype).eps))
+    if negative or abs(total - 1.0) > tolerance:
+        raise InvalidInitialConditionsError(
+            f"distribution: the initial mass must be >= 0 and sum to 1 (to {tolerance:.1g}), "
+            f"got a sum of {total!r}{' and negative entries' if negative else ''}."
+        )
 
 
 def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) -> Array:

@@ -46,7 +46,7 @@ from ._axes import (
 from ._check_arrays import max_each
 from ._factor_plan import Factoring, Piece, Step, Term, elimination_order, piece_outputs
 from ._kernel import RegimeProblem
-from ._reduce import max_along, smooth_max
+from ._reduce import at_first_maximum, max_along, smooth_max
 from ._refine import refine_along
 
 # The checks of a period are reduced over the states in one reduction where they fit on
@@ -148,11 +148,7 @@ def solve_factored(
             # refined value there.
             def best(totals, position):
                 grid, paid = totals
-                at = jnp.expand_dims(jnp.argmax(grid, axis=position), position)
-                return tuple(
-                    jnp.squeeze(jnp.take_along_axis(x, at, axis=position), position)
-                    for x in (grid, paid)
-                )
+                return at_first_maximum(grid, position, (grid, paid))[1]
 
             group: list = [
                 (n, (jax.lax.stop_gradient(a), a if paid is None else paid))
@@ -256,7 +252,7 @@ def refine_in_step(
 
     def best(totals, position):
         (total,) = totals
-        return jnp.max(total, axis=position), jnp.argmax(total, axis=position)
+        return jnp.max(total, axis=position), at_first_maximum(total, position)[0]
 
     group = [(n, (jax.lax.stop_gradient(a),)) for n, a, _ in members]
     grid, codes = eliminate_with(step, group, todo, best)
@@ -606,7 +602,7 @@ def _best_by_elimination(
         position = step.axes.index(step.action)
         out = tuple(n for n in step.axes if n != step.action)
         results.append((out, max_along(total, position)))
-        best.append((out, jnp.argmax(total, axis=position)))
+        best.append((out, at_first_maximum(total, position)[0]))
     value = jnp.zeros((), dtype)
     for index in final:
         value = value + results[index][1]

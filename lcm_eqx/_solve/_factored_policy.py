@@ -37,7 +37,7 @@ from ._factored import (
     step_chunks,
 )
 from ._kernel import RegimeProblem
-from ._reduce import max_along
+from ._reduce import at_first_maximum, max_along
 from ._refine import refine_along_action
 
 
@@ -95,15 +95,8 @@ def choices_factored(
 
             def best(totals, position):
                 grid, paid = totals
-                at = jnp.argmax(grid, axis=position)
-                taken = jnp.expand_dims(at, position)
-                return (
-                    *(
-                        jnp.squeeze(jnp.take_along_axis(x, taken, axis=position), position)
-                        for x in (grid, paid)
-                    ),
-                    at,
-                )
+                at, (grid, paid) = at_first_maximum(grid, position, (grid, paid))
+                return grid, paid, at
 
             group: list = [
                 (n, (jax.lax.stop_gradient(a), a if paid is None else paid))
@@ -115,7 +108,7 @@ def choices_factored(
 
             def best_plain(totals, position):
                 (total,) = totals
-                return max_along(total, position), jnp.argmax(total, axis=position)
+                return max_along(total, position), at_first_maximum(total, position)[0]
 
             plain = [(n, (a,)) for n, a, _ in members] or [
                 (n, (a,)) for n, a in [nothing_piece(step, factoring, dtype)]

@@ -165,6 +165,53 @@ def _tangent_at_first_maximum(values: Array, tangent: Array, axis: int) -> Array
     return jnp.sum(chosen, axis=axis)
 
 
+def at_first_maximum(
+    values: Array, axis: int, arrays: tuple[Array, ...] = ()
+) -> tuple[Array, tuple[Array, ...]]:
+    """The first maximiser of `values` along `axis` (`jnp.argmax`'s: the first NaN if
+    any) and each of `arrays` (shaped like `values`) there: an argmax and its gathers on
+    a CPU; on an accelerator, along a short axis, slice by slice by selects (a TPU's
+    `argmax` is a reduction of value-position pairs that its compiler emits very slowly,
+    and it gathers one element at a time; see `_tangent_at_first_maximum`), along a
+    longer one the argmax and a select-sum. The same results on every device."""
+    return by_platform(
+        values,
+        arrays,
+        cpu=functools.partial(_at_argmax, axis=axis % values.ndim),
+        default=functools.partial(_at_first_by_selects, axis=axis % values.ndim),
+    )
+
+
+def _at_argmax(values: Array, arrays: tuple[Array, ...], axis: int):
+    first = jnp.argmax(values, axis=axis)
+    at = jnp.expand_dims(first, axis)
+    return first, tuple(jnp.squeeze(jnp.take_along_axis(a, at, axis=axis), axis) for a in arrays)
+
+
+def _at_first_by_selects(values: Array, arrays: tuple[Array, ...], axis: int):
+    n = values.shape[axis]
+    if n > FIRST_MAXIMUM_SLICES:
+        first = jnp.argmax(values, axis=axis)
+        positions = jax.lax.broadcasted_iota(first.dtype, values.shape, axis)
+        hit = positions == jnp.expand_dims(first, axis)
+        return first, tuple(
+            jnp.sum(jnp.where(hit, a, jnp.zeros((), a.dtype)), axis=axis) for a in arrays
+        )
+    best = jax.lax.index_in_dim(values, 0, axis, keepdims=False)
+    first = jnp.zeros(best.shape, jnp.zeros((), int).dtype)  # argmax's dtype
+    chosen = [jax.lax.index_in_dim(a, 0, axis, keepdims=False) for a in arrays]
+    for i in range(1, n):
+        v = jax.lax.index_in_dim(values, i, axis, keepdims=False)
+        better = (v > best) | (jnp.isnan(v) & ~jnp.isnan(best))
+        best = jnp.where(better, v, best)
+        first = jnp.where(better, jnp.asarray(i, first.dtype), first)
+        chosen = [
+            jnp.where(better, jax.lax.index_in_dim(a, i, axis, keepdims=False), c)
+            for a, c in zip(arrays, chosen, strict=True)
+        ]
+    return first, tuple(chosen)
+
+
 def _tempered(values: Array, scale, axis: int) -> tuple[Array, Array, Array]:
     """`values / scale` with the ruled-out (`-inf`) entries held at `-inf` as constants,
     which entries are ruled out, and which rows (along `axis`) have an action left.

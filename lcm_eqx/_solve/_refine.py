@@ -32,6 +32,7 @@ from .._numerics import negative_definite, solve_small
 from ._axes import Axis, map_axis, reduce_axis
 from ._check_arrays import max_each
 from ._kernel import RegimeProblem
+from ._reduce import at_first_maximum
 from ._refine_spec import Refine, RefineCode
 
 T = TypeVar("T")
@@ -85,9 +86,9 @@ def grid_best(
             )
         else:
             values, _, violations = jax.vmap(at)(jnp.arange(size))
-        best = jnp.argmax(values)
+        best, (top,) = at_first_maximum(values, 0, (values,))
         rival = jnp.max(jnp.where(outside(jnp.arange(size), best), values, -jnp.inf))
-        return values[best], best, rival, max_each(violations, (0,))
+        return top, best, rival, max_each(violations, (0,))
 
     k = min(3 ** len(continuous) + 1, size)
 
