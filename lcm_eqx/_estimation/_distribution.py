@@ -41,6 +41,7 @@ from jaxtyping import Array, Float
 from .._errors import InvalidInitialConditionsError, LcmError
 from .._model._params import resolve_params
 from .._model._plan import ModelPlan
+from .._simulate._simulate import TracedOnce
 from .._solve._axes import Carried, auto_splayed, lift
 from .._solve._kernel import RegimeProblem
 from .._solve._reduce import choice_weights
@@ -400,98 +401,77 @@ def forward(
         states = plan.regimes[name].states
         return sharding.constrain(array, (*states, *(None,) * (array.ndim - len(states))))
 
-    records = []
     carry = (
         {name: place(name, jnp.asarray(m, dtype)) for name, m in initial.items()},
         jnp.zeros((), dtype),
         jnp.zeros((), dtype),
     )
-    for segment in plan.segments:
+    # One scan over every period, every regime once in its body (not one scan per segment
+    # of the solve, which put a regime's period into the program once for each segment
+    # it is active in: Mahler–Yum's alive regime twice). A regime's period runs where it
+    # is active (a `cond`, traced once: `TracedOnce`); where it is not, its mass has
+    # nowhere to go (stranded), its choices are 0 and its actions NaN.
+    active = jnp.asarray(
+        np.array([[p in r.active for p in range(plan.n_periods)] for r in plan.regimes.values()])
+    )
 
-        def step(carry, period, segment=segment):
-            mass, exited, stranded = carry
-            incoming = {name: jnp.zeros(m.shape, dtype) for name, m in mass.items()}
-            next_exited, next_stranded = exited, stranded
-            record: dict[str, Any] = {"mass": mass, "exited": exited, "stranded": stranded}
-            choice, actions, functions, state_values = {}, {}, {}, {}
-            for name, regime_plan in plan.regimes.items():
-                shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
-                d_shape = tuple(regime_plan.grids[d].n_points for d in regime_plan.discrete_actions)
-                problem = regime_problem(model, resolved, name, period, values, policies)
-                solver = model.solvers[name]
-                targets = () if regime_plan.is_terminal else regime_plan.targets
+    def step(carry, period):
+        mass, exited, stranded = carry
+        incoming = {name: jnp.zeros(m.shape, dtype) for name, m in mass.items()}
+        record: dict[str, Any] = {"mass": mass, "exited": exited, "stranded": stranded}
+        choice, actions, functions, state_values = {}, {}, {}, {}
+        for index, (name, regime_plan) in enumerate(plan.regimes.items()):
 
-                def over_nodes(problem=problem, solver=solver, targets=targets):
-                    return _over_nodes(plan, solver, problem, targets)
+            def run(regime_mass, name=name, regime_plan=regime_plan):
+                return _regime_period(
+                    model,
+                    plan,
+                    resolved,
+                    values,
+                    policies,
+                    name,
+                    regime_plan,
+                    period,
+                    regime_mass,
+                    sharding,
+                    dtype,
+                )
 
-                if name not in segment.regimes:
-                    # Inactive this period: any mass here has nowhere to go. (The arrays
-                    # keep their shapes, empty, so that the segments line up.)
-                    next_stranded = next_stranded + jnp.sum(mass[name])
-                    shapes = jax.eval_shape(lambda over_nodes=over_nodes: over_nodes()[:3])
-                    p, chosen, named = jax.tree.map(
-                        lambda x: jnp.full(x.shape, jnp.nan, x.dtype), shapes
-                    )
-                    choice[name] = jnp.zeros_like(p)
-                    actions[name], functions[name] = chosen, named
-                    state_values[name] = {
+            if all(p in regime_plan.active for p in range(plan.n_periods)):
+                out = run(mass[name])
+            else:
+                once = TracedOnce(run, mass[name])
+
+                def idle(regime_mass, once=once, regime_plan=regime_plan):
+                    p, chosen, named, _, arrivals, _, _ = once.shapes
+                    nodes = {
                         s: _node_values(None, regime_plan, s, dtype) for s in regime_plan.states
                     }
-                    continue
-                state_values[name] = {
-                    s: _node_values(problem, regime_plan, s, dtype) for s in regime_plan.states
-                }
-                p, chosen, named, (flows, lost) = over_nodes()
-                choice[name] = p
-                actions[name] = chosen
-                functions[name] = named
-                node_mass = mass[name].reshape(shape + (1,) * len(d_shape)) * p
-                if regime_plan.is_terminal:
-                    next_exited = next_exited + jnp.sum(mass[name])
-                    continue
-                # Mass at nodes without a feasible action: choice probabilities are 0.
-                no_choice = jnp.sum(p.reshape((*shape, -1)), axis=-1) == 0
-                next_stranded = (
-                    next_stranded
-                    + jnp.sum(jnp.where(no_choice, mass[name], 0.0))
-                    + jnp.sum(node_mass * lost)
-                )
-                n_lead = len(shape) + len(d_shape)
-                for target, (indices, weights, dense) in flows.items():
-                    lead = node_mass.reshape(node_mass.shape + (1,) * (weights.ndim - n_lead))
-                    n_dense = dense.ndim - n_lead
-                    moved = (weights * lead).reshape(weights.shape + (1,) * n_dense)
-                    moved = moved * jnp.expand_dims(dense, n_lead)
-                    target_plan = plan.regimes[target]
-                    joint = joint_states(sharding, regime_plan, target_plan)
-                    chained = chained_states(regime_plan, target_plan)
-                    pushed_shape = tuple(
-                        problem.process_matrices[s].shape[0] if s in chained else n
-                        for s, n in zip(target_plan.states, incoming[target].shape, strict=True)
+                    return (
+                        jnp.zeros(p.shape, p.dtype),
+                        *jax.tree.map(
+                            lambda x: jnp.full(x.shape, jnp.nan, x.dtype), (chosen, named)
+                        ),
+                        nodes,
+                        jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), arrivals),
+                        jnp.zeros((), dtype),
+                        jnp.sum(regime_mass),
                     )
-                    arriving = push(
-                        pushed_shape,
-                        target_plan.states,
-                        regime_plan.states,
-                        indices,
-                        moved,
-                        joint,
-                        dense_states(regime_plan, target_plan),
-                    )
-                    for s in chained:
-                        arriving = along_chain(
-                            arriving, target_plan.states.index(s), problem.process_matrices[s]
-                        )
-                    incoming[target] = place(target, incoming[target] + arriving)
-            record.update(
-                choice=choice, actions=actions, functions=functions, state_values=state_values
-            )
-            return (incoming, next_exited, next_stranded), record
 
-        periods = jnp.arange(segment.start, segment.stop, dtype=jnp.int32)
-        carry, record = jax.lax.scan(step, carry, periods)
-        records.append(record)
-    stacked = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=0), *records)
+                out = jax.lax.cond(active[index, period], once, idle, mass[name])
+            p, chosen, named, nodes, arrivals, leaving, lost = out
+            choice[name], actions[name], functions[name] = p, chosen, named
+            state_values[name] = nodes
+            exited, stranded = exited + leaving, stranded + lost
+            for target, arriving in arrivals.items():
+                incoming[target] = place(target, incoming[target] + arriving)
+        record.update(
+            choice=choice, actions=actions, functions=functions, state_values=state_values
+        )
+        return (incoming, exited, stranded), record
+
+    periods = jnp.arange(plan.n_periods, dtype=jnp.int32)
+    _, stacked = jax.lax.scan(step, carry, periods)
     return Distribution(
         mass=stacked["mass"],
         choice=stacked["choice"],
@@ -516,6 +496,65 @@ def check_initial_mass(mass: dict[str, Any], dtype) -> None:
             f"distribution: the initial mass must be >= 0 and sum to 1 (to {tolerance:.1g}), "
             f"got a sum of {total!r}{' and negative entries' if negative else ''}."
         )
+
+
+def _regime_period(
+    model,
+    plan,
+    resolved,
+    values,
+    policies,
+    name,
+    regime_plan,
+    period,
+    mass,
+    sharding,
+    dtype,
+):
+    """One active regime's period: its choice probabilities, actions, functions and node
+    values, the mass it moves to each target regime, and what leaves (a terminal regime's
+    mass) or is lost (nodes without a feasible action, flows off every regime)."""
+    shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
+    d_shape = tuple(regime_plan.grids[d].n_points for d in regime_plan.discrete_actions)
+    problem = regime_problem(model, resolved, name, period, values, policies)
+    targets = () if regime_plan.is_terminal else regime_plan.targets
+    nodes = {s: _node_values(problem, regime_plan, s, dtype) for s in regime_plan.states}
+    p, chosen, named, (flows, lost) = _over_nodes(plan, model.solvers[name], problem, targets)
+    node_mass = mass.reshape(shape + (1,) * len(d_shape)) * p
+    arrivals: dict[str, Array] = {}
+    zero = jnp.zeros((), dtype)
+    if regime_plan.is_terminal:
+        return p, chosen, named, nodes, arrivals, jnp.sum(mass), zero
+    # Mass at nodes without a feasible action: choice probabilities are 0.
+    no_choice = jnp.sum(p.reshape((*shape, -1)), axis=-1) == 0
+    stranded = jnp.sum(jnp.where(no_choice, mass, 0.0)) + jnp.sum(node_mass * lost)
+    n_lead = len(shape) + len(d_shape)
+    for target, (indices, weights, dense) in flows.items():
+        lead = node_mass.reshape(node_mass.shape + (1,) * (weights.ndim - n_lead))
+        n_dense = dense.ndim - n_lead
+        moved = (weights * lead).reshape(weights.shape + (1,) * n_dense)
+        moved = moved * jnp.expand_dims(dense, n_lead)
+        target_plan = plan.regimes[target]
+        chained = chained_states(regime_plan, target_plan)
+        pushed_shape = tuple(
+            problem.process_matrices[s].shape[0] if s in chained else target_plan.grids[s].n_points
+            for s in target_plan.states
+        )
+        arriving = push(
+            pushed_shape,
+            target_plan.states,
+            regime_plan.states,
+            indices,
+            moved,
+            joint_states(sharding, regime_plan, target_plan),
+            dense_states(regime_plan, target_plan),
+        )
+        for s in chained:
+            arriving = along_chain(
+                arriving, target_plan.states.index(s), problem.process_matrices[s]
+            )
+        arrivals[target] = arriving
+    return p, chosen, named, nodes, arrivals, zero, stranded
 
 
 def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) -> Array:
