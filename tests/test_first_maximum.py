@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lcm_eqx import _numerics
 from lcm_eqx._solve._reduce import FIRST_MAXIMUM_SLICES, at_first_maximum
-from tests.helpers import force_accelerator_forms
 
 jax.config.update("jax_enable_x64", True)
 
@@ -30,10 +30,12 @@ def _values(n: int, axis: int) -> np.ndarray:
 
 @pytest.fixture(params=["cpu", "accelerator"])
 def form(request, monkeypatch):
+    # Each test traces its own function, so no cached program holds the other form: the
+    # choice is patched without clearing JAX's caches (which would make every later test
+    # in this process compile again).
     if request.param == "accelerator":
-        force_accelerator_forms(monkeypatch)
-    yield request.param
-    jax.clear_caches()
+        monkeypatch.setattr(_numerics, "on_accelerator", lambda: True)
+    return request.param
 
 
 @pytest.mark.parametrize("n", [2, 5, FIRST_MAXIMUM_SLICES, FIRST_MAXIMUM_SLICES + 4])
@@ -48,6 +50,8 @@ def test_the_first_maximiser_and_the_values_there_equal_numpys(form, n, axis):
     np.testing.assert_array_equal(top, np.take_along_axis(values, taken, axis).squeeze(axis))
     np.testing.assert_array_equal(read, np.take_along_axis(other, taken, axis).squeeze(axis))
     assert first.dtype == jnp.argmax(jnp.zeros(2)).dtype
+    program = str(jax.make_jaxpr(lambda v: at_first_maximum(v, axis, (v,)))(values))
+    assert ("argmax" in program) == (form == "cpu" or n > FIRST_MAXIMUM_SLICES)
 
 
 @pytest.mark.parametrize("n", [5, FIRST_MAXIMUM_SLICES + 4])
