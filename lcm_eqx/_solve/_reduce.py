@@ -124,8 +124,7 @@ FIRST_MAXIMUM_SLICES = 16
 
 
 def _tangent_at_argmax(values: Array, tangent: Array, axis: int) -> Array:
-    best = jnp.expand_dims(jnp.argmax(values, axis=axis), axis)
-    return jnp.squeeze(jnp.take_along_axis(tangent, best, axis=axis), axis)
+    return _at_argmax(values, (tangent,), axis)[1][0]
 
 
 def _tangent_at_first_maximum(values: Array, tangent: Array, axis: int) -> Array:
@@ -146,23 +145,7 @@ def _tangent_at_first_maximum(values: Array, tangent: Array, axis: int) -> Array
     differently (see `max_along`), and an equality test with a maximum from the other
     kernel could then find no maximiser.
     """
-    axis = axis % values.ndim
-    n = values.shape[axis]
-    if n <= FIRST_MAXIMUM_SLICES:
-        best = jax.lax.index_in_dim(values, 0, axis, keepdims=False)
-        chosen = jax.lax.index_in_dim(tangent, 0, axis, keepdims=False)
-        for i in range(1, n):
-            v = jax.lax.index_in_dim(values, i, axis, keepdims=False)
-            better = (v > best) | (jnp.isnan(v) & ~jnp.isnan(best))
-            best = jnp.where(better, v, best)
-            chosen = jnp.where(
-                better, jax.lax.index_in_dim(tangent, i, axis, keepdims=False), chosen
-            )
-        return chosen
-    first = jnp.expand_dims(jnp.argmax(values, axis=axis), axis)
-    positions = jax.lax.broadcasted_iota(first.dtype, values.shape, axis)
-    chosen = jnp.where(positions == first, tangent, jnp.zeros((), tangent.dtype))
-    return jnp.sum(chosen, axis=axis)
+    return _at_first_by_selects(values, (tangent,), axis % values.ndim)[1][0]
 
 
 def at_first_maximum(
