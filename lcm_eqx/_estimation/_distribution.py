@@ -421,22 +421,9 @@ def forward(
         record: dict[str, Any] = {"mass": mass, "exited": exited, "stranded": stranded}
         choice, actions, functions, state_values = {}, {}, {}, {}
         for index, (name, regime_plan) in enumerate(plan.regimes.items()):
-
-            def run(regime_mass, name=name, regime_plan=regime_plan):
-                return _regime_period(
-                    model,
-                    plan,
-                    resolved,
-                    values,
-                    policies,
-                    name,
-                    regime_plan,
-                    period,
-                    regime_mass,
-                    sharding,
-                    dtype,
-                )
-
+            run = functools.partial(
+                _regime_period, model, resolved, values, policies, sharding, name, period
+            )
             if all(p in regime_plan.active for p in range(plan.n_periods)):
                 out = run(mass[name])
             else:
@@ -498,22 +485,13 @@ def check_initial_mass(mass: dict[str, Any], dtype) -> None:
         )
 
 
-def _regime_period(
-    model,
-    plan,
-    resolved,
-    values,
-    policies,
-    name,
-    regime_plan,
-    period,
-    mass,
-    sharding,
-    dtype,
-):
+def _regime_period(model, resolved, values, policies, sharding, name, period, mass):
     """One active regime's period: its choice probabilities, actions, functions and node
     values, the mass it moves to each target regime, and what leaves (a terminal regime's
     mass) or is lost (nodes without a feasible action, flows off every regime)."""
+    plan: ModelPlan = model.plan
+    regime_plan = plan.regimes[name]
+    dtype = jnp.zeros(()).dtype
     shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
     d_shape = tuple(regime_plan.grids[d].n_points for d in regime_plan.discrete_actions)
     problem = regime_problem(model, resolved, name, period, values, policies)
