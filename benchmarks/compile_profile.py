@@ -13,12 +13,13 @@ accelerator").
     python benchmarks/compile_profile.py                        # full Mahler-Yum solve
     python benchmarks/compile_profile.py --program gradient --size reduced
     python benchmarks/compile_profile.py --program solve --validate off --hlo solve.txt
-    python benchmarks/compile_profile.py --program jacobian --size tiny --float32
+    python benchmarks/compile_profile.py --program jacobian --size tiny --float32 --run 3
 
 Programs: `solve` (`model.solve`'s program), `gradient` (`jax.grad` of the mean period-0
 value in the effort elasticity, as `benchmarks/device_check.py` has it), `distribution`
 (`examples/mahler_yum_estimate.py`'s exact moments) and `jacobian` (their Jacobian, a
-Gauss–Newton step's work; `--float32` on a TPU). The
+Gauss–Newton step's work; `--float32` on a TPU); `--run N` then calls the compiled
+program N times and prints XLA's temporaries. The
 persistent compilation cache is off while it compiles, so that the compile is one.
 """
 
@@ -95,10 +96,13 @@ def _profiled(lower, top: int) -> dict:
         "compile_s": compiled_at - lowered_at,
         "hlo": compiled.as_text() or "",
         "events": [(name, count, ms) for name, (count, ms) in ranked],
+        "compiled": compiled,
     }
 
 
 def _program(name: str, size: str, validate: str):
+    """`(lower, args)`: a function returning the program's `jax.stages.Lowered`, and the
+    arguments its compiled form is called with."""
     import jax
     import jax.numpy as jnp
     import mahler_yum
@@ -109,7 +113,10 @@ def _program(name: str, size: str, validate: str):
     model, params, _ = mahler_yum.build(size, n_subjects=4)
     if name == "solve":
         checked = model.checked_params(params)
-        return lambda: model._solve_nested.lower(checked, validate=validate != "off", progress=None)
+        return (
+            lambda: model._solve_nested.lower(checked, validate=validate != "off", progress=None),
+            (checked,),
+        )
 
     def mean_value(elasticity):
         p = {**params, "alive": {**params["alive"]}}
@@ -120,7 +127,7 @@ def _program(name: str, size: str, validate: str):
         return jnp.mean(model.solve(p, validate=validate).value("alive", 0))
 
     x = jnp.asarray(params["alive"]["effort_cost"]["effort_elasticity"])
-    return lambda: jax.jit(jax.value_and_grad(mean_value)).lower(x)
+    return lambda: jax.jit(jax.value_and_grad(mean_value)).lower(x), (x,)
 
 
 def _estimation_program(name: str, size: str):
@@ -153,7 +160,7 @@ def _estimation_program(name: str, size: str):
         tangents = jnp.eye(theta.shape[0], dtype=theta.dtype)
         return jax.vmap(lambda v: jax.jvp(moments, (theta,), (v,)))(tangents)
 
-    return lambda: jax.jit(moments if name == "distribution" else jacobian).lower(theta)
+    return lambda: jax.jit(moments if name == "distribution" else jacobian).lower(theta), (theta,)
 
 
 def main() -> None:
@@ -168,12 +175,19 @@ def main() -> None:
     parser.add_argument("--validate", choices=("raise", "off"), default="raise")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--hlo", type=Path, help="write the compiled HLO here")
+    parser.add_argument(
+        "--run",
+        type=int,
+        default=0,
+        help="then call it this many times (steady) and print XLA's temporaries",
+    )
     args = parser.parse_args()
     import jax
 
     jax.config.update("jax_enable_x64", not args.float32)
 
-    result = compile_events(_program(args.program, args.size, args.validate), args.top)
+    lower, call_args = _program(args.program, args.size, args.validate)
+    result = compile_events(lower, args.top)
     print(
         f"{args.program} ({args.size}, validate={args.validate}) on {jax.devices()[0]}: "
         f"lower {result['lower_s']:.2f} s, compile {result['compile_s']:.2f} s"
@@ -183,6 +197,14 @@ def main() -> None:
         print(f"  {name:<{width}} {count:>6} {ms:>10.1f} ms")
     if args.hlo:
         args.hlo.write_text(result["hlo"])
+    if args.run:
+        memory = result["compiled"].memory_analysis()
+        if memory is not None:
+            print(f"temporaries {memory.temp_size_in_bytes / 2**30:.3f} GiB")
+        for _ in range(args.run):
+            start = time.perf_counter()
+            jax.block_until_ready(result["compiled"](*call_args))
+            print(f"run {time.perf_counter() - start:.4f} s")
 
 
 if __name__ == "__main__":

@@ -199,3 +199,25 @@ def test_compile_profile_reads_the_compilers_events():
     assert all(count > 0 and ms >= 0 for _, count, ms in result["events"])
     assert "sine" in result["hlo"]
     assert result["compile_s"] > 0
+
+
+def test_accelerator_layout_forms_flatten_alike():
+    """`benchmarks/accelerator_layout.py` times one flatten written in several forms: each
+    gives numpy's row-major flatten of the product (the index forms, its two integer
+    columns), so the timings compare the same work."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from benchmarks.accelerator_layout import forms
+
+    shape = (3, 2, 4, 2, 2)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(1.0, 5.0, shape[:-2]).astype(np.float32)
+    b = rng.uniform(1.0, 5.0, shape[-2:]).astype(np.float32)
+    expected = (a[..., None, None] * b).reshape(-1)
+    found = forms(shape)
+    for name in ("direct", "barrier", "flatfirst", "iota"):
+        np.testing.assert_allclose(found[name](jnp.asarray(a), jnp.asarray(b)), expected, rtol=1e-6)
+    columns = np.stack([expected.astype(np.int32), (2 * expected).astype(np.int32)], -1)
+    np.testing.assert_array_equal(found["stack_index"](jnp.asarray(a), jnp.asarray(b)), columns)
+    np.testing.assert_array_equal(found["stack_index_T"](jnp.asarray(a), jnp.asarray(b)), columns.T)

@@ -10,13 +10,10 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
-import matplotlib  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import lcm_eqx as lcm  # noqa: E402
-
-matplotlib.use("Agg")
 
 PARAMS = {
     "discount_factor": 0.95,
@@ -132,6 +129,8 @@ def test_bad_states_name_the_problem(solved, states, match):
 
 
 def test_plot_policy_along_a_process_state_warns_nothing(solved):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     model, solution, _ = solved
