@@ -1,8 +1,9 @@
 """The Bellman kernel: the value of one (state, action) point of one regime in one period.
 
 `RegimeProblem` is built at trace time for one regime and period. It prepares the
-expected continuation of each next regime once per period and exposes `q(state, action)`,
-a scalar function of one point; solvers lift it over the grids.
+expected continuation of each next regime once per period (`_prepared.py`: the layout of
+each target's values and their read at one point) and exposes `q(state, action)`, a
+scalar function of one point; solvers lift it over the grids.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from jaxtyping import Array
 
 from .._errors import InvalidParamsError, InvalidTransitionProbabilitiesError
 from .._grids import AbstractContinuousGrid, AbstractProcessGrid
-from .._model._aggregator import Continuation
 from .._model._dag import Evaluator, has_array_parameter
 from .._model._markov import regime_vector
 from .._model._plan import ModelPlan, RegimePlan
 from ._age_tables import GridPoints, age_varying_points, points_in
-from ._axes import Axis, Carried, lift
+from ._axes import Axis, Carried
 from ._check_arrays import (
     aggregator_check,
     aggregator_checks,
@@ -34,13 +34,10 @@ from ._check_arrays import (
 from ._continuation import (
     NEG_INF,
     Layout,
-    continuation_at,
-    contract,
     discounted,
-    mask_neg_inf,
     reach,
-    settle_masked,
 )
+from ._prepared import expected_value, prepare_target, stack_targets
 from ._sharding import ShardingPlan, is_identity_transition
 
 # The named scope of the discounted continuation in `q` (its operations carry it).
@@ -148,7 +145,7 @@ class RegimeProblem:
         self.target_points: dict[str, dict[str, Array]] = {}
         self.aggregator = regime.aggregator
         # Per target, a transform of each interpolated next value before any expectation
-        # (then no expectation is taken once per period: see `_prepare`).
+        # (then no expectation is taken once per period: see `_prepared.prepare_target`).
         self.node_transforms: dict[str, Any] = {}
         self.per_node = (
             self.aggregator is not None
@@ -198,14 +195,14 @@ class RegimeProblem:
                             self.period_violations.get("value:range", 0.0),
                             jnp.any(beyond).astype(values.dtype),
                         )
-                self.continuations[target] = self._prepare(target, values)
+                self.continuations[target] = prepare_target(self, target, values)
                 target_plan = model.regimes[target]
                 self.target_points[target] = {
                     s: self.next_points(target, s)
                     for s in target_plan.states
                     if not target_plan.grids[s].is_discrete
                 }
-            self.groups = self._stack_targets()
+            self.groups = stack_targets(self)
             # A NaN in next period's values (a user function returned NaN there) makes
             # this whole period NaN: one test per period on the small prepared arrays,
             # instead of NaN bookkeeping at every state-action point. The NaN check of
@@ -373,103 +370,6 @@ class RegimeProblem:
             self.regime.helpers, self.inputs(point), self.params, check_indices=self.validate
         )
 
-    def _prepare(self, target: str, values: Array) -> tuple[Array, Layout]:
-        target_plan = self.model.regimes[target]
-        # A sharded state that never transitions is read at the current state's own code:
-        # label its axis as a current-state axis, so the state sweep maps it jointly.
-        staying = {s for s in target_plan.states if self.stays_sharded(s)}
-        labels = [f"cur:{s}" if s in staying else f"next:{s}" for s in target_plan.states]
-        if self.sharding is not None:
-            values = self.sharding.constrain(values, target_plan.states)
-        stochastic, discrete, continuous = [], [], []
-        for state in target_plan.states:
-            transition = self.regime.state_transitions[state]
-            if state in staying:
-                continue
-            if state in self.regime.drawn:
-                # A law of motion reads its next value: the kernel reads each node apart
-                # (`_expected_value`), at its code.
-                discrete.append(state)
-            elif transition.is_markov and transition.precontract is not None and not self.per_node:
-                probabilities = self._precontract_probabilities(state)
-                deps = [f"cur:{d}" for d in transition.precontract]
-                shards, place = 1, None
-                if self.sharding is not None and self.sharding.is_sharded(state):
-                    shards = self.sharding.n_shards(state)
-                    place = lambda a, ls, s=state, sharding=self.sharding: sharding.place_labels(
-                        a, ls, s
-                    )
-                values, labels = contract(
-                    values,
-                    labels,
-                    probabilities,
-                    [*deps, f"next:{state}"],
-                    shards=shards,
-                    place=place,
-                )
-            elif transition.is_markov or target in transition.per_target_markov:
-                stochastic.append(state)
-            elif target_plan.grids[state].is_discrete:
-                discrete.append(state)
-            else:
-                continuous.append(state)
-        current = [s for s in self.regime.states if f"cur:{s}" in labels]
-        order = (
-            [f"next:{s}" for s in stochastic]
-            + [f"cur:{s}" for s in current]
-            + [f"next:{s}" for s in discrete]
-            + [f"next:{s}" for s in continuous]
-        )
-        values = mask_neg_inf(jnp.transpose(values, [labels.index(n) for n in order]))
-        if self.sharding is not None:
-            values = self.sharding.constrain(
-                values, tuple(n[4:] if n.startswith("cur:") else None for n in order)
-            )
-        return values, Layout(tuple(stochastic), tuple(current), tuple(discrete), tuple(continuous))
-
-    def _stack_targets(self) -> list[tuple[tuple[str, ...], Array | None]]:
-        """Group targets whose prepared continuations can be read as one stacked array.
-
-        With a deterministic regime transition exactly one target is reached at a point;
-        targets with the same layout on the same grids are stacked along a leading axis
-        and read once, at the reached target's index, instead of once per target. (Not
-        with sharding, where continuations are mapped jointly with the state axes.)
-        """
-        targets = list(self.continuations)
-        if self.regime.next_regime_is_markov or self.sharding is not None:
-            return [((t,), None) for t in targets]
-        groups: dict[tuple, list[str]] = {}
-        for target in targets:
-            prepared, layout = self.continuations[target]
-            grids = self.model.regimes[target].grids
-            key: tuple = (
-                layout,
-                prepared.shape,
-                prepared.dtype,
-                tuple(id(grids[s]) for s in layout.continuous),
-                # Targets read at different next states (per-target laws of motion) are
-                # read apart.
-                tuple(
-                    (s, id(t.per_target[target].fn))
-                    for s, t in self.regime.state_transitions.items()
-                    if target in t.per_target
-                ),
-            )
-            if self.aggregator is not None and self.aggregator.splits_terminal:
-                # The aggregator reads terminal and other regimes apart.
-                key += (self.model.regimes[target].is_terminal,)
-            groups.setdefault(key, []).append(target)
-        stacked: list[tuple[tuple[str, ...], Array | None]] = []
-        for members in groups.values():
-            if len(members) == 1:
-                stacked.append(((members[0],), None))
-                continue
-            layout = self.continuations[members[0]][1]
-            axis = len(layout.stochastic)
-            array = jnp.stack([self.continuations[t][0] for t in members], axis=axis)
-            stacked.append((tuple(members), array))
-        return stacked
-
     def stays_sharded(self, state: str) -> bool:
         return (
             self.sharding is not None
@@ -518,55 +418,7 @@ class RegimeProblem:
             continuation_has_nan=self.continuation_has_nan | any_nan(list(arrays.values())),
         )
 
-    def _precontract_probabilities(self, state: str) -> Array:
-        transition = self.regime.state_transitions[state]
-        precontract, function = transition.precontract, transition.function
-        assert precontract is not None  # only pre-contracted transitions come here
-        n_target = self.model.state_grid(state).n_points
-        if function is None:
-            # A chain's matrix; an i.i.d. draw's single row (`precontract` empty).
-            matrix = self.process_matrices[state]
-            probabilities = matrix if precontract else matrix[0]
-        else:
-            axes = tuple(a for a in self.state_axes if a.name in precontract)
-            probabilities = lift(lambda point: self.evaluator(point)(function), axes)
-        if self.sharding is not None:
-            # Small and needed whole by every device: compute it replicated, so XLA does
-            # not split its construction (e.g. a discretisation loop) across devices.
-            probabilities = self.sharding.replicate(probabilities)
-        self._check_shape(f"next_{state}", probabilities.shape[len(precontract) :], (n_target,))
-        if self.validate:
-            flat = probabilities.reshape(-1, n_target)
-            violations = jax.vmap(lambda p: probability_violation(p, self.tolerance))(flat)
-            self.period_violations[f"next_{state}"] = jnp.max(violations)
-            self._precontract_index_errors(transition)
-        return probabilities
-
-    def _precontract_index_errors(self, transition) -> None:
-        """The index checks of a pre-contracted transition and the helpers it uses.
-
-        Evaluated once per period, like its probabilities (XLA shares the work); all of
-        it feeds a transition, which nothing reads in the last period.
-        """
-        if transition.function is None or not self.index_checks:
-            return
-        function = transition.function
-        axes = tuple(a for a in self.state_axes if a.name in transition.precontract)
-
-        def at(point):
-            evaluate = self.evaluator(point)
-            evaluate(function)
-            return evaluate.index_errors
-
-        dtype = jnp.zeros(()).dtype
-        for key, failed in lift(at, axes).items():
-            check = self.index_checks[key]
-            failed = (jnp.any(failed) & self.before_last_period()).astype(dtype)
-            self.period_violations[check] = jnp.maximum(
-                self.period_violations.get(check, 0.0), failed
-            )
-
-    def _check_shape(self, key: str, shape, expected) -> None:
+    def check_shape(self, key: str, shape, expected) -> None:
         if tuple(shape) != tuple(expected) and key.startswith("next_") and len(expected) == 1:
             # A probability vector of the wrong length: a transition, not a parameter, error.
             if key == "next_regime":
@@ -608,11 +460,11 @@ class RegimeProblem:
         regime = self.regime
         evaluate = self.evaluator({**state, **action})
         utility = jnp.asarray(evaluate(regime.utility))
-        self._check_shape("utility", utility.shape, ())
+        self.check_shape("utility", utility.shape, ())
         feasible = jnp.asarray(True)
         for constraint in regime.constraints.values():
             allowed = jnp.asarray(evaluate(constraint))
-            self._check_shape(constraint.key, allowed.shape, ())
+            self.check_shape(constraint.key, allowed.shape, ())
             feasible = feasible & allowed.astype(bool)
         violations = dict(self.period_violations)
         aggregator = self.aggregator
@@ -626,7 +478,7 @@ class RegimeProblem:
                 beta = self.discount_factor(evaluate)
                 beta = jnp.where(self.continuation_has_nan, jnp.nan, beta)
                 split = aggregator is not None and aggregator.splits_terminal
-                continuation = self._expected_value(evaluate, state, violations, split=split)
+                continuation = expected_value(self, evaluate, state, violations, split=split)
                 future = discounted(beta, continuation) if aggregator is None else None
             if future is not None:
                 values = (utility + future,)
@@ -672,7 +524,7 @@ class RegimeProblem:
         if "discount_factor" not in self.regime.helpers:
             return self.params[""]["discount_factor"]
         beta = jnp.asarray(evaluate.helper("discount_factor"))
-        self._check_shape("discount_factor", beta.shape, ())
+        self.check_shape("discount_factor", beta.shape, ())
         return beta
 
     def regime_probabilities(self, evaluate: Evaluator) -> Array:
@@ -687,9 +539,9 @@ class RegimeProblem:
             raw = regime_vector(self.model, self.regime, raw)
         raw = jnp.asarray(raw)
         if self.regime.next_regime_is_markov:
-            self._check_shape("next_regime", raw.shape, (n_regimes,))
+            self.check_shape("next_regime", raw.shape, (n_regimes,))
             return raw, None
-        self._check_shape("next_regime", raw.shape, ())
+        self.check_shape("next_regime", raw.shape, ())
         code = raw.astype(jnp.int32)
         return jax.nn.one_hot(code, n_regimes), code
 
@@ -710,10 +562,10 @@ class RegimeProblem:
             result = jnp.asarray(evaluate(transition.function))
             grid = self.model.state_grid(name)
             if transition.is_markov:
-                self._check_shape(f"next_{name}", result.shape, (grid.n_points,))
+                self.check_shape(f"next_{name}", result.shape, (grid.n_points,))
                 probabilities[name] = result
             else:
-                self._check_shape(f"next_{name}", result.shape, ())
+                self.check_shape(f"next_{name}", result.shape, ())
                 values[name] = result.astype(jnp.int32) if grid.is_discrete else result
         return values, probabilities
 
@@ -729,7 +581,7 @@ class RegimeProblem:
             function = self.regime.state_transitions[name].function
             assert function is not None
             result = jnp.asarray(evaluate(function))
-            self._check_shape(f"next_{name}", result.shape, (self.model.state_grid(name).n_points,))
+            self.check_shape(f"next_{name}", result.shape, (self.model.state_grid(name).n_points,))
             probabilities[name] = result
         return probabilities
 
@@ -757,7 +609,7 @@ class RegimeProblem:
             for name, transition in reading.items():
                 assert transition.function is not None
                 result = jnp.asarray(node(transition.function))
-                self._check_shape(f"next_{name}", result.shape, ())
+                self.check_shape(f"next_{name}", result.shape, ())
                 values[name] = result
             return values, node.index_errors
 
@@ -776,7 +628,7 @@ class RegimeProblem:
                 if target not in self.regime.targets or target in transition.per_target_markov:
                     continue
                 result = jnp.asarray(evaluate(function))
-                self._check_shape(f"next_{name}", result.shape, ())
+                self.check_shape(f"next_{name}", result.shape, ())
                 values.setdefault(target, {})[name] = (
                     result.astype(jnp.int32) if grid.is_discrete else result
                 )
@@ -792,162 +644,9 @@ class RegimeProblem:
                 if target not in transition.per_target_markov or target not in self.regime.targets:
                     continue
                 result = jnp.asarray(evaluate(transition.per_target[target]))
-                self._check_shape(f"next_{name}", result.shape, (n_points,))
+                self.check_shape(f"next_{name}", result.shape, (n_points,))
                 probabilities.setdefault(target, {})[name] = result
         return probabilities
-
-    def _expected_value(self, evaluate, state, violations, split: bool = False):
-        """`Σ_r' P(r' | s, a)·E[prepared V_r'(s')]` at one point; with `split`, the sums
-        over non-terminal and terminal regimes apart (a `Continuation`)."""
-        regime_probabilities, next_regime_id = self.regime_probabilities_and_id(evaluate)
-        next_values, next_probabilities = self.next_states(evaluate)
-        by_target = self.target_next_states(evaluate)
-        target_probabilities = self.target_next_probabilities(evaluate)
-        if self.per_node:
-            # Nothing is contracted once per period: a process state's row, in the kernel.
-            for name in self.process_matrices:
-                code = self.local_code(name, state[name])
-                next_probabilities[name] = self.process_matrices[name][code]
-        # Drawn states (read by a law of motion as `next_<state>`): the expectation over
-        # their next values is a sum over their nodes, each read at the continuous next
-        # states evaluated at that node.
-        drawn = bool(self.regime.drawn)
-        node_codes: dict[str, Array] = {}
-        node_values: dict[str, Array] = {}
-        node_weights = cast(Array, None)
-        checked_values, checked_probabilities = next_values, next_probabilities
-        if drawn:
-            drawn_probabilities = self.drawn_probabilities(evaluate, state)
-            node_codes, node_weights = self.drawn_nodes(drawn_probabilities)
-            node_values = self.drawn_next_states(evaluate, node_codes)
-            checked_probabilities = {**next_probabilities, **drawn_probabilities}
-            # The finiteness check sees NaN where any node's next state is not finite.
-            checked_values = {
-                **next_values,
-                **{
-                    n: jnp.where(jnp.all(jnp.isfinite(v)), v[0], jnp.nan)
-                    for n, v in node_values.items()
-                },
-            }
-        if self.validate:
-            self.record_violations(
-                regime_probabilities,
-                checked_values,
-                checked_probabilities,
-                violations,
-                next_regime_id,
-                by_target=by_target,
-                target_probabilities=target_probabilities,
-            )
-        deterministic = not self.regime.next_regime_is_markov
-        # Mass on a regime this one cannot reach (its states are not all produced) has no
-        # continuation to read: the value is -inf, never silently dropped mass. With a
-        # deterministic transition that is the default below: a regime id in no group.
-        unreachable = [r.id for n, r in self.model.regimes.items() if n not in self.continuations]
-        blocked = (
-            jnp.any(regime_probabilities[jnp.asarray(unreachable)] > 0)
-            if unreachable and not deterministic
-            else jnp.asarray(False)
-        )
-        # Weakly typed start values; an Array from the first group on.
-        total = cast(Array, NEG_INF if deterministic else 0.0)
-        # With `split`: the sums over non-terminal regimes (with their probability) and
-        # over terminal ones; with a deterministic transition nothing reached is -inf.
-        alive_sum = alive_mass = cast(Array, 0.0)
-        terminal_sum = cast(Array, NEG_INF if deterministic else 0.0)
-        for members, stacked in self.groups:
-            target = members[0]
-            prepared, layout = self.continuations[target]
-            regime_index = None
-            ids = [self.model.regimes[t].id for t in members]
-            if stacked is None:
-                p = regime_probabilities[ids[0]]
-                reached = next_regime_id == ids[0] if deterministic else None
-            else:
-                # The reached member's position in the stack (-1: none), by one compare
-                # per member: elementwise, so it fuses into the kernel that reads it.
-                chosen = jnp.asarray(-1, jnp.int32)
-                for position, regime_id in enumerate(ids):
-                    chosen = jnp.where(next_regime_id == regime_id, position, chosen)
-                prepared, regime_index = stacked, jnp.maximum(chosen, 0)
-                # A stack of every regime is always reached by a valid id, and validation
-                # rejects an invalid one: no select per point.
-                covers_all = self.validate and len(ids) == len(self.model.regimes)
-                reached = None if covers_all else chosen >= 0
-            target_grids = self.model.regimes[target].grids
-            next_values_here = {**next_values, **by_target.get(target, {})}
-
-            def read(
-                next_here,
-                settled,
-                target=target,
-                prepared=prepared,
-                layout=layout,
-                regime_index=regime_index,
-                target_grids=target_grids,
-            ):
-                intervals = {
-                    s: cast(AbstractContinuousGrid, target_grids[s]).interval(
-                        next_here[s], self.target_points[target][s]
-                    )
-                    for s in layout.continuous
-                }
-                return continuation_at(
-                    prepared,
-                    layout,
-                    current={s: self.local_code(s, state[s]) for s in layout.current},
-                    discrete={s: next_here[s] for s in layout.discrete},
-                    intervals=intervals,
-                    probabilities={**next_probabilities, **target_probabilities.get(target, {})},
-                    regime_index=regime_index,
-                    settled=settled,
-                    transform=self.node_transforms.get(target),
-                )
-
-            # With a stochastic transition, the regimes' sums are weighted and settled
-            # once, below.
-            if not drawn:
-                expected = read(next_values_here, deterministic)
-            else:
-                by_node = jax.vmap(
-                    lambda nodes, here=next_values_here, read=read: read({**here, **nodes}, False)
-                )({**node_codes, **node_values})
-                # (Unsettled sums are finite: `mask_neg_inf`'s stand-ins.)
-                expected = jnp.sum(node_weights * by_node)
-                if deterministic:
-                    expected = settle_masked(expected)
-            if split:
-                terminal = self.model.regimes[target].is_terminal
-                if deterministic:
-                    # (None: a stack of every regime, always reached.)
-                    reached = jnp.asarray(True) if reached is None else reached
-                    zero = jnp.zeros_like(expected)
-                    alive_sum = jnp.where(reached, zero if terminal else expected, alive_sum)
-                    alive_mass = jnp.where(reached, 0.0 if terminal else 1.0, alive_mass)
-                    terminal_sum = jnp.where(reached, expected if terminal else zero, terminal_sum)
-                elif terminal:
-                    terminal_sum = terminal_sum + p * expected  # pyright: ignore
-                else:
-                    alive_sum = alive_sum + p * expected  # pyright: ignore
-                    alive_mass = alive_mass + p  # pyright: ignore
-            elif deterministic:
-                # Exactly one regime is reached: select its continuation (one select per
-                # point, on a predicate that depends on the actions only through the id).
-                total = expected if reached is None else jnp.where(reached, expected, total)
-            else:
-                # groups are stacked only with a deterministic transition, so `p` is set
-                total = total + p * expected  # pyright: ignore[reportPossiblyUnbound]
-        if split:
-            if not deterministic:
-                # (A kind of regime never reached leaves its sum a Python 0.0.)
-                alive_sum = settle_masked(jnp.asarray(alive_sum))
-                terminal_sum = jnp.where(blocked, NEG_INF, settle_masked(jnp.asarray(terminal_sum)))
-            return Continuation(
-                jnp.asarray(alive_sum), jnp.asarray(alive_mass), jnp.asarray(terminal_sum)
-            )
-        if deterministic:
-            return total
-        return jnp.where(blocked, NEG_INF, settle_masked(total))
 
     def _inactive_next_period(self) -> Array:
         """Which regimes are inactive in period + 1 (none after the last period)."""
