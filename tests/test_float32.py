@@ -19,7 +19,7 @@ import pytest
 
 import lcm_eqx as lcm
 from lcm_eqx._numerics import relative
-from lcm_eqx._solve._dcegm._solver import EULER_ROUNDINGS, EULER_TOLERANCE, euler_miss
+from lcm_eqx._solve._dcegm._egm import EULER_ROUNDINGS, EULER_TOLERANCE, euler_miss
 from tests import test_budget_kinks as floor_model
 from tests.models import retirement
 from tests.test_dcegm_limit import RETIREE, retiree

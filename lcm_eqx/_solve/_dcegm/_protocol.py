@@ -1,9 +1,11 @@
-"""What DC-EGM's period mathematics (`_period.py`) and readers (`_readers.py`) ask of
-the solver: a structural type (`DCEGMLike`, which `DCEGM` satisfies), so that those
-modules, which the solver's module imports, need not import it back, even for types."""
+"""What DC-EGM's period loop (`_period.py`), one choice's step (`_egm.py`), its passes
+over rows (`_passes.py`) and its readers (`_readers.py`) ask of the solver: a structural
+type (`DCEGMLike`, which `DCEGM` satisfies), so that those modules, which the solver's
+module imports, need not import it back, even for types."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from .._kernel import RegimeProblem
     from .._solver import PeriodSolution
     from ._envelope import AbstractUpperEnvelope, EndogenousGrid
+    from ._kinks import BudgetKinks
 
 
 class DCEGMLike(Protocol):
@@ -30,6 +33,25 @@ class DCEGMLike(Protocol):
 
     @property
     def upper_envelope(self) -> AbstractUpperEnvelope: ...
+
+    @property
+    def newton_steps(self) -> int: ...
+
+    @property
+    def inverse_marginal_utility(self) -> Callable | None: ...
+
+    @property
+    def kinks(self) -> BudgetKinks | None: ...
+
+    def extra_checks(self, regime: RegimePlan) -> tuple[str, ...]: ...
+
+    def choice_limit(self, problem: RegimeProblem, discrete: dict[str, Array]) -> Array: ...
+
+    def savings_points(self, problem: RegimeProblem, limit: Array) -> Array: ...
+
+    def values_on(self, problem: RegimeProblem, grid: EndogenousGrid, nodes: Array) -> Array: ...
+
+    def combine_choices(self, problem: RegimeProblem, values: Array) -> Array: ...
 
     def n_savings(self, regime: RegimePlan) -> int: ...
 

@@ -23,8 +23,8 @@ from ._envelope import EndogenousGrid, materialize
 
 
 class Block(NamedTuple):
-    """Consecutive rows of one regime in `DCEGM._refine_rows`: its utility and marginal
-    utility of a row's discrete codes (`DCEGM._utility`), the rows' codes (host arrays),
+    """Consecutive rows of one regime in `_egm.refine_rows`: its utility and marginal
+    utility of a row's discrete codes (`_egm.utility_of`), the rows' codes (host arrays),
     and how many rows."""
 
     functions: Callable[[dict[str, Array]], tuple[Callable, Callable]]
