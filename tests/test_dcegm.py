@@ -977,19 +977,19 @@ def test_choices_read_only_the_regimes_they_can_move_to(monkeypatch):
     (found when tracing), with the same solution as reading every regime. A transition
     that depends on a parameter (mortality) is not known when tracing: every regime is
     read."""
-    from lcm_eqx._solve import _dcegm
+    from lcm_eqx._solve._dcegm import _passes
 
     found = {}
-    groups = _dcegm.DCEGM._target_groups
+    groups = _passes.target_groups
 
-    def spy(self, problem, codes):
-        result = groups(self, problem, codes)
+    def spy(solver, problem, codes):
+        result = groups(solver, problem, codes)
         found[problem.regime.name] = (
             None if result is None else [(rows.tolist(), targets) for rows, targets in result]
         )
         return result
 
-    monkeypatch.setattr(_dcegm.DCEGM, "_target_groups", spy)
+    monkeypatch.setattr(_passes, "target_groups", spy)
     params = params_for(1.0)
     restricted = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
     assert found == {
@@ -998,7 +998,7 @@ def test_choices_read_only_the_regimes_they_can_move_to(monkeypatch):
     }
     stochastic_model(retirement.dcegm(60)).solve(STOCHASTIC_PARAMS)
     assert found["alive"] is None
-    monkeypatch.setattr(_dcegm.DCEGM, "_target_groups", lambda self, problem, codes: None)
+    monkeypatch.setattr(_passes, "target_groups", lambda solver, problem, codes: None)
     everything = retirement.build(4, solver=retirement.dcegm(60)).solve(params)
     for name in ("working", "retired"):
         np.testing.assert_array_equal(restricted.values[name], everything.values[name])

@@ -135,17 +135,17 @@ def ungrouped(monkeypatch):
 
 
 def traced_passes(monkeypatch) -> list[int]:
-    """The number of regimes in each pass over rows traced (`_solve_together`)."""
-    from lcm_eqx._solve import _dcegm
+    """The number of regimes in each pass over rows traced (`_passes.solve_together`)."""
+    from lcm_eqx._solve._dcegm import _passes
 
     passes: list[int] = []
-    together = _dcegm.DCEGM._solve_together
+    together = _passes.solve_together
 
-    def spy(self, problems, *args, **kwargs):
+    def spy(solver, problems, *args, **kwargs):
         passes.append(len(problems))
-        return together(self, problems, *args, **kwargs)
+        return together(solver, problems, *args, **kwargs)
 
-    monkeypatch.setattr(_dcegm.DCEGM, "_solve_together", spy)
+    monkeypatch.setattr(_passes, "solve_together", spy)
     return passes
 
 

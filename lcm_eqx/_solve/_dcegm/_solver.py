@@ -46,17 +46,8 @@ from .._reading import (
 )
 from .._reduce import max_along, smooth_max
 from .._solver import AbstractSolver, Period, PeriodSolution, SegmentOutputs, taste_shock_scale
-from . import _passes, _period
+from . import _egm, _passes, _period
 from ._checks import check_dcegm
-from ._egm import (
-    euler_miss,
-    inverted,
-    last_period_grid,
-    limit_constraints,
-    refine,
-    utility_of,
-    with_euler_check,
-)
 from ._envelope import (
     AbstractUpperEnvelope,
     EndogenousGrid,
@@ -64,7 +55,6 @@ from ._envelope import (
     read,
 )
 from ._kinks import BudgetKinks
-from ._passes import flat_choices, lift_all_choices, period_solution, target_groups
 from ._readers import endogenous_reader
 from ._rows import (
     map_choices,
@@ -194,7 +184,7 @@ class DCEGM(AbstractSolver):
             *(("borrowing_limit:unbounded",) if "borrowing_limit" in regime.helpers else ()),
             f"next_{self.state}:savings",
             *((f"next_{self.state}:kinks",) if self.kinks is not None else ()),
-            *(f"{key}:limit" for key in limit_constraints(self, regime)),
+            *(f"{key}:limit" for key in _egm.limit_constraints(self, regime)),
             f"utility:inada:{self.action}",
             f"utility:euler:{self.action}",
         )
@@ -229,30 +219,30 @@ class DCEGM(AbstractSolver):
         """Whether every discrete choice of the regime is allowed in every period: no
         constraint is on its discrete variables alone (`EndogenousGrid.feasible` is then
         True throughout)."""
-        limits = limit_constraints(self, regime)
+        limits = _egm.limit_constraints(self, regime)
         return all(key in limits for key in regime.constraints)
 
     # ------------------------------------------------------------------ solve
     def solve_period(self, problem: RegimeProblem) -> PeriodSolution:
         def at_choice(continuation, discrete):
             if problem.last_period:
-                return last_period_grid(self, problem, continuation)
-            raw = materialized(inverted(self, problem, discrete, continuation))
-            utility, marginal = utility_of(self, problem, discrete)
-            refined = refine(self, utility, marginal, raw)
-            miss = euler_miss(raw["mu"], raw["target"], continuation["expected"])
+                return _egm.last_period_grid(self, problem, continuation)
+            raw = materialized(_egm.inverted(self, problem, discrete, continuation))
+            utility, marginal = _egm.utility_of(self, problem, discrete)
+            refined = _egm.refine(self, utility, marginal, raw)
+            miss = _egm.euler_miss(raw["mu"], raw["target"], continuation["expected"])
             return {**refined, "euler": jnp.max(miss)}
 
         # Where every choice can move to the same subset of the targets, only those
         # are read (the choices of a splayed or sharded axis are not grouped).
-        _, codes = flat_choices(self, problem)
-        groups = target_groups(self, problem, codes)
+        _, codes = _passes.flat_choices(self, problem)
+        groups = _passes.target_groups(self, problem, codes)
         targets = groups[0][1] if groups is not None and len(groups) == 1 else None
-        policy, violations, _ = lift_all_choices(self, problem, at_choice, targets)
+        policy, violations, _ = _passes.lift_all_choices(self, problem, at_choice, targets)
         if "euler" in policy:
             policy = dict(policy)
-            violations = with_euler_check(self, problem, violations, policy.pop("euler"))
-        return period_solution(self, problem, policy, violations)
+            violations = _egm.with_euler_check(self, problem, violations, policy.pop("euler"))
+        return _passes.period_solution(self, problem, policy, violations)
 
     def batchable(self, regime: RegimePlan) -> bool:
         """Whether the regime's choices can join other regimes' in one pass over rows:
@@ -332,7 +322,7 @@ class DCEGM(AbstractSolver):
         fixed = {} if discrete_state is None else discrete_state
 
         def at(codes: dict, nodes, count, continuation0, feasible, limit):
-            utility, marginal = utility_of(self, problem, {**fixed, **codes})
+            utility, marginal = _egm.utility_of(self, problem, {**fixed, **codes})
             c, v, _ = read(nodes, count, continuation0, limit, x, utility, marginal)
             return jnp.where(feasible, v, NEG_INF), c
 
