@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -36,13 +37,16 @@ from ._envelope import (
     read,
 )
 from ._kinks import kinked_savings, next_levels
-from ._protocol import DCEGMLike
 from ._rows import (
     Block,
     euler_target,
     plus_discounted,
     row_utility,
 )
+
+if TYPE_CHECKING:
+    # A structural type, resolved by the type checkers only (as in _period.py).
+    from ._protocol import DCEGMLike
 
 
 def limit_margin(savings: Array) -> Array:

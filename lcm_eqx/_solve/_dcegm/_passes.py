@@ -9,7 +9,7 @@ grids (`values_batched`, `regime_values`). Functions of the solver's settings
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,6 @@ from ._envelope import (
     EndogenousGrid,
 )
 from ._members import MEMBERS, in_order, rows_of
-from ._protocol import DCEGMLike
 from ._rows import (
     Block,
     codes_of_rows,
@@ -52,6 +51,10 @@ from ._rows import (
     lift_with_readers,
     materialized,
 )
+
+if TYPE_CHECKING:
+    # A structural type, resolved by the type checkers only (as in _period.py).
+    from ._protocol import DCEGMLike
 
 
 def flat_choices(solver: DCEGMLike, problem: RegimeProblem):
