@@ -89,8 +89,105 @@ def forms(shape: tuple[int, ...]) -> dict:
     }
 
 
+# A flow's scatter at tiny Mahler–Yum's shapes: nodes, discrete choices, `K` target
+# combinations, the target's sparse states (its grid) and one dense block.
+FLOWS = {
+    "tiny": ((5, 2, 3, 3, 2, 2, 2, 2, 2), (3, 2), 4, (5, 3, 3, 2, 2, 2, 2, 2), 2),
+    "reduced": ((10, 2, 5, 5, 5, 2, 2, 2, 2), (3, 2), 4, (10, 5, 5, 5, 2, 2, 2, 2), 2),
+}
+
+
+def flow_inputs(nodes, choices, k, target, block, seed=0):
+    """Random mass `(*nodes)`, choice probabilities `(*nodes, *choices)`, weights
+    `(*nodes, *choices, k)`, target codes `(*nodes, *choices, k, len(target))` and a
+    dense block `(*nodes, *choices, block)`."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lead = (*nodes, *choices)
+    codes = np.stack([rng.integers(0, n, (*lead, k)) for n in target], -1).astype(np.int32)
+    return (
+        jnp.asarray(rng.uniform(size=nodes), jnp.float32),
+        jnp.asarray(rng.uniform(size=lead), jnp.float32),
+        jnp.asarray(rng.uniform(size=(*lead, k)), jnp.float32),
+        jnp.asarray(codes),
+        jnp.asarray(rng.uniform(size=(*lead, block)), jnp.float32),
+    )
+
+
+def scatter_forms(nodes, choices, k, target, block) -> dict:
+    """The mass a flow moves, `mass · p · weight · dense`, added at its target codes:
+    an array `(*target, block)`, in several forms (the arguments as `flow_inputs`)."""
+    n_nodes, n_choices, n_target = math.prod(nodes), math.prod(choices), math.prod(target)
+    strides = [math.prod(target[i + 1 :]) for i in range(len(target))]
+    s, d = len(nodes), len(choices)
+
+    def moved(mass, p, w, dense):
+        node = lax.broadcast_in_dim(mass, (*p.shape, k, block), tuple(range(s)))
+        choice = lax.broadcast_in_dim(p, (*p.shape, k, block), tuple(range(s + d)))
+        weight = lax.broadcast_in_dim(w, (*p.shape, k, block), tuple(range(s + d + 1)))
+        blocks = lax.broadcast_in_dim(dense, (*p.shape, k, block), (*range(s + d), s + d + 1))
+        return node * choice * weight * blocks
+
+    def flatten(mass, p, w, codes, dense):
+        """The library's form today: the product and codes flattened, then scattered."""
+        flat = codes.reshape(-1, len(target))
+        return (
+            jnp.zeros((*target, block), jnp.float32)
+            .at[tuple(flat[:, i] for i in range(len(target)))]
+            .add(moved(mass, p, w, dense).reshape(-1, block))
+        )
+
+    def batched(mass, p, w, codes, dense):
+        """Scattered from the many-axis arrays (the index's batch axes kept)."""
+        return (
+            jnp.zeros((*target, block), jnp.float32)
+            .at[tuple(codes[..., i] for i in range(len(target)))]
+            .add(moved(mass, p, w, dense))
+        )
+
+    def linear(mass, p, w, codes, dense):
+        """One flat code per entry (a strided sum), scattered on the target's flat grid."""
+        code = sum(codes[..., i] * strides[i] for i in range(len(target)))
+        arrived = jnp.zeros((n_target, block), jnp.float32).at[code].add(moved(mass, p, w, dense))
+        return arrived.reshape(*target, block)
+
+    def flat_nodes(mass, p, w, codes, dense):
+        """Nodes and choices on one axis each from the start (as a flat map over nodes
+        would give them), then `linear`."""
+        mass, p = mass.reshape(n_nodes), p.reshape(n_nodes, n_choices)
+        w, dense = w.reshape(n_nodes, n_choices, k), dense.reshape(n_nodes, n_choices, block)
+        code = sum(
+            codes[..., i].reshape(n_nodes, n_choices, k) * strides[i] for i in range(len(target))
+        )
+        mass, p, w, dense, code = lax.optimization_barrier((mass, p, w, dense, code))
+        m = mass[:, None, None, None] * p[:, :, None, None] * w[..., None] * dense[:, :, None, :]
+        arrived = jnp.zeros((n_target, block), jnp.float32).at[code].add(m)
+        return arrived.reshape(*target, block)
+
+    return {"flatten": flatten, "batched": batched, "linear": linear, "flat_nodes": flat_nodes}
+
+
 def main() -> None:
     print(f"device: {jax.devices()[0]}")
+    for size, spec in FLOWS.items():
+        args = flow_inputs(*spec)
+        for name, f in scatter_forms(*spec).items():
+            clock = time.perf_counter()
+            compiled = jax.jit(f).lower(*args).compile()
+            compile_s = time.perf_counter() - clock
+            jax.block_until_ready(compiled(*args))
+            clock = time.perf_counter()
+            for _ in range(5):
+                jax.block_until_ready(compiled(*args))
+            run_ms = (time.perf_counter() - clock) / 5 * 1e3
+            memory = compiled.memory_analysis()
+            temp = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
+            print(
+                f"flow scatter {size:<8} {name:<11} compile {compile_s:7.2f} s, "
+                f"run {run_ms:7.3f} ms, temporaries {temp:8.1f} MiB",
+                flush=True,
+            )
     for shape in SHAPES:
         a = jnp.full(shape[:-2], 1.5, jnp.float32)
         b = jnp.full(shape[-2:], 0.5, jnp.float32)

@@ -221,3 +221,21 @@ def test_accelerator_layout_forms_flatten_alike():
     columns = np.stack([expected.astype(np.int32), (2 * expected).astype(np.int32)], -1)
     np.testing.assert_array_equal(found["stack_index"](jnp.asarray(a), jnp.asarray(b)), columns)
     np.testing.assert_array_equal(found["stack_index_T"](jnp.asarray(a), jnp.asarray(b)), columns.T)
+
+
+def test_accelerator_layout_scatter_forms_agree():
+    """The flow-scatter forms `benchmarks/accelerator_layout.py` times add the same mass
+    at the same codes as a numpy loop."""
+    import numpy as np
+
+    from benchmarks.accelerator_layout import flow_inputs, scatter_forms
+
+    spec = ((3, 2), (2,), 2, (4, 3), 2)
+    mass, p, w, codes, dense = (np.asarray(x, np.float64) for x in flow_inputs(*spec, seed=1))
+    codes = codes.astype(int)
+    expected = np.zeros((4, 3, 2))
+    for i in np.ndindex(3, 2, 2, 2):
+        expected[tuple(codes[i])] += mass[i[:2]] * p[i[:3]] * w[i] * dense[i[:3]]
+    args = flow_inputs(*spec, seed=1)
+    for name, form in scatter_forms(*spec).items():
+        np.testing.assert_allclose(form(*args), expected, rtol=1e-5, err_msg=name)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -142,10 +143,7 @@ class Distribution(eqx.Module):
             masses = (
                 self.mass.values() if regime is None else [self.mass[self._layout(regime).name]]
             )
-            return sum(
-                (jnp.sum(m.reshape(m.shape[0], -1), axis=1) for m in masses),
-                start=jnp.zeros_like(self.exited),
-            )
+            return sum((_per_period(m) for m in masses), start=jnp.zeros_like(self.exited))
         if isinstance(x, str):
             return _sum(self, _identity(x), regime)[0]
         return self._sums(x, regime)[0]
@@ -158,7 +156,7 @@ class Distribution(eqx.Module):
         """
         self._layout(regime)
         mass = self.mass[regime]
-        return _ratio(jnp.sum(mass.reshape(mass.shape[0], -1), axis=1), self.total())
+        return _ratio(_per_period(mass), self.total())
 
     def mean(self, name: str, regime: str | None = None) -> Float[Array, " n_periods"]:
         """The mean of a state, action or function by period, over the regimes that have it.
@@ -233,12 +231,11 @@ class Distribution(eqx.Module):
             values = jnp.broadcast_to(
                 jnp.asarray(fn(**{n: self._values(layout, n) for n in names})), weight.shape
             )
-            n_periods = weight.shape[0]
             # A zero weight makes any value (an infeasible choice's -inf or NaN) drop
             # out, its derivative included.
             values = jnp.where(weight > 0, values, 0.0)
-            numerator = numerator + jnp.sum((weight * values).reshape(n_periods, -1), axis=1)
-            denominator = denominator + jnp.sum(weight.reshape(n_periods, -1), axis=1)
+            numerator = numerator + _per_period(weight * values)
+            denominator = denominator + _per_period(weight)
         return numerator, denominator
 
     def _having(self, names: tuple[str, ...], regime: str | None) -> list[RegimeLayout]:
@@ -262,9 +259,8 @@ class Distribution(eqx.Module):
         return having
 
     def _weight(self, layout: RegimeLayout) -> Array:
-        mass = self.mass[layout.name]
-        n_d = len(layout.discrete_actions)
-        return mass.reshape(mass.shape + (1,) * n_d) * self.choice[layout.name]
+        choice = self.choice[layout.name]
+        return _widen(self.mass[layout.name], choice.shape) * choice
 
     def _values(self, layout: RegimeLayout, name: str) -> Array:
         n_s, n_d = len(layout.states), len(layout.discrete_actions)
@@ -316,6 +312,11 @@ def _equal(name: str, code: int) -> Callable[..., Any]:
     return value
 
 
+def _per_period(x: Array) -> Array:
+    """The sum of `x` `(n_periods, ...)` over all its other axes (no reshape)."""
+    return jnp.sum(x, axis=tuple(range(1, x.ndim)))
+
+
 def _ratio(numerator: Array, denominator: Array) -> Array:
     safe = jnp.where(denominator > 0, denominator, 1.0)
     return jnp.where(denominator > 0, numerator / safe, jnp.nan)
@@ -362,16 +363,15 @@ def bin_initial(
     for name, regime_plan in plan.regimes.items():
         shape = tuple(regime_plan.grids[s].n_points for s in regime_plan.states)
         weight = jnp.where(regime == regime_plan.id, own, 0.0)
-        dims = []
+        dims: list[tuple[Array, Array | None]] = []
         for s in regime_plan.states:
             grid = regime_plan.grids[s]
             if grid.is_discrete:
-                code = jnp.asarray(states[s]).astype(jnp.int32)
-                dims.append((code[:, None], jnp.ones((n, 1), dtype)))
+                dims.append((jnp.asarray(states[s]).astype(jnp.int32), None))
             else:
                 dims.append(interpolation(grid, jnp.asarray(states[s], dtype)))
-        indices, weights = outer(dims, n, dtype)
-        mass[name] = scatter(shape, indices, weights * weight[:, None])
+        codes, weights = outer(dims, (n,), dtype)
+        mass[name] = scatter(shape, codes, weights * _widen(weight, weights.shape))
     return mass
 
 
@@ -498,20 +498,23 @@ def _regime_period(model, resolved, values, policies, sharding, name, period, ma
     targets = () if regime_plan.is_terminal else regime_plan.targets
     nodes = {s: _node_values(problem, regime_plan, s, dtype) for s in regime_plan.states}
     p, chosen, named, (flows, lost) = _over_nodes(plan, model.solvers[name], problem, targets)
-    node_mass = mass.reshape(shape + (1,) * len(d_shape)) * p
+    n_lead = len(shape) + len(d_shape)
+    node_mass = _widen(mass, p.shape) * p
     arrivals: dict[str, Array] = {}
     zero = jnp.zeros((), dtype)
     if regime_plan.is_terminal:
         return p, chosen, named, nodes, arrivals, jnp.sum(mass), zero
     # Mass at nodes without a feasible action: choice probabilities are 0.
-    no_choice = jnp.sum(p.reshape((*shape, -1)), axis=-1) == 0
+    no_choice = jnp.sum(p, axis=tuple(range(len(shape), n_lead))) == 0
     stranded = jnp.sum(jnp.where(no_choice, mass, 0.0)) + jnp.sum(node_mass * lost)
-    n_lead = len(shape) + len(d_shape)
-    for target, (indices, weights, dense) in flows.items():
-        lead = node_mass.reshape(node_mass.shape + (1,) * (weights.ndim - n_lead))
-        n_dense = dense.ndim - n_lead
-        moved = (weights * lead).reshape(weights.shape + (1,) * n_dense)
-        moved = moved * jnp.expand_dims(dense, n_lead)
+    for target, (codes, weights, dense) in flows.items():
+        # `(*states, *choices, *combinations, *dense states)`, every new axis made by
+        # broadcasting (no reshape: see `_flows.scatter`).
+        full = (*weights.shape, *dense.shape[n_lead:])
+        moved = _widen(weights * _widen(node_mass, weights.shape), full)
+        moved = moved * jax.lax.broadcast_in_dim(
+            dense, full, (*range(n_lead), *range(weights.ndim, len(full)))
+        )
         target_plan = plan.regimes[target]
         chained = chained_states(regime_plan, target_plan)
         pushed_shape = tuple(
@@ -522,7 +525,7 @@ def _regime_period(model, resolved, values, policies, sharding, name, period, ma
             pushed_shape,
             target_plan.states,
             regime_plan.states,
-            indices,
+            codes,
             moved,
             joint_states(sharding, regime_plan, target_plan),
             dense_states(regime_plan, target_plan),
@@ -584,26 +587,21 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
     Functions: `utility` and every entry of the regime's `functions` that returns a
     scalar, at the node and each discrete action with its continuous actions.
 
-    Outflows per unit of mass taking each discrete action: `{target: (indices (*D, K,
-    n_target_states), weights (*D, K))}`, and the probability `(*D)` of a regime that
+    Outflows per unit of mass taking each discrete action: `{target: (codes, weights
+    (*D, *ks), dense (*D, *dense states))}` (`codes`: one per target state that is not
+    dense, as `_flows.outer` gives them), and the probability `(*D)` of a regime that
     cannot be reached.
+
+    Every array keeps one axis per discrete action: the choices are mapped axis by
+    axis, never flattened (see `_flows.scatter`).
     """
     regime = problem.regime
     v_d, chosen = solver.choices_at(problem, state) if choices is None else choices
     d_shape = v_d.shape
-    flat = v_d.reshape(-1)
-    scale = taste_shock_scale(problem)
-    if scale is None:
-        feasible = jnp.any(jnp.isfinite(flat))
-        p = jax.nn.one_hot(jnp.argmax(flat), flat.shape[0], dtype=flat.dtype) * feasible
-    else:
-        p = choice_weights(flat, scale)
-    p = p.reshape(d_shape)
+    p = _probabilities(v_d, taste_shock_scale(problem))
     d_names = regime.discrete_actions
 
-    def named_at(i):
-        codes = jnp.unravel_index(i, d_shape) if d_shape else ()
-        continuous = {k: v.reshape(-1)[i] for k, v in chosen.items()}
+    def named_at(codes, continuous):
         evaluate = problem.evaluator(
             {**state, **dict(zip(d_names, codes, strict=True)), **continuous}
         )
@@ -612,14 +610,11 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
             out[key] = jnp.asarray(evaluate(function))
         return {k: v.astype(p.dtype) for k, v in out.items() if v.shape == ()}
 
-    named = jax.vmap(named_at)(jnp.arange(_size(d_shape)))
-    named = {k: v.reshape(d_shape) for k, v in named.items()}
+    named = _over_choices(named_at, d_shape, chosen)
     if not targets:
         return p, chosen, named, ({}, jnp.zeros(d_shape, p.dtype))
 
-    def per_choice(i):
-        codes = jnp.unravel_index(i, d_shape) if d_shape else ()
-        continuous = {k: v.reshape(-1)[i] for k, v in chosen.items()}
+    def per_choice(codes, continuous):
         action = {**dict(zip(d_names, codes, strict=True)), **continuous}
         evaluate = problem.evaluator({**state, **action})
         regime_p = problem.regime_probabilities(evaluate)
@@ -654,28 +649,24 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
 
                 def node_flow(codes, values, weight, target=target, fixed=deterministic):
                     dims = _node_dims(
-                        plan, regime, target, {**fixed, **values}, codes, probabilities_of, p.dtype
+                        plan, regime, target, {**fixed, **values}, codes, probabilities_of
                     )
-                    indices, weights = outer(dims, 1, p.dtype)
-                    return indices[0], weights[0] * weight
+                    codes_k, weights = outer(dims, (), p.dtype)
+                    return codes_k, weights * weight
 
-                indices, weights = jax.vmap(node_flow)(node_codes, node_values, node_weights)
-                flows[target] = (
-                    indices.reshape(-1, indices.shape[-1]),
-                    weights.reshape(-1) * regime_p[target_plan.id],
-                    jnp.ones((), p.dtype),
-                )
+                codes_k, weights = jax.vmap(node_flow)(node_codes, node_values, node_weights)
+                flows[target] = (codes_k, weights * regime_p[target_plan.id], jnp.ones((), p.dtype))
                 continue
-            dims, dense = [], jnp.ones((), p.dtype)
+            dims: list = []
+            dense = jnp.ones((), p.dtype)
             chained = chained_states(regime, target_plan)
             for s in target_plan.states:
                 transition = regime.state_transitions[s]
                 grid = target_plan.grids[s]
                 if s in chained:  # at the current code; moved along its chain later
-                    code = jnp.asarray(state[s], jnp.int32).reshape(1, 1)
-                    dims.append((code, jnp.ones((1, 1), p.dtype)))
+                    dims.append((jnp.asarray(state[s], jnp.int32), None))
                 elif target in transition.per_target_markov:
-                    dense = dense[..., None] * target_probabilities[target][s]
+                    dense = _append_axis(dense, target_probabilities[target][s])
                 elif transition.is_markov:
                     if s in stochastic:
                         probabilities = stochastic[s]
@@ -683,40 +674,94 @@ def _node(plan: ModelPlan, solver, problem: RegimeProblem, state, targets, choic
                         probabilities = problem.process_matrices[s][state[s]]
                     else:
                         probabilities = jnp.asarray(evaluate(transition.function))
-                    dense = dense[..., None] * probabilities
+                    dense = _append_axis(dense, probabilities)
                 elif grid.is_discrete:
-                    dims.append((deterministic[s].reshape(1, 1), jnp.ones((1, 1), p.dtype)))
+                    dims.append((jnp.asarray(deterministic[s], jnp.int32), None))
                 else:
-                    dims.append(interpolation(grid, deterministic[s].reshape(1)))
-            indices, weights = outer(dims, 1, p.dtype)
-            flows[target] = (indices[0], weights[0] * regime_p[target_plan.id], dense)
+                    dims.append(interpolation(grid, jnp.asarray(deterministic[s])))
+            codes_k, weights = outer(dims, (), p.dtype)
+            flows[target] = (codes_k, weights * regime_p[target_plan.id], dense)
         unreachable = [r.id for n, r in plan.regimes.items() if n not in targets]
         lost = (
             jnp.sum(regime_p[jnp.asarray(unreachable)]) if unreachable else jnp.zeros((), p.dtype)
         )
         return flows, lost
 
-    flows, lost = jax.vmap(per_choice)(jnp.arange(_size(d_shape)))
-    flows, lost = jax.tree.map(lambda x: x.reshape((*d_shape, *x.shape[1:])), (flows, lost))
+    flows, lost = _over_choices(per_choice, d_shape, chosen)
     return p, chosen, named, (flows, lost)
 
 
-def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabilities_of, dtype):
-    """Per state of `target`, `(indices, weights)` of the flow from one joint node of
-    the drawn states (`codes`): drawn states at their code, the other stochastic ones by
-    `probabilities_of(state, target)`, the others at their next value (`next_values`)."""
+def _probabilities(v_d: Array, scale) -> Array:
+    """The probability of each discrete action `(*D)` from its value: the softmax with
+    taste shocks (`scale`), else 1 at the first maximum in row-major order, 0 where no
+    action is feasible. Reduced over all axes at once, without flattening them."""
+    axes = tuple(range(v_d.ndim))
+    if scale is not None:
+        if not axes:
+            return jnp.where(jnp.isneginf(v_d), 0.0, v_d - v_d + 1.0)
+        return choice_weights(v_d, scale, axis=axes)
+    feasible = jnp.any(jnp.isfinite(v_d))
+    if not axes:
+        return jnp.where(feasible, 1.0, 0.0).astype(v_d.dtype)
+    # The row-major code of each entry, and the smallest code where the maximum is.
+    code = sum(
+        (
+            jax.lax.broadcasted_iota(jnp.int32, v_d.shape, i) * math.prod(v_d.shape[i + 1 :])
+            for i in axes
+        ),
+        start=jnp.zeros(v_d.shape, jnp.int32),
+    )
+    best = jnp.max(v_d)
+    # NaN counts as the maximum, as `argmax` takes it.
+    at_best = (v_d == best) | jnp.isnan(v_d)
+    first = jnp.min(jnp.where(at_best, code, v_d.size))
+    return ((code == first) & feasible).astype(v_d.dtype)
+
+
+def _over_choices(fn, d_shape: tuple[int, ...], chosen: dict[str, Array]):
+    """`fn(codes, continuous)` at every discrete choice, mapped axis by axis (outputs:
+    the discrete actions' axes first); `continuous` holds each entry of `chosen` (arrays
+    `(*D)`) at that choice."""
+
+    def at(level: int, codes: tuple, arrays: dict):
+        if level == len(d_shape):
+            return fn(codes, arrays)
+        return jax.vmap(lambda c, a: at(level + 1, (*codes, c), a))(
+            jnp.arange(d_shape[level], dtype=jnp.int32), arrays
+        )
+
+    return at(0, (), {k: jnp.broadcast_to(v, d_shape) for k, v in chosen.items()})
+
+
+def _append_axis(dense: Array, probabilities: Array) -> Array:
+    """`dense` `(...)` times `probabilities` `(n,)` along a new last axis: `(..., n)`."""
+    shape = (*dense.shape, probabilities.shape[-1])
+    return jax.lax.broadcast_in_dim(dense, shape, tuple(range(dense.ndim))) * (
+        jax.lax.broadcast_in_dim(probabilities, shape, (dense.ndim,))
+    )
+
+
+def _widen(x: Array, shape: tuple[int, ...]) -> Array:
+    """`x` broadcast to `shape` along its leading axes (new axes after its own)."""
+    return jax.lax.broadcast_in_dim(x, shape, tuple(range(x.ndim)))
+
+
+def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabilities_of):
+    """Per state of `target`, as `_flows.outer` takes them, the flow from one joint node
+    of the drawn states (`codes`): drawn states at their code, the other stochastic ones
+    by `probabilities_of(state, target)`, the others at their next value
+    (`next_values`)."""
     target_plan = plan.regimes[target]
-    dims = []
+    dims: list = []
     for s in target_plan.states:
         grid = target_plan.grids[s]
         transition = regime.state_transitions[s]
         if s in codes:
-            dims.append((codes[s].reshape(1, 1), jnp.ones((1, 1), dtype)))
+            dims.append((jnp.asarray(codes[s], jnp.int32), None))
         elif transition.is_markov or target in transition.per_target_markov:
-            points = jnp.arange(grid.n_points, dtype=jnp.int32)[None]
-            dims.append((points, probabilities_of(s, target)[None]))
+            dims.append((jnp.arange(grid.n_points, dtype=jnp.int32), probabilities_of(s, target)))
         elif grid.is_discrete:
-            dims.append((next_values[s].reshape(1, 1), jnp.ones((1, 1), dtype)))
+            dims.append((jnp.asarray(next_values[s], jnp.int32), None))
         else:
-            dims.append(interpolation(grid, next_values[s].reshape(1)))
+            dims.append(interpolation(grid, jnp.asarray(next_values[s])))
     return dims

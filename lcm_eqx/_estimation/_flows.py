@@ -1,17 +1,28 @@
 """How the exact distribution moves mass between grids (`_distribution.forward`): a
-flow's next states as indices and weights on the target grid, scattered there; Markov
+flow's next states as codes and weights on the target grid, scattered there; Markov
 states as dense blocks, process states along their chain once per period.
 
-A flow from one node and discrete choice lists, for each combination `K` of the target's
-sparse states (deterministic or interpolated next values), their indices and weight;
-Markov states whose probabilities the choice moves travel as a dense block at each of
-them (`dense_states`), and process states (an exogenous chain) at the current code, the
-pushed array then moved along the chain (`chained_states`, `along_chain`). On reduced
-Mahler–Yum that is 4 indices and a block of 2 per node and choice where every
-combination (200 indices of 9 codes) was once its own scatter index.
+A flow from one node and discrete choice gives, per sparse state of the target
+(deterministic or interpolated next values), its code (exact) or codes and weights
+(spread over the nodes around an interpolated value); their combinations are axes of
+their own (`outer`), never flattened. Markov states whose probabilities the choice
+moves travel as a dense block at each combination (`dense_states`), and process states
+(an exogenous chain) at the current code, the pushed array then moved along the chain
+(`chained_states`, `along_chain`). On reduced Mahler–Yum that is 4 combinations and a
+block of 2 per node and choice where every combination (200 indices of 9 codes) was
+once its own scatter index.
+
+Arrays here keep one axis per state, choice and combination, most of them short. The
+scatter (`scatter`) gives each entry one code on the target's flat grid, so nothing of
+that size is reshaped: on a TPU, whose tiles span an array's last two axes, flattening
+such an array is a relayout whose compile time grows with its size (tiny Mahler–Yum's
+Jacobian spent 53 of its 64 s of compile there), and on the CPU the flat scatter runs
+5× faster than the flattened one (`benchmarks/accelerator_layout.py`).
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -22,44 +33,79 @@ from .._solve._sharding import ShardingPlan, is_identity_transition
 
 
 def interpolation(grid, x: Array) -> tuple[Array, Array]:
-    """Indices `(..., 2)` and weights `(..., 2)` of `x` on a continuous grid, clipped."""
+    """Codes `(*x.shape, 2)` and weights `(*x.shape, 2)` of `x` (a scalar or `(n,)`) on a
+    continuous grid, clipped: the two nodes around it, by linear interpolation."""
     assert isinstance(grid, AbstractContinuousGrid)
     points = grid.to_jax()
-    lo, w = jax.vmap(lambda v: grid.interval(v, points))(x.reshape(-1))
+    if x.ndim == 0:
+        lo, w = grid.interval(x, points)
+    else:
+        lo, w = jax.vmap(lambda v: grid.interval(v, points))(x)
     # Beyond the grid the mass stays at the end node (never extrapolated).
     w = jnp.clip(w, 0.0, 1.0)
-    indices = jnp.stack([lo, lo + 1], axis=-1).reshape((*x.shape, 2))
-    weights = jnp.stack([1.0 - w, w], axis=-1).reshape((*x.shape, 2))
-    return indices.astype(jnp.int32), weights
+    # A new last axis of two by broadcasting, not by stacking and reshaping: on a TPU
+    # every reshape of a short last axis is a relayout (benchmarks/accelerator_layout.py).
+    two = (*x.shape, 2)
+    side = jax.lax.broadcasted_iota(jnp.int32, two, x.ndim)
+    lo = jax.lax.broadcast_in_dim(jnp.asarray(lo, jnp.int32), two, tuple(range(x.ndim)))
+    w = jax.lax.broadcast_in_dim(w, two, tuple(range(x.ndim)))
+    return lo + side, jnp.where(side == 0, 1.0 - w, w)
 
 
-def outer(dims: list[tuple[Array, Array]], n: int, dtype) -> tuple[Array, Array]:
-    """Per-dimension (indices, weights) `(n, k_i)` → all combinations `(n, K, n_dims)`."""
-    indices = jnp.zeros((n, 1, 0), jnp.int32)
-    weights = jnp.ones((n, 1), dtype)
-    for index, weight in dims:
-        k, big_k = index.shape[1], indices.shape[1]
-        indices = jnp.concatenate(
-            [
-                jnp.repeat(indices, k, axis=1),
-                jnp.tile(index, (1, big_k))[..., None],
-            ],
-            axis=-1,
-        )
-        weights = (weights[:, :, None] * weight[:, None, :]).reshape(n, big_k * k)
-    return indices, weights
+def outer(
+    dims: list[tuple[Array, Array | None]], batch: tuple[int, ...], dtype
+) -> tuple[tuple[Array, ...], Array]:
+    """All combinations of the per-dimension codes: each entry of `dims` is either an
+    exact code `(codes (*batch), None)` or a spread `(codes (*batch, k), weights (*batch,
+    k))`. Returns one code array per dimension, and the weights `(*batch, *ks)`, with one
+    axis per spread dimension (the combinations are never flattened): an exact code keeps
+    the shape `(*batch)` (it broadcasts from the leading axes), a spread one has the
+    whole shape."""
+    ks = tuple(c.shape[-1] for c, w in dims if w is not None)
+    shape = (*batch, *ks)
+    lead = tuple(range(len(batch)))
+    codes: list[Array] = []
+    weights = jnp.ones(shape, dtype)
+    position = len(batch)
+    for code, weight in dims:
+        if weight is None:
+            codes.append(jnp.asarray(code, jnp.int32))
+            continue
+        where = (*lead, position)
+        codes.append(jax.lax.broadcast_in_dim(code.astype(jnp.int32), shape, where))
+        weights = weights * jax.lax.broadcast_in_dim(weight.astype(dtype), shape, where)
+        position += 1
+    return tuple(codes), weights
 
 
-def scatter(shape: tuple[int, ...], indices: Array, weights: Array) -> Array:
-    """Add `weights` (any shape) at `indices` (that shape, then one axis of state codes)."""
+def scatter(
+    shape: tuple[int, ...],
+    codes: tuple[Array, ...],
+    blocks: Array,
+    block_shape: tuple[int, ...] = (),
+) -> Array:
+    """Add `blocks` `(*batch, *block_shape)` at `codes` (one array per axis of `shape`,
+    each `(*batch)` or a leading part of it): an array `shape + block_shape`.
+
+    Each entry gets one code on the flat grid, and the sum is one scatter on a flat axis:
+    the batch's many short axes (states, choices, combinations) are never flattened. An
+    entry with a code outside its axis is dropped, as a scatter drops an index out of
+    bounds.
+    """
+    n_batch = blocks.ndim - len(block_shape)
     if not shape:
-        return jnp.sum(weights)
-    flat = indices.reshape(-1, len(shape))
-    return (
-        jnp.zeros(shape, weights.dtype)
-        .at[tuple(flat[:, i] for i in range(len(shape)))]
-        .add(weights.reshape(-1))
-    )
+        return jnp.sum(blocks, axis=tuple(range(n_batch)))
+    batch = blocks.shape[:n_batch]
+    size = math.prod(shape)
+    flat = jnp.zeros(batch, jnp.int32)
+    inside = jnp.ones(batch, bool)
+    for code, n in zip(codes, shape, strict=True):
+        code = jax.lax.broadcast_in_dim(code, batch, tuple(range(code.ndim)))
+        flat = flat * n + code
+        inside = inside & (code >= 0) & (code < n)
+    flat = jnp.where(inside, flat, size)
+    arrived = jnp.zeros((size, *block_shape), blocks.dtype).at[flat].add(blocks, mode="drop")
+    return arrived.reshape(*shape, *block_shape)
 
 
 def joint_states(sharding: ShardingPlan | None, regime, target) -> tuple[str, ...]:
@@ -123,57 +169,40 @@ def push(
     shape: tuple[int, ...],
     target_states: tuple[str, ...],
     source_states: tuple[str, ...],
-    indices: Array,
+    codes: tuple[Array, ...],
     moved: Array,
     joint: tuple[str, ...],
     dense: tuple[str, ...] = (),
 ) -> Array:
-    """The mass `moved` `(*source states, ..., K, *dense states)` arriving on the target
-    grid: at `indices` `(*source states, ..., K, sparse states)` along the target's other
-    (sparse) states, each a block along the `dense` ones (one scatter of `K` blocks
-    rather than of every combination).
+    """The mass `moved` `(*source states, ..., *dense states)` arriving on the target
+    grid: at `codes` (one per target state that is not dense, in the target's order;
+    each `(*source states, ...)` or a leading part of it), each entry a block along the
+    `dense` states (one scatter of blocks rather than of every combination).
 
     The `joint` states keep their code: the scatter is mapped over their axes (sliced
     alike in source and target), so a sharded one needs no communication.
     """
     sparse = tuple(s for s in target_states if s not in dense)
     size = dict(zip(target_states, shape, strict=True))
-    n_dense = len(dense)
+    block_shape = tuple(size[s] for s in dense)
+    code_of = dict(zip(sparse, codes, strict=True))
     if joint:
         source_axes = [source_states.index(s) for s in joint]
         front = list(range(len(joint)))
         moved = jnp.moveaxis(moved, source_axes, front)
-        indices = jnp.moveaxis(indices, source_axes, front)
-        kept = [i for i, s in enumerate(sparse) if s not in joint]
-        indices = indices[..., jnp.asarray(kept, dtype=jnp.int32)]
+        # Every code has the source's state axes (a map over them gives them).
+        code_of = {
+            s: jnp.moveaxis(c, source_axes, front) for s, c in code_of.items() if s not in joint
+        }
     kept_states = tuple(s for s in sparse if s not in joint)
 
-    if not (joint or n_dense):
-        return scatter(shape, indices, moved)
-
-    def in_blocks(index, weight):
-        return scatter_blocks(
-            tuple(size[s] for s in kept_states), index, weight, tuple(size[s] for s in dense)
-        )
+    def in_blocks(kept_codes, blocks):
+        return scatter(tuple(size[s] for s in kept_states), kept_codes, blocks, block_shape)
 
     for _ in joint:
         in_blocks = jax.vmap(in_blocks)
-    arrived = in_blocks(indices, moved)
+    arrived = in_blocks(tuple(code_of[s] for s in kept_states), moved)
     names = (*joint, *kept_states, *dense)
+    if names == target_states:
+        return arrived
     return jnp.transpose(arrived, [names.index(s) for s in target_states])
-
-
-def scatter_blocks(
-    shape: tuple[int, ...], indices: Array, blocks: Array, block_shape: tuple[int, ...]
-) -> Array:
-    """Add `blocks` `(..., *block_shape)` at `indices` `(..., len(shape))`: an array of
-    `shape + block_shape`."""
-    flat = blocks.reshape((-1, *block_shape))
-    if not shape:
-        return jnp.sum(flat, axis=0)
-    index = indices.reshape(-1, len(shape))
-    return (
-        jnp.zeros((*shape, *block_shape), blocks.dtype)
-        .at[tuple(index[:, i] for i in range(len(shape)))]
-        .add(flat)
-    )

@@ -195,7 +195,7 @@ def _at_first_by_selects(values: Array, arrays: tuple[Array, ...], axis: int):
     return first, tuple(chosen)
 
 
-def _tempered(values: Array, scale, axis: int) -> tuple[Array, Array, Array]:
+def _tempered(values: Array, scale, axis: int | tuple[int, ...]) -> tuple[Array, Array, Array]:
     """`values / scale` with the ruled-out (`-inf`) entries held at `-inf` as constants,
     which entries are ruled out, and which rows (along `axis`) have an action left.
 
@@ -223,10 +223,10 @@ def smooth_max(values: Array, scale, axis: int = -1) -> Array:
     return jnp.where(jnp.squeeze(any_left, axis), value, -jnp.inf)
 
 
-def choice_weights(values: Array, scale, axis: int = -1) -> Array:
-    """`softmax(values / scale)` along `axis` (the choice probabilities under taste
-    shocks): 0 with a zero derivative for a ruled-out (`-inf`) entry, and 0 everywhere
-    in a row with every entry ruled out."""
+def choice_weights(values: Array, scale, axis: int | tuple[int, ...] = -1) -> Array:
+    """`softmax(values / scale)` along `axis` or several axes at once (the choice
+    probabilities under taste shocks): 0 with a zero derivative for a ruled-out (`-inf`)
+    entry, and 0 everywhere in a row with every entry ruled out."""
     tempered, ruled_out, _ = _tempered(values, scale, axis)
     return jnp.where(ruled_out, 0.0, jax.nn.softmax(tempered, axis=axis))
 
