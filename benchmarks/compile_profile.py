@@ -100,7 +100,7 @@ def _profiled(lower, top: int) -> dict:
     }
 
 
-def _program(name: str, size: str, validate: str):
+def _program(name: str, size: str, validate: str, tangent_batch: int = 0):
     """`(lower, args)`: a function returning the program's `jax.stages.Lowered`, and the
     arguments its compiled form is called with."""
     import jax
@@ -108,7 +108,7 @@ def _program(name: str, size: str, validate: str):
     import mahler_yum
 
     if name in ("distribution", "jacobian"):
-        return _estimation_program(name, size)
+        return _estimation_program(name, size, tangent_batch)
 
     model, params, _ = mahler_yum.build(size, n_subjects=4)
     if name == "solve":
@@ -130,9 +130,11 @@ def _program(name: str, size: str, validate: str):
     return lambda: jax.jit(jax.value_and_grad(mean_value)).lower(x), (x,)
 
 
-def _estimation_program(name: str, size: str):
+def _estimation_program(name: str, size: str, tangent_batch: int = 0):
     """The estimation example's exact moments (`distribution`), or their Jacobian in its
-    five free parameters, forward mode vmapped as `lcm.estimate` takes it (`jacobian`)."""
+    five free parameters, forward mode vmapped as `lcm.estimate` takes it (`jacobian`;
+    `tangent_batch` > 0: that many tangents at a time, as `lcm.estimate`'s
+    `tangent_batch_size`)."""
     import jax
     import jax.numpy as jnp
     import mahler_yum_estimate as example
@@ -158,7 +160,10 @@ def _estimation_program(name: str, size: str):
 
     def jacobian(theta):
         tangents = jnp.eye(theta.shape[0], dtype=theta.dtype)
-        return jax.vmap(lambda v: jax.jvp(moments, (theta,), (v,)))(tangents)
+        along = lambda v: jax.jvp(moments, (theta,), (v,))
+        if 0 < tangent_batch < theta.shape[0]:
+            return jax.lax.map(along, tangents, batch_size=tangent_batch)
+        return jax.vmap(along)(tangents)
 
     return lambda: jax.jit(moments if name == "distribution" else jacobian).lower(theta), (theta,)
 
@@ -174,6 +179,12 @@ def main() -> None:
     parser.add_argument("--size", default="full")
     parser.add_argument("--validate", choices=("raise", "off"), default="raise")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument(
+        "--tangent-batch",
+        type=int,
+        default=0,
+        help="jacobian: tangents at a time (lcm.estimate's tangent_batch_size; 0: all)",
+    )
     parser.add_argument("--hlo", type=Path, help="write the compiled HLO here")
     parser.add_argument(
         "--run",
@@ -186,7 +197,7 @@ def main() -> None:
 
     jax.config.update("jax_enable_x64", not args.float32)
 
-    lower, call_args = _program(args.program, args.size, args.validate)
+    lower, call_args = _program(args.program, args.size, args.validate, args.tangent_batch)
     result = compile_events(lower, args.top)
     print(
         f"{args.program} ({args.size}, validate={args.validate}) on {jax.devices()[0]}: "

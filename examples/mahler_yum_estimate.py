@@ -254,9 +254,10 @@ def derivative_table(probe, names, step: float = 1e-5) -> tuple[pd.DataFrame, np
     return table, central
 
 
-def estimate(model, start, panel, moments, initial, targets=None, **options):
-    free = [path for path, _, _ in FREE.values()]
-    bounds = {path: bound for path, _, bound in FREE.values()}
+def estimate(model, start, panel, moments, initial, targets=None, free_set=None, **options):
+    free_set = FREE if free_set is None else free_set
+    free = [path for path, _, _ in free_set.values()]
+    bounds = {path: bound for path, _, bound in free_set.values()}
     return lcm.estimate(
         model,
         start,
@@ -285,13 +286,28 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-check", action="store_true", help="skip the derivative check")
     parser.add_argument("--float32", action="store_true", help="single precision (a TPU)")
     parser.add_argument("--max-steps", type=int, default=200, help="Gauss–Newton steps at most")
+    parser.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        choices=sorted(FREE),
+        help="hold this parameter at the truth (repeatable)",
+    )
+    parser.add_argument(
+        "--tangent-batch-size",
+        type=int,
+        default=0,
+        help="the Jacobian's tangents at a time (0: all; 1 fits reduced grids on a TPU)",
+    )
     args = parser.parse_args(argv)
     if args.float32:
         args.no_check = True
-    names = list(FREE)
-    paths = [path for path, _, _ in FREE.values()]
+    free_set = {name: spec for name, spec in FREE.items() if name not in args.fix}
+    names = list(free_set)
+    paths = [path for path, _, _ in free_set.values()]
 
     model, truth, initial = build(args.size, n_subjects=args.subjects)
+    knobs = {"tangent_batch_size": args.tangent_batch_size, "free_set": free_set}
     moments = profiles(model.n_periods)
     labels = moment_labels(moments)
     print(
@@ -310,7 +326,7 @@ def main(argv=None) -> dict:
     clock = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", lcm.LcmWarning)  # "did not converge": no steps
-        probe = estimate(model, truth, panel, moments, initial, max_steps=0)
+        probe = estimate(model, truth, panel, moments, initial, max_steps=0, **knobs)
     targets = np.asarray(probe.moments)
     compile_time = time.perf_counter() - clock
     print(f"exact moments and Jacobian at the truth (compile included): {compile_time:.1f} s")
@@ -325,10 +341,12 @@ def main(argv=None) -> dict:
         print(f"({time.perf_counter() - clock:.1f} s)")
 
     start = truth
-    for path, factor, _ in FREE.values():
+    for path, factor, _ in free_set.values():
         start = put(start, path, factor * get(truth, path))
     clock = time.perf_counter()
-    result = estimate(model, start, panel, moments, initial, targets, max_steps=args.max_steps)
+    result = estimate(
+        model, start, panel, moments, initial, targets, max_steps=args.max_steps, **knobs
+    )
     elapsed = time.perf_counter() - clock
     true_values = np.array([get(truth, p) for p in paths])
     se = np.sqrt(np.diag(result.covariance))
@@ -374,7 +392,16 @@ def main(argv=None) -> dict:
             # which is the sampling variation its standard errors measure.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", lcm.LcmWarning)  # a J statistic's warning
-                fit = estimate(model, truth, panel_b, moments, initial, values - bias, max_steps=25)
+                fit = estimate(
+                    model,
+                    truth,
+                    panel_b,
+                    moments,
+                    initial,
+                    values - bias,
+                    max_steps=args.bootstrap_steps,
+                    **knobs,
+                )
             draws.append(fit.estimates)
             print(
                 f"bootstrap {b + 1}: {fit.n_steps} steps, converged {fit.converged}, "

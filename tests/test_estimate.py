@@ -598,6 +598,22 @@ def test_an_age_profile_by_spline_knots_is_recovered_from_exact_moments():
     np.testing.assert_allclose(result.params["disutility_knots"], truth["disutility_knots"],
                                atol=1e-7)  # fmt: skip
 
+    # The tangents in batches of one and of two (the memory knob): the same Jacobian,
+    # and the same estimation, step by step.
+    for batch in (1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", lcm.LcmWarning)
+            batched = lcm.estimate(model, truth, **options, max_steps=0, tangent_batch_size=batch)
+        np.testing.assert_allclose(batched.jacobian, probe.jacobian, rtol=1e-12, atol=1e-15)
+    again = lcm.estimate(
+        model, start, **options, targets=probe.moments, tolerance=1e-12, tangent_batch_size=1
+    )
+    assert again.n_steps == result.n_steps
+    np.testing.assert_allclose(again.estimates, result.estimates, rtol=1e-10)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(lcm.EstimationError, match="tangent_batch_size"):
+            lcm.estimate(model, start, **options, tangent_batch_size=bad)
+
 
 def taxed_utility(consumption, labor, wage, disutility_of_work, income_weight, tax_rate):
     # `earnings ** (1 − tax_rate)` has an infinite slope at the retirees' earnings 0

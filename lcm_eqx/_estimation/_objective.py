@@ -117,6 +117,8 @@ class Objective(eqx.Module):
     profiles: tuple[tuple[Profile, tuple[int, ...]], ...] = eqx.field(static=True)
     data_moments: Any
     weight: Any
+    # How many of the Jacobian's tangents run at once (0: all; `estimate`'s knob).
+    tangent_batch_size: int = eqx.field(static=True, default=0)
 
     @property
     def n_free(self) -> int:
@@ -252,5 +254,11 @@ def moments_and_jacobian(objective: Objective, theta):
     def along(direction):
         return jax.jvp(moments, (theta,), (direction,))
 
-    values, jacobian = jax.vmap(along)(jnp.eye(theta.shape[0], dtype=theta.dtype))
+    tangents = jnp.eye(theta.shape[0], dtype=theta.dtype)
+    batch = objective.tangent_batch_size
+    if 0 < batch < theta.shape[0]:
+        # A loop over batches of tangents (`lax.map`): one batch's arrays at a time.
+        values, jacobian = jax.lax.map(along, tangents, batch_size=batch)
+    else:
+        values, jacobian = jax.vmap(along)(tangents)
     return values[0], jacobian.T
