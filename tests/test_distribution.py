@@ -388,3 +388,37 @@ def test_retirement_model_gradients_match_finite_differences():
         ) / (2 * h)
         assert abs(float(fd)) > 0.05, name
         assert abs(float(gradient[name]) - float(fd)) <= 1e-6 * abs(float(fd)), name
+
+
+def test_choice_probabilities_over_several_axes_equal_the_flattened_ones():
+    """The distribution's choice probabilities reduce over every discrete action's axis
+    at once (no flatten): without taste shocks 1 at numpy's first argmax in row-major
+    order (ties, NaN as argmax takes it), 0 everywhere when no action is feasible; with
+    them the softmax over all entries, 0 at a ruled-out one."""
+    from lcm_eqx._estimation import _distribution as distribution_module
+
+    probabilities = distribution_module._probabilities
+    rng = np.random.default_rng(0)
+    cases = [rng.integers(0, 3, (3, 2, 2)).astype(float) for _ in range(6)]  # ties
+    with_nan = rng.normal(size=(2, 3))
+    with_nan[1, 0] = np.nan
+    infeasible = np.full((2, 2), -np.inf)
+    partly = np.array([[-np.inf, 1.0], [1.0, -np.inf]])
+    for v in [*cases, with_nan, infeasible, partly]:
+        flat = v.reshape(-1)
+        expected = np.zeros_like(flat)
+        if np.any(np.isfinite(flat)):
+            expected[np.argmax(flat)] = 1.0
+        np.testing.assert_array_equal(
+            probabilities(jnp.asarray(v), None), expected.reshape(v.shape)
+        )
+        if not np.any(np.isnan(flat)) and np.any(np.isfinite(flat)):
+            tempered = np.where(np.isneginf(flat), -np.inf, flat / 0.3)
+            soft = np.exp(tempered - np.max(tempered))
+            np.testing.assert_allclose(
+                probabilities(jnp.asarray(v), 0.3), (soft / soft.sum()).reshape(v.shape),
+                rtol=1e-12, atol=1e-300,
+            )  # fmt: skip
+    np.testing.assert_array_equal(probabilities(jnp.asarray(infeasible), 0.3), 0.0)
+    assert float(probabilities(jnp.asarray(2.0), None)) == 1.0
+    assert float(probabilities(jnp.asarray(-np.inf), 0.3)) == 0.0

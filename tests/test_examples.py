@@ -215,3 +215,23 @@ def test_mahler_yum_estimate_recovers_the_parameters_from_the_exact_moments():
     # Every parameter moves at least four moments, by derivatives equal to central
     # differences.
     assert np.all(check["equal to CD (1e-5)"] >= 4), check
+
+
+@pytest.mark.slow  # minutes, as above
+def test_mahler_yum_estimate_holds_fixed_parameters_and_batches_its_tangents():
+    """`--fix` holds a parameter at the truth (four are estimated), `--tangent-batch-size`
+    computes the Jacobian two tangents at a time: still the truth back from the exact
+    moments, with finite standard errors."""
+    spec = importlib.util.spec_from_file_location(
+        "mahler_yum_estimate", ROOT / "examples" / "mahler_yum_estimate.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    argv = ["--size", "tiny", "--subjects", "500", "--no-check"]
+    argv += ["--fix", "discount_factor_scale", "--tangent-batch-size", "2"]
+    out = module.main(argv)
+    result, table = out["result"], out["table"]
+    assert result.converged, result.message
+    assert list(table.index) == [n for n in module.FREE if n != "discount_factor_scale"]
+    assert np.all(np.abs(table["(est - truth)/s.e."]) < 0.05)
+    assert np.all(np.isfinite(table["s.e."])) and np.all(table["s.e."] > 0)

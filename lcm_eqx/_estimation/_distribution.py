@@ -547,13 +547,6 @@ def _node_values(problem: RegimeProblem | None, regime_plan, state: str, dtype) 
     return grid.to_jax().astype(dtype)
 
 
-def _size(shape: tuple[int, ...]) -> int:
-    size = 1
-    for n in shape:
-        size *= n
-    return size
-
-
 def _over_nodes(plan: ModelPlan, solver, problem: RegimeProblem, targets):
     """`_node` at every node of the regime's state grid (outputs: state axes first).
 
@@ -697,7 +690,7 @@ def _probabilities(v_d: Array, scale) -> Array:
     action is feasible. Reduced over all axes at once, without flattening them."""
     axes = tuple(range(v_d.ndim))
     if scale is not None:
-        if not axes:
+        if not axes:  # one action: 1 (NaN where its value is NaN or +inf, as softmax)
             return jnp.where(jnp.isneginf(v_d), 0.0, v_d - v_d + 1.0)
         return choice_weights(v_d, scale, axis=axes)
     feasible = jnp.any(jnp.isfinite(v_d))
