@@ -17,7 +17,7 @@ scatter (`scatter`) gives each entry one code on the target's flat grid, so noth
 that size is reshaped: on a TPU, whose tiles span an array's last two axes, flattening
 such an array is a relayout whose compile time grows with its size (tiny Mahler–Yum's
 Jacobian spent 53 of its 64 s of compile there), and on the CPU the flat scatter runs
-5× faster than the flattened one (`benchmarks/accelerator_layout.py`).
+3–5× faster than the flattened one (`benchmarks/accelerator_layout.py`).
 """
 
 from __future__ import annotations
