@@ -58,6 +58,7 @@ from ._flows import (
     outer,
     push,
     scatter,
+    widen,
 )
 
 
@@ -260,7 +261,7 @@ class Distribution(eqx.Module):
 
     def _weight(self, layout: RegimeLayout) -> Array:
         choice = self.choice[layout.name]
-        return _widen(self.mass[layout.name], choice.shape) * choice
+        return widen(self.mass[layout.name], choice.shape) * choice
 
     def _values(self, layout: RegimeLayout, name: str) -> Array:
         n_s, n_d = len(layout.states), len(layout.discrete_actions)
@@ -371,7 +372,7 @@ def bin_initial(
             else:
                 dims.append(interpolation(grid, jnp.asarray(states[s], dtype)))
         codes, weights = outer(dims, (n,), dtype)
-        mass[name] = scatter(shape, codes, weights * _widen(weight, weights.shape))
+        mass[name] = scatter(shape, codes, weights * widen(weight, weights.shape))
     return mass
 
 
@@ -499,7 +500,7 @@ def _regime_period(model, resolved, values, policies, sharding, name, period, ma
     nodes = {s: _node_values(problem, regime_plan, s, dtype) for s in regime_plan.states}
     p, chosen, named, (flows, lost) = _over_nodes(plan, model.solvers[name], problem, targets)
     n_lead = len(shape) + len(d_shape)
-    node_mass = _widen(mass, p.shape) * p
+    node_mass = widen(mass, p.shape) * p
     arrivals: dict[str, Array] = {}
     zero = jnp.zeros((), dtype)
     if regime_plan.is_terminal:
@@ -511,7 +512,7 @@ def _regime_period(model, resolved, values, policies, sharding, name, period, ma
         # `(*states, *choices, *combinations, *dense states)`, every new axis made by
         # broadcasting (no reshape: see `_flows.scatter`).
         full = (*weights.shape, *dense.shape[n_lead:])
-        moved = _widen(weights * _widen(node_mass, weights.shape), full)
+        moved = widen(weights * widen(node_mass, weights.shape), full)
         moved = moved * jax.lax.broadcast_in_dim(
             dense, full, (*range(n_lead), *range(weights.ndim, len(full)))
         )
@@ -729,14 +730,7 @@ def _over_choices(fn, d_shape: tuple[int, ...], chosen: dict[str, Array]):
 def _append_axis(dense: Array, probabilities: Array) -> Array:
     """`dense` `(...)` times `probabilities` `(n,)` along a new last axis: `(..., n)`."""
     shape = (*dense.shape, probabilities.shape[-1])
-    return jax.lax.broadcast_in_dim(dense, shape, tuple(range(dense.ndim))) * (
-        jax.lax.broadcast_in_dim(probabilities, shape, (dense.ndim,))
-    )
-
-
-def _widen(x: Array, shape: tuple[int, ...]) -> Array:
-    """`x` broadcast to `shape` along its leading axes (new axes after its own)."""
-    return jax.lax.broadcast_in_dim(x, shape, tuple(range(x.ndim)))
+    return widen(dense, shape) * jax.lax.broadcast_in_dim(probabilities, shape, (dense.ndim,))
 
 
 def _node_dims(plan: ModelPlan, regime, target: str, next_values, codes, probabilities_of):

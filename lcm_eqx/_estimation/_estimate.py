@@ -190,13 +190,14 @@ def estimate(
     params = _as_arrays(model.checked_params(given))
     if method not in ("mle", "msm"):
         raise EstimationError(f"estimate: method must be 'mle' or 'msm', got {method!r}.")
-    if isinstance(tangent_batch_size, bool) or not isinstance(tangent_batch_size, int):
+    if (
+        isinstance(tangent_batch_size, bool)
+        or not isinstance(tangent_batch_size, int)
+        or tangent_batch_size < 0
+    ):
         raise EstimationError(
-            f"estimate: tangent_batch_size must be an int >= 0, got {tangent_batch_size!r}."
-        )
-    if tangent_batch_size < 0:
-        raise EstimationError(
-            f"estimate: tangent_batch_size must be >= 0 (0: all at once), got {tangent_batch_size}."
+            "estimate: tangent_batch_size must be an int >= 0 (0: all at once), got "
+            f"{tangent_batch_size!r}."
         )
     free_specs = _free(model, params, free, bounds or {}, given)
     kind = covariance or ("hessian" if method == "mle" else "sandwich")

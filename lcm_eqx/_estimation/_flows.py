@@ -32,6 +32,12 @@ from .._grids import AbstractContinuousGrid, AbstractProcessGrid
 from .._solve._sharding import ShardingPlan, is_identity_transition
 
 
+def widen(x: Array, shape: tuple[int, ...]) -> Array:
+    """`x` broadcast to `shape` along its leading axes (new axes after its own): a
+    broadcast, not a reshape that adds unit axes (on a TPU a relayout)."""
+    return jax.lax.broadcast_in_dim(x, shape, tuple(range(x.ndim)))
+
+
 def interpolation(grid, x: Array) -> tuple[Array, Array]:
     """Codes `(*x.shape, 2)` and weights `(*x.shape, 2)` of `x` (a scalar or `(n,)`) on a
     continuous grid, clipped: the two nodes around it, by linear interpolation."""
@@ -47,8 +53,7 @@ def interpolation(grid, x: Array) -> tuple[Array, Array]:
     # every reshape of a short last axis is a relayout (benchmarks/accelerator_layout.py).
     two = (*x.shape, 2)
     side = jax.lax.broadcasted_iota(jnp.int32, two, x.ndim)
-    lo = jax.lax.broadcast_in_dim(jnp.asarray(lo, jnp.int32), two, tuple(range(x.ndim)))
-    w = jax.lax.broadcast_in_dim(w, two, tuple(range(x.ndim)))
+    lo, w = widen(jnp.asarray(lo, jnp.int32), two), widen(w, two)
     return lo + side, jnp.where(side == 0, 1.0 - w, w)
 
 
@@ -100,7 +105,7 @@ def scatter(
     flat = jnp.zeros(batch, jnp.int32)
     inside = jnp.ones(batch, bool)
     for code, n in zip(codes, shape, strict=True):
-        code = jax.lax.broadcast_in_dim(code, batch, tuple(range(code.ndim)))
+        code = widen(code, batch)
         flat = flat * n + code
         inside = inside & (code >= 0) & (code < n)
     flat = jnp.where(inside, flat, size)
