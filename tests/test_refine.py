@@ -7,6 +7,7 @@ central finite differences for the implicit-function derivatives.
 
 from __future__ import annotations
 
+import warnings
 from enum import IntEnum
 
 import jax
@@ -491,3 +492,58 @@ def test_a_sharded_state_gives_the_same_refinement():
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert report["devices"] == 3 and report["sharded"]
     assert report["max_difference"] <= 1e-12
+
+
+def test_estimate_reports_refinements_that_ran_out_of_newton_steps(monkeypatch):
+    """Three Newton steps leave some of the habit model's refined efforts `unconverged`
+    (a zero derivative short of the optimum: the moments' derivatives are off, silently,
+    see the test above). `estimate` says so, by regime, action and period, with the
+    knob that converges them; with the default steps it says nothing."""
+    initial = {
+        "regime": jnp.zeros(6, dtype=int),
+        "lagged_effort": jnp.array([0.0, 0.5, 1.0, 0.0, 0.5, 1.0]),
+        "health": jnp.array([0, 0, 0, 1, 1, 1]),
+    }
+    moments = [lcm.Profile("effort_value", regime="alive", periods=[0, 1, 2])]
+    options = dict(method="msm", moments=moments, free=["effort_cost"], initial=initial)
+    options.update(weighting="identity", max_steps=0)
+
+    def reported(refine):
+        model = habit_model(refine, n_periods=3)
+        codes = [
+            np.asarray(lcm.refine_codes(model, HABIT, None, "alive", t)["effort"]) for t in range(3)
+        ]
+        panel = model.simulate(HABIT, initial, key=jax.random.key(0))
+        data = panel.to_dataframe(extra=["effort_value"], model=model, params=HABIT)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", lcm.LcmWarning)
+            result = lcm.estimate(model, HABIT, data=data, **options)
+        said = [str(w.message) for w in caught if "Newton steps" in str(w.message)]
+        stuck = sum(int(np.sum(c == lcm.RefineCode.unconverged)) for c in codes)
+        return stuck, said, result.message
+
+    stuck, said, message = reported(lcm.Refine(newton_steps=3))
+    assert stuck > 0
+    assert len(said) == 1 and "Newton steps" in message
+    assert f"at {stuck:,} of " in said[0]
+    assert "'effort' in regime 'alive'" in said[0] and "newton_steps" in said[0]
+    stuck, said, message = reported(True)
+    assert stuck == 0 and not said and "Newton steps" not in message
+    model = habit_model(lcm.Refine(newton_steps=3), n_periods=3)
+    data = model.simulate(HABIT, initial, key=jax.random.key(0)).to_dataframe(
+        extra=["effort_value"], model=model, params=HABIT
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", lcm.LcmWarning)
+        result = lcm.estimate(model, HABIT, data=data, **options, check_refinement=False)
+    assert "Newton steps" not in result.message
+    assert not [w for w in caught if "Newton steps" in str(w.message)]
+    with pytest.raises(lcm.EstimationError, match="check_refinement"):
+        lcm.estimate(model, HABIT, data=data, **options, check_refinement=1)
+    # Below the share that warns, the message alone says it.
+    monkeypatch.setattr("lcm_eqx._estimation._estimate.UNCONVERGED_SHARE", 1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", lcm.LcmWarning)
+        result = lcm.estimate(model, HABIT, data=data, **options)
+    assert "ran out of Newton steps" in result.message
+    assert not [w for w in caught if "Newton steps" in str(w.message)]
