@@ -187,8 +187,9 @@ def estimate(
             out of Newton steps (`RefineCode.unconverged`: a zero derivative short of the
             optimum, so the Jacobian and standard errors are off there): said in
             `result.message`, and warned of where over 5 % of a period's cells are. It
-            costs one solve and `refine_codes` per period (reduced Mahler–Yum: 13 s,
-            and 11 s to compile); `False` skips it, e.g. in a bootstrap's loop.
+            costs one solve and `refine_codes` per period (reduced Mahler–Yum: 14 s
+            compiled, 36 s with the compiles); `False` skips it, e.g. in a bootstrap's
+            loop.
 
     Returns:
         An `EstimationResult`.
