@@ -272,12 +272,13 @@ def unconverged_refinements(model: ModelLike, params: Params) -> tuple[str, floa
             if not stuck:
                 continue
             total = sum(r[2] for r in rows)
-            worst = max(rows, key=lambda r: r[1] / max(r[2], 1))
-            largest = max(largest, worst[1] / max(worst[2], 1))
+            share, period = max((r[1] / max(r[2], 1), -r[0]) for r in rows)
+            period = -period  # the first period with the largest share
+            largest = max(largest, share)
             sentences.append(
                 f"the refinement of {action!r} in regime {name!r} ran out of Newton steps "
                 f"at {stuck:,} of {total:,} cells (states x discrete choices; "
-                f"{worst[1] / max(worst[2], 1):.2%} in period {worst[0]}, the most), where "
+                f"{share:.2%} in period {period}, the most), where "
                 f"its derivative is taken as zero; more than {steps} Newton steps "
                 "(lcm.Refine(newton_steps=...)) converge more of them"
             )
